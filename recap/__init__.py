@@ -1,0 +1,8 @@
+"""RECAP: training-free speculative decoding for vision-language models by recycling the target's own
+predictions into request-local (contextual) and persistent memories.
+
+Main entry points: `recap.runtime.Runtime` (load a model, build drafters), `recap.decode.generate_steps`
+(the streaming decode loop) and `recap.decode.generate`.
+"""
+
+__version__ = "0.1.0"

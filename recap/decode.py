@@ -1,0 +1,234 @@
+"""The decode loop, written once: draft, verify in one target pass, accept greedily, commit, recycle.
+
+`generate_steps` yields one `StepRecord` per target pass (the prefill pass first); `generate` is the
+non-streaming wrapper. The autoregressive baseline is this same loop with the empty drafter.
+
+What this module does not know: how a drafter proposes (it only sees `DraftTree`s) and how a model
+computes (it only calls the `TargetModel` verbs).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+
+from recap.drafters.base import Drafter, Observation, RequestInfo
+from recap.inputs import check_max_new_tokens, check_prompt
+from recap.models import TargetModel
+from recap.trace import FusedRecord, NodeRecord, RunSummary, RunTrace, StepRecord, summarize
+from recap.tree import DraftTree
+from recap.verify import Acceptance, accept_greedy, truncate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GenerationResult:
+    """What `generate` returns: the new tokens, their text, every step, and the summary."""
+
+    tokens: list[int]
+    text: str
+    steps: list[StepRecord]
+    summary: RunSummary
+
+    def trace(self, settings: dict | None = None) -> RunTrace:
+        return RunTrace(settings=dict(settings or {}), steps=self.steps, text=self.text)
+
+
+def generate_steps(
+    target: TargetModel,
+    drafter: Drafter,
+    prompt: str,
+    images: Sequence[Image.Image] = (),
+    max_new_tokens: int = 128,
+    method: str | None = None,
+) -> Iterator[StepRecord]:
+    """Greedy generation with tree verification; yields a `StepRecord` after every target pass.
+
+    The output equals ``model.generate(do_sample=False)`` token for token (in float32), whatever the
+    drafter proposes: a drafted token is kept only where it equals the target's own argmax.
+    """
+    prompt = check_prompt(prompt)
+    check_max_new_tokens(max_new_tokens)
+    method = method or drafter.name
+    k = drafter.record_k
+
+    # 1. Prefill: logits at every prompt text position (recycled), the last one gives token 1.
+    start = time.perf_counter()
+    inputs = target.prepare(images, prompt)
+    prompt_ids = inputs["input_ids"][0].tolist()
+    last = len(prompt_ids) - 1
+    keep = [i for i, t in enumerate(prompt_ids[:last]) if t not in target.excluded_ids] if k else []
+    keep.append(last)
+    state, logits = target.prefill(inputs, keep)
+    first = int(logits[-1].argmax())
+    verify_ms = _ms_since(start)
+
+    start = time.perf_counter()
+    drafter.begin(RequestInfo(tuple(prompt_ids), target.excluded_ids, target.vocab_size, target.eos_ids))
+    topk_ids, topk_probs = _topk(logits, k)
+    drafter.observe(Observation(prompt_ids, np.asarray(keep), DraftTree(), topk_ids, topk_probs))
+    context = [*prompt_ids, first]
+    finished = first in target.eos_ids or max_new_tokens == 1
+    yield StepRecord(
+        step=0,
+        committed_len=len(prompt_ids),
+        method=method,
+        bonus_token=first,
+        new_tokens=[first],
+        new_texts=target.token_text([first]),
+        new_sources=["target"],
+        target_token=first,
+        timing={"draft_ms": 0.0, "verify_ms": verify_ms, "update_ms": _ms_since(start)},
+        finished=finished,
+        finish_reason=_reason(first, target) if finished else None,
+    )
+    generated = 1
+    pending = [first]
+
+    step = 0
+    while not finished:
+        step += 1
+        # 2. Draft: a tree under the last committed token.
+        start = time.perf_counter()
+        tree = drafter.propose(context)
+        draft_ms = _ms_since(start)
+
+        # 3. Verify: one pass over pending + nodes; greedy tokens at the root and at every node.
+        start = time.perf_counter()
+        logits = target.forward_tree(state, pending, tree)
+        tree_logits = logits[len(pending) - 1 :]
+        greedy = tree_logits.argmax(-1).tolist()
+        acceptance = accept_greedy(tree, greedy)
+        acceptance, finished = truncate(acceptance, target.eos_ids, max_new_tokens - generated)
+        target.commit(state, len(tree), acceptance.nodes)
+        topk_ids, topk_probs = _topk(logits, k)
+        root_prob = float(torch.softmax(tree_logits[0], -1)[greedy[0]])
+        verify_ms = _ms_since(start)
+
+        # 4. Recycle: the drafter learns from every computed position, rejected nodes included.
+        start = time.perf_counter()
+        positions = np.arange(len(context) - len(pending), len(context))
+        drafter.observe(Observation(context, positions, tree, topk_ids, topk_probs, acceptance))
+        update_ms = _ms_since(start)
+
+        # 5. Commit and report.
+        record = _step_record(
+            target,
+            step,
+            len(context),
+            method,
+            tree,
+            acceptance,
+            greedy[0],
+            root_prob,
+            {"draft_ms": draft_ms, "verify_ms": verify_ms, "update_ms": update_ms},
+        )
+        context.extend(acceptance.tokens)
+        generated += len(acceptance.tokens)
+        pending = [acceptance.tokens[-1]]
+        if finished:
+            record.finished = True
+            record.finish_reason = _reason(acceptance.tokens[-1], target)
+        yield record
+
+
+def generate(
+    target: TargetModel,
+    drafter: Drafter,
+    prompt: str,
+    images: Sequence[Image.Image] = (),
+    max_new_tokens: int = 128,
+    method: str | None = None,
+) -> GenerationResult:
+    """Run `generate_steps` to the end and collect the result."""
+    steps = list(generate_steps(target, drafter, prompt, images, max_new_tokens, method))
+    tokens = [t for s in steps for t in s.new_tokens]
+    return GenerationResult(tokens, target.decode(tokens), steps, summarize(steps))
+
+
+def _topk(logits: torch.Tensor, k: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Top-k softmax predictions per row, as numpy ``(rows, k)`` int64 ids / float32 probs."""
+    if not k:
+        return None, None
+    probs, ids = torch.softmax(logits, dim=-1).topk(k, dim=-1)
+    return ids.cpu().numpy(), probs.cpu().numpy()
+
+
+def _step_record(
+    target: TargetModel,
+    step: int,
+    committed_len: int,
+    method: str,
+    tree: DraftTree,
+    acceptance: Acceptance,
+    root_token: int,
+    root_prob: float,
+    timing: dict[str, float],
+) -> StepRecord:
+    accepted = set(acceptance.nodes)
+    depths = tree.depths
+    texts = target.token_text(tree.tokens)
+    nodes = [
+        NodeRecord(
+            id=i,
+            parent=tree.parents[i],
+            token=tree.tokens[i],
+            text=texts[i],
+            depth=int(depths[i]),
+            score=tree.scores[i],
+            sources=list(tree.sources[i]),
+            contributions=dict(tree.contributions[i]),
+            accepted=i in accepted,
+        )
+        for i in range(len(tree))
+    ]
+    fused = [
+        FusedRecord(
+            token=c.token,
+            text=target.token_text([c.token])[0],
+            prob=float(c.prob),
+            contributions=dict(c.contributions),
+        )
+        for c in tree.root_candidates
+    ]
+    sources = [_main_source(tree, n) for n in acceptance.nodes]
+    sources += ["target"] * (len(acceptance.tokens) - len(sources))
+    has_bonus = len(acceptance.tokens) > len(acceptance.nodes)
+    return StepRecord(
+        step=step,
+        committed_len=committed_len,
+        method=method,
+        nodes=nodes,
+        accepted_ids=list(acceptance.nodes),
+        bonus_token=acceptance.tokens[-1] if has_bonus else None,
+        new_tokens=list(acceptance.tokens),
+        new_texts=target.token_text(acceptance.tokens),
+        new_sources=sources,
+        fused_at_root=fused,
+        target_token=root_token,
+        target_prob=root_prob,
+        timing=timing,
+    )
+
+
+def _main_source(tree: DraftTree, node: int) -> str:
+    """The source credited with a node: the largest contributor, else the first listed."""
+    shares = tree.contributions[node]
+    if shares:
+        return max(shares, key=shares.get)
+    return tree.sources[node][0] if tree.sources[node] else "unknown"
+
+
+def _reason(token: int, target: TargetModel) -> str:
+    return "eos" if token in target.eos_ids else "length"
+
+
+def _ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1000.0

@@ -1,0 +1,71 @@
+"""The drafter contract: begin a request, propose a tree, observe the verified outcome.
+
+A drafter never sees the model. The decode loop (`recap.decode`) gives it the request's tokens, asks
+it for a `DraftTree` whose root is the last committed token, runs the target over that tree, and
+hands back an `Observation`: the target's top-k predictions at every position the pass computed
+(pending committed tokens and every tree node, accepted or rejected). That is all a recycling
+drafter learns from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from recap.tree import DraftTree
+from recap.verify import Acceptance
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """What a drafter may know about a new request.
+
+    ``prompt_tokens``: the full prefilled input ids (image placeholders included).
+    ``excluded_tokens``: image-placeholder / vision special ids; keys containing them are never used.
+    """
+
+    prompt_tokens: tuple[int, ...]
+    excluded_tokens: frozenset[int]
+    vocab_size: int
+    eos_ids: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one target pass computed, for recycling.
+
+    ``context``: every token committed before the pass (prompt + generated, pending ones included).
+    ``positions``: indices into ``context`` whose next-token predictions the pass computed, shape (P,).
+    ``tree``: the verified tree (empty after prefill); its node ``j`` continues ``context`` by
+    ``tree.path(j)``.
+    ``topk_ids`` / ``topk_probs``: shape (P + N, k) — rows for ``positions`` first, then the N nodes;
+    probabilities are softmax values, sorted descending. ``None`` when the drafter asked for k = 0.
+    ``acceptance``: what was accepted (None for the prefill pass).
+    """
+
+    context: Sequence[int]
+    positions: np.ndarray
+    tree: DraftTree = field(default_factory=DraftTree)
+    topk_ids: np.ndarray | None = None
+    topk_probs: np.ndarray | None = None
+    acceptance: Acceptance | None = None
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """Proposes draft trees and learns from verification. ``record_k``: top-k it wants observed (0 = none)."""
+
+    name: str
+    record_k: int
+
+    def begin(self, request: RequestInfo) -> None:
+        """Start a new request (request-local state is reset here; persistent state is kept)."""
+
+    def propose(self, context: Sequence[int]) -> DraftTree:
+        """A tree under ``context[-1]`` (the last committed token, whose logits are not computed yet)."""
+
+    def observe(self, observation: Observation) -> None:
+        """Learn from a verification (or prefill) pass."""

@@ -1,0 +1,388 @@
+"""The model adapter: the only module that imports transformers.
+
+`TargetModel` wraps a Hugging Face vision-language (or text) model and gives the decode loop four
+verbs:
+
+- ``prepare(images, prompt)``: chat template + processor -> model inputs;
+- ``prefill(inputs)``: one pass over the prompt -> a `RequestState` (KV cache, positions) and logits
+  at the prompt's text positions;
+- ``forward_tree(state, pending, tree)``: ONE pass over ``[pending committed tokens] + [tree nodes]``
+  with an additive float 4-D mask (each node sees the cache, the pending tokens and its own ancestors)
+  and explicit position ids (``cached + pending - 1 + depth``; for Qwen2/2.5-VL the 3-row mRoPE ids
+  shifted by this request's ``rope_deltas``) -> logits ``(P + N, vocab)``;
+- ``commit(state, pending, accepted_nodes)``: keep the accepted nodes' KV entries (gather into place,
+  then crop the rest).
+
+Why an additive float mask: with ``eager`` attention a bool 4-D mask is silently wrong, and
+``flash_attention_2`` cannot express a tree at all. Why explicit positions: without them LLaVA and
+Idefics3 silently use sequential positions and Qwen2.5-VL crashes. ``rope_deltas`` is computed per
+request, never read from the model (``model.model.rope_deltas`` is stale state from earlier calls).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from recap.tree import DraftTree
+
+log = logging.getLogger(__name__)
+
+#: model_type -> family. Families decide prompting and positions.
+VISION_FAMILIES = {
+    "qwen2_5_vl": "qwen_vl",
+    "qwen2_vl": "qwen_vl",
+    "llava": "llava",
+    "llava_next": "llava",
+    "idefics3": "idefics3",
+    "smolvlm": "idefics3",
+}
+TEXT_MODEL_TYPES = frozenset(
+    {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "smollm3", "phi3"}
+)
+SUPPORTED = sorted(VISION_FAMILIES) + sorted(TEXT_MODEL_TYPES)
+
+#: Special tokens that stand for image content (never used as drafting keys), by family.
+_VISION_SPECIAL_TOKENS = {
+    "qwen_vl": ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>", "<|vision_pad|>"),
+    "llava": ("<image>",),
+    "idefics3": ("<image>", "<fake_token_around_image>", "<global-img>"),
+}
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def parse_dtype(name: str | torch.dtype | None, device: str) -> torch.dtype:
+    """``None`` -> bf16 on GPU, fp32 on CPU; otherwise one of float32/bfloat16/float16 (or fp32/bf16/fp16)."""
+    if isinstance(name, torch.dtype):
+        return name
+    if name is None or name == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    aliases = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+    name = aliases.get(name, name)
+    if name not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"unknown dtype {name!r}; use float32, bfloat16 or float16")
+    return getattr(torch, name)
+
+
+@dataclass
+class RequestState:
+    """Per-request model state. ``cached``: KV entries in ``cache`` (== positions for non-mRoPE models)."""
+
+    cache: Any
+    cached: int
+    input_ids: list[int]
+    rope_deltas: torch.Tensor | None = None
+
+
+class TargetModel:
+    """A loaded target model, its processor, and the tree-verification verbs (see module docstring)."""
+
+    def __init__(self, model: Any, processor: Any, name: str = "model") -> None:
+        self.model = model.eval()
+        self.processor = processor
+        self.tokenizer = getattr(processor, "tokenizer", processor)
+        self.name = name
+        self.model_type = model.config.model_type
+        if self.model_type in VISION_FAMILIES:
+            self.family = VISION_FAMILIES[self.model_type]
+        elif self.model_type in TEXT_MODEL_TYPES:
+            self.family = "text"
+        else:
+            raise ValueError(
+                f"unsupported architecture {self.model_type!r}; supported: {', '.join(SUPPORTED)}"
+            )
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.text_config = model.config.get_text_config()
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.eos_ids = self._eos_ids()
+        self.excluded_ids = self._vision_token_ids()
+        self._sliding_window = self._sliding_window_size()
+        self._pieces: dict[int, str] = {}
+
+    # ------------------------------------------------------------------------------------- loading
+    @classmethod
+    def load(
+        cls,
+        name_or_path: str,
+        device: str | None = None,
+        dtype: str | torch.dtype | None = None,
+        attn_implementation: str = "sdpa",
+        gguf_file: str | None = None,
+    ) -> TargetModel:
+        """Load by hub id or local directory. Raises ``ValueError`` with a readable reason on failure."""
+        import transformers
+        from transformers import AutoConfig
+
+        if attn_implementation not in ("sdpa", "eager"):
+            raise ValueError("attn_implementation must be 'sdpa' or 'eager' (a tree mask needs one of them)")
+        device = device or default_device()
+        torch_dtype = parse_dtype(dtype, device)
+        extra = {"gguf_file": gguf_file} if gguf_file else {}
+        try:
+            config = AutoConfig.from_pretrained(name_or_path, **extra)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"cannot load model {name_or_path!r}: {_first_line(error)}") from None
+        model_type = config.model_type
+        if model_type not in VISION_FAMILIES and model_type not in TEXT_MODEL_TYPES:
+            raise ValueError(f"unsupported architecture {model_type!r}; supported: {', '.join(SUPPORTED)}")
+        auto = (
+            transformers.AutoModelForImageTextToText
+            if model_type in VISION_FAMILIES
+            else transformers.AutoModelForCausalLM
+        )
+        log.info("loading %s (%s) on %s in %s", name_or_path, model_type, device, torch_dtype)
+        try:
+            model = auto.from_pretrained(
+                name_or_path, dtype=torch_dtype, attn_implementation=attn_implementation, **extra
+            ).to(device)
+            if model_type in VISION_FAMILIES:
+                processor = transformers.AutoProcessor.from_pretrained(name_or_path)
+            else:
+                processor = transformers.AutoTokenizer.from_pretrained(name_or_path, **extra)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"cannot load model {name_or_path!r}: {_first_line(error)}") from None
+        return cls(model, processor, name=str(name_or_path))
+
+    # ---------------------------------------------------------------------------------- properties
+    def _eos_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        for source in (getattr(self.model, "generation_config", None), self.model.config, self.text_config):
+            value = getattr(source, "eos_token_id", None) if source is not None else None
+            if value is not None:
+                ids.update([value] if isinstance(value, int) else value)
+        if not ids and getattr(self.tokenizer, "eos_token_id", None) is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return frozenset(int(i) for i in ids)
+
+    def _vision_token_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        config = self.model.config
+        for attr in (
+            "image_token_id",
+            "image_token_index",
+            "video_token_id",
+            "vision_start_token_id",
+            "vision_end_token_id",
+        ):
+            value = getattr(config, attr, None)
+            if isinstance(value, int):
+                ids.add(value)
+        vocab = self.tokenizer.get_vocab() if hasattr(self.tokenizer, "get_vocab") else {}
+        for token in _VISION_SPECIAL_TOKENS.get(self.family, ()):
+            if token in vocab:
+                ids.add(int(vocab[token]))
+        if self.family == "idefics3":  # tile markers such as <row_1_col_2>
+            ids.update(int(i) for t, i in vocab.items() if t.startswith("<row_") and t.endswith(">"))
+        return frozenset(ids)
+
+    def _sliding_window_size(self) -> int | None:
+        layer_types = getattr(self.text_config, "layer_types", None) or ()
+        window = getattr(self.text_config, "sliding_window", None)
+        return int(window) if window and "sliding_attention" in layer_types else None
+
+    def fingerprint(self) -> str:
+        """Identifies the tokenizer (vocabulary + special tokens): saved memories must match it."""
+        vocab = sorted(self.tokenizer.get_vocab().items(), key=lambda item: item[1])
+        digest = hashlib.sha256(repr((vocab, self.vocab_size)).encode()).hexdigest()
+        return f"{self.model_type}:{self.vocab_size}:{digest[:16]}"
+
+    def token_text(self, token_ids: Sequence[int]) -> list[str]:
+        """Each token's decoded text piece (for display; memoised, the studio asks for every node)."""
+        pieces = []
+        for token in token_ids:
+            piece = self._pieces.get(int(token))
+            if piece is None:
+                piece = self._pieces[int(token)] = self.tokenizer.decode(
+                    [int(token)], skip_special_tokens=False
+                )
+            pieces.append(piece)
+        return pieces
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode([int(t) for t in token_ids], skip_special_tokens=True)
+
+    # ----------------------------------------------------------------------------------- prefill
+    def prepare(self, images: Sequence[Image.Image], prompt: str) -> dict[str, torch.Tensor]:
+        """Apply the chat template and processor to one prompt with 0+ images -> model inputs (batch 1)."""
+        if self.family == "text":
+            if images:
+                raise ValueError(
+                    f"{self.name} is a text-only model: remove the image or choose a vision model"
+                )
+            if getattr(self.tokenizer, "chat_template", None):
+                text = self.tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+                )
+            else:
+                text = prompt
+            inputs = dict(self.tokenizer(text, return_tensors="pt", add_special_tokens=False))
+        else:
+            content: list[dict[str, str]] = [{"type": "image"} for _ in images]
+            content.append({"type": "text", "text": prompt})
+            messages = [{"role": "user", "content": content}]
+            text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            kwargs = {"images": list(images)} if images else {}
+            inputs = dict(self.processor(text=[text], return_tensors="pt", **kwargs))
+        inputs.pop("token_type_ids", None)
+        return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+    @torch.inference_mode()
+    def prefill(
+        self, inputs: dict[str, torch.Tensor], keep: Sequence[int]
+    ) -> tuple[RequestState, torch.Tensor]:
+        """Run the prompt; return the request state and float32 logits at prompt positions ``keep``.
+
+        ``keep`` must include the last position (its logits give the first generated token).
+        """
+        from transformers import DynamicCache
+
+        input_ids = inputs["input_ids"]
+        length = int(input_ids.shape[1])
+        kwargs = dict(inputs)
+        rope_deltas = None
+        if self.family == "qwen_vl":
+            kwargs["position_ids"], rope_deltas = self._mrope_positions(inputs)
+        else:
+            kwargs["position_ids"] = torch.arange(length, device=self.device)[None]
+        # A cache built without a config holds every layer in full; sliding windows are applied by masks.
+        cache = DynamicCache()
+        keep_index = torch.as_tensor(list(keep), dtype=torch.long, device=self.device)
+        out = self.model(**kwargs, cache=cache, use_cache=True, logits_to_keep=keep_index)
+        state = RequestState(
+            cache=cache, cached=length, input_ids=input_ids[0].tolist(), rope_deltas=rope_deltas
+        )
+        return state, out.logits[0].float()
+
+    def _mrope_positions(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """3-row mRoPE position ids for the prompt and this request's rope delta (computed, not cached)."""
+        input_ids = inputs["input_ids"]
+        if inputs.get("image_grid_thw") is None and inputs.get("video_grid_thw") is None:
+            positions = torch.arange(input_ids.shape[1], device=self.device)[None, None].expand(3, 1, -1)
+            return positions, torch.zeros(1, 1, dtype=torch.long, device=self.device)
+        token_types = inputs.get("mm_token_type_ids")
+        if token_types is None:  # older processors do not return it; without it positions are wrong
+            config = self.model.config
+            token_types = (input_ids == config.image_token_id).int()
+            if getattr(config, "video_token_id", None) is not None:
+                token_types = token_types + 2 * (input_ids == config.video_token_id).int()
+        positions, deltas = self.model.model.get_rope_index(
+            input_ids,
+            mm_token_type_ids=token_types,
+            image_grid_thw=inputs.get("image_grid_thw"),
+            video_grid_thw=inputs.get("video_grid_thw"),
+            attention_mask=inputs.get("attention_mask"),
+        )
+        return positions, deltas.reshape(1, 1).to(self.device)
+
+    # ----------------------------------------------------------------------------- tree verification
+    @torch.inference_mode()
+    def forward_tree(self, state: RequestState, pending: Sequence[int], tree: DraftTree) -> torch.Tensor:
+        """Logits ``(P + N, vocab)`` (float32) for the pending tokens then every tree node, in ONE pass.
+
+        Appends P + N entries to the cache; `commit` must follow before the next pass.
+        """
+        n_pending, n_nodes = len(pending), len(tree)
+        past = state.cached
+        positions = np.concatenate([past + np.arange(n_pending), past + n_pending - 1 + tree.depths])
+        input_ids = torch.tensor([list(pending) + tree.tokens], dtype=torch.long, device=self.device)
+        visible = np.zeros((n_pending + n_nodes, past + n_pending + n_nodes), dtype=bool)
+        visible[:, :past] = True
+        visible[:n_pending, past : past + n_pending] = np.tril(np.ones((n_pending, n_pending), dtype=bool))
+        visible[n_pending:, past : past + n_pending] = True
+        visible[n_pending:, past + n_pending :] = tree.ancestor_mask()
+        position_ids = torch.as_tensor(positions, dtype=torch.long, device=self.device)[None]
+        mask: Any = self._additive(visible)
+        if self._sliding_window is not None:
+            key_positions = np.concatenate([np.arange(past), positions])
+            in_window = positions[:, None] - key_positions[None, :] < self._sliding_window
+            mask = {"full_attention": mask, "sliding_attention": self._additive(visible & in_window)}
+        if state.rope_deltas is not None:
+            position_ids = (position_ids + state.rope_deltas)[None].expand(3, 1, -1)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=position_ids,
+            cache=state.cache,
+            use_cache=True,
+        )
+        state.cached = past + n_pending + n_nodes
+        return out.logits[0].float()
+
+    def _additive(self, visible: np.ndarray) -> torch.Tensor:
+        """Bool visibility (T, K) -> additive mask (1, 1, T, K): 0 where visible, dtype min elsewhere."""
+        mask = torch.full(visible.shape, torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
+        mask[torch.as_tensor(visible, device=self.device)] = 0.0
+        return mask[None, None]
+
+    @torch.inference_mode()
+    def commit(self, state: RequestState, n_nodes: int, accepted: Sequence[int]) -> None:
+        """After `forward_tree`: keep the pending tokens' and the accepted nodes' KV entries, drop the rest.
+
+        Accepted node ``accepted[i]`` moves to slot ``base + i`` (``base`` = cache length before the
+        nodes), then the cache is cropped to ``base + len(accepted)``.
+        """
+        base = state.cached - n_nodes
+        if list(accepted) != list(range(len(accepted))):
+            source = torch.as_tensor([base + n for n in accepted], dtype=torch.long, device=self.device)
+            target = slice(base, base + len(accepted))
+            for layer in state.cache.layers:
+                layer.keys[:, :, target] = layer.keys.index_select(2, source)
+                layer.values[:, :, target] = layer.values.index_select(2, source)
+        drop = n_nodes - len(accepted)
+        if drop:
+            state.cache.crop(-drop)
+        state.cached = base + len(accepted)
+
+    # -------------------------------------------------------------------------------------- costs
+    @torch.inference_mode()
+    def measure_tree_cost(
+        self, sizes: Sequence[int] = (1, 4, 8, 16, 32, 64), context: int = 256, repeats: int = 3
+    ) -> list[tuple[int, float]]:
+        """Median seconds of one tree pass of T tokens (a chain) over a ``context``-token cache, per T."""
+        from transformers import DynamicCache
+
+        generator = torch.Generator().manual_seed(0)
+        prompt = torch.randint(0, self.vocab_size, (1, context), generator=generator).to(self.device)
+        state = RequestState(cache=DynamicCache(), cached=0, input_ids=[])
+        self.model(input_ids=prompt, cache=state.cache, use_cache=True, logits_to_keep=1)
+        state.cached = context
+        points = []
+        for size in sizes:
+            tree = DraftTree()
+            parent = -1
+            for token in range(1, size):
+                parent = tree.add(token % self.vocab_size, parent)
+            times = []
+            for _ in range(repeats + 1):
+                start = time.perf_counter()
+                self.forward_tree(state, [0], tree)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+                state.cache.crop(-size)
+                state.cached = context
+            points.append((int(size), float(np.median(times[1:]))))
+        log.info("tree cost (T, seconds): %s", points)
+        return points
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def is_local_model(name_or_path: str) -> bool:
+    return Path(name_or_path).is_dir()

@@ -1,0 +1,211 @@
+"""The engine's invariant: tree verification is lossless, for every supported architecture.
+
+Two independent checks (either alone can pass with wrong positions, see environment.md):
+1. every tree node's logits equal a plain full forward over the node's path (fp32, |Δ| ≤ 1e-4);
+2. decoding with a drafter that hides the true continuation among random branches reproduces
+   transformers' ``generate(do_sample=False)`` token for token, accepting > 1.5 tokens per pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+import torch
+from conftest import images_for, noise_image, reference_greedy, tiny
+from tiny_models import ARCHITECTURES, VISION_ARCHITECTURES
+
+from recap.decode import generate, generate_steps
+from recap.drafters.autoregressive import AutoregressiveDrafter
+from recap.drafters.base import Observation, RequestInfo
+from recap.tree import DraftTree
+
+PROMPTS = {"short": "the cat is", "long": "describe the image. " * 6 + "what colour is the square?"}
+
+
+def random_tree(rng: np.random.Generator, vocab: int, size: int, max_children: int = 3) -> DraftTree:
+    """A random tree of ``size`` nodes (random parents, random tokens, unique siblings)."""
+    tree = DraftTree()
+    while len(tree) < size:
+        parent = int(rng.integers(-1, len(tree))) if len(tree) else -1
+        if len(tree.children(parent)) < max_children:
+            tree.add(int(rng.integers(0, vocab)), parent)
+    return tree
+
+
+def full_forward_last_logits(target, prompt: str, images, continuation: Sequence[int]) -> torch.Tensor:
+    """Logits after ``prompt + continuation`` by one ordinary forward without any cache or tree."""
+    inputs = target.prepare(images, prompt)
+    extra = torch.tensor([list(continuation)], dtype=torch.long)
+    inputs["input_ids"] = torch.cat([inputs["input_ids"], extra], dim=1)
+    for key in ("attention_mask", "mm_token_type_ids"):
+        if key in inputs:
+            inputs[key] = torch.cat([inputs[key], torch.full_like(extra, int(key == "attention_mask"))], 1)
+    with torch.inference_mode():
+        return target.model(**inputs).logits[0, -1].float()
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("prompt", list(PROMPTS))
+def test_tree_logits_match_sequential_decoding(arch, prompt):
+    target = tiny(arch)
+    prompt, images = PROMPTS[prompt], images_for(target)
+    rng = np.random.default_rng(len(prompt))
+    inputs = target.prepare(images, prompt)
+    state, logits = target.prefill(inputs, [inputs["input_ids"].shape[1] - 1])
+    committed = [int(logits[-1].argmax())]
+    pending = [committed[0]]
+    # Three rounds: verify a random tree, check every node, then commit a random path of it so the
+    # next round runs after a gather + crop of the cache.
+    for size in (9, 16, 5):
+        tree = random_tree(rng, target.vocab_size, size)
+        tree_logits = target.forward_tree(state, pending, tree)
+        for node in range(len(tree)):
+            expected = full_forward_last_logits(target, prompt, images, committed + tree.path(node))
+            assert torch.allclose(tree_logits[len(pending) + node], expected, atol=1e-4), (arch, node)
+        root = full_forward_last_logits(target, prompt, images, committed)
+        assert torch.allclose(tree_logits[len(pending) - 1], root, atol=1e-4)
+        leaf = int(rng.integers(0, len(tree)))
+        accepted = tree.path_nodes(leaf)
+        target.commit(state, len(tree), accepted)
+        bonus = int(rng.integers(0, target.vocab_size))
+        committed += [*tree.path(leaf), bonus]
+        pending = [bonus]
+
+
+class OracleDrafter:
+    """Knows the true greedy continuation and hides a prefix of it among random branches."""
+
+    name = "oracle"
+    record_k = 0
+
+    def __init__(self, truth: Sequence[int], vocab: int, seed: int = 0, width: int = 3, depth: int = 4):
+        self.truth, self.vocab, self.width, self.depth = list(truth), vocab, width, depth
+        self.rng = np.random.default_rng(seed)
+
+    def begin(self, request: RequestInfo) -> None:
+        self.prompt_len = len(request.prompt_tokens)
+
+    def propose(self, context: Sequence[int]) -> DraftTree:
+        done = len(context) - self.prompt_len
+        true_next = self.truth[done : done + int(self.rng.integers(0, self.depth + 1))]
+        tree = random_tree(self.rng, self.vocab, int(self.rng.integers(0, 10)), self.width)
+        tree.add_chain(true_next, sources=("test",))
+        return tree
+
+    def observe(self, observation: Observation) -> None:
+        del observation
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_tree_decoding_equals_generate(arch, attn):
+    target = tiny(arch, attn)
+    images = images_for(target)
+    truth = reference_greedy(target, PROMPTS["short"], images, 48)
+    assert len(truth) >= 40, "the tiny model stopped early; pick another prompt or seed"
+    result = generate(target, OracleDrafter(truth, target.vocab_size), PROMPTS["short"], images, 48)
+    assert result.tokens == truth
+    assert result.summary.mat > 1.5  # the tree path is really exercised
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_autoregressive_equals_generate(arch):
+    target = tiny(arch)
+    images = images_for(target, seed=3)
+    truth = reference_greedy(target, PROMPTS["long"], images, 24)
+    result = generate(target, AutoregressiveDrafter(), PROMPTS["long"], images, 24)
+    assert result.tokens == truth
+    assert result.summary.mat == 1.0
+    assert all(len(s.nodes) == 0 for s in result.steps)
+
+
+@pytest.mark.parametrize("arch", ["llama", "llava", "qwen2_5_vl"])
+def test_eos_inside_an_accepted_path_stops_there(arch, monkeypatch):
+    target = tiny(arch)
+    images = images_for(target)
+    truth = reference_greedy(target, PROMPTS["short"], images, 30)
+    stop = truth[12]  # pretend this token is EOS: generation must end at its first occurrence
+    monkeypatch.setattr(target, "eos_ids", frozenset({stop}))
+    expected = reference_greedy(target, PROMPTS["short"], images, 30, eos_ids={stop})
+    assert expected[-1] == stop and len(expected) <= 13
+    drafter = OracleDrafter(truth, target.vocab_size, depth=8)
+    steps = list(generate_steps(target, drafter, PROMPTS["short"], images, 30))
+    assert [t for s in steps for t in s.new_tokens] == expected
+    assert steps[-1].finished and steps[-1].finish_reason == "eos"
+
+
+@pytest.mark.parametrize("limit", [1, 2, 7])
+def test_max_new_tokens_reached_mid_path(limit):
+    target = tiny("llava")
+    images = images_for(target)
+    truth = reference_greedy(target, PROMPTS["short"], images, 20)
+    result = generate(
+        target, OracleDrafter(truth, target.vocab_size, depth=8), PROMPTS["short"], images, limit
+    )
+    assert result.tokens == truth[:limit]
+    assert result.steps[-1].finish_reason == "length"
+
+
+@pytest.mark.parametrize("arch", VISION_ARCHITECTURES)
+def test_sequential_requests_with_different_images_are_isolated(arch):
+    target = tiny(arch)
+    first, second = [noise_image(1)], [noise_image(2, size=(64, 30))]
+    alone = generate(target, AutoregressiveDrafter(), PROMPTS["short"], second, 16).tokens
+    generate(target, AutoregressiveDrafter(), PROMPTS["long"], first, 16)
+    after = generate(target, AutoregressiveDrafter(), PROMPTS["short"], second, 16).tokens
+    assert after == alone == reference_greedy(target, PROMPTS["short"], second, 16)
+
+
+def test_step_records_describe_the_run():
+    target = tiny("llava")
+    images = images_for(target)
+    truth = reference_greedy(target, PROMPTS["short"], images, 20)
+    steps = list(
+        generate_steps(target, OracleDrafter(truth, target.vocab_size), PROMPTS["short"], images, 20)
+    )
+    assert steps[0].step == 0 and steps[0].new_sources == ["target"]
+    for record in steps[1:]:
+        assert len(record.new_tokens) == len(record.accepted_ids) + (record.bonus_token is not None)
+        assert all(record.nodes[i].accepted for i in record.accepted_ids)
+        assert sum(n.accepted for n in record.nodes) == record.accepted_len
+        assert record.new_sources[: record.accepted_len] == ["test"] * record.accepted_len
+        assert set(record.timing) == {"draft_ms", "verify_ms", "update_ms"}
+    assert steps[-1].finished
+
+
+@pytest.mark.parametrize(
+    ("prompt", "max_new_tokens", "message"),
+    [
+        ("", 8, "prompt is empty"),
+        ("   ", 8, "prompt is empty"),
+        ("x" * 5000, 8, "prompt is too long"),
+        ("hi", 0, "max_new_tokens"),
+        ("hi", 10**9, "max_new_tokens"),
+    ],
+)
+def test_bad_input_is_a_clear_value_error(prompt, max_new_tokens, message):
+    with pytest.raises(ValueError, match=message):
+        generate(tiny("llama"), AutoregressiveDrafter(), prompt, [], max_new_tokens)
+
+
+def test_text_model_refuses_an_image():
+    with pytest.raises(ValueError, match="text-only"):
+        generate(tiny("llama"), AutoregressiveDrafter(), "hi", [noise_image(0)], 4)
+
+
+def test_unsupported_architecture_names_the_supported_ones():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from recap.models import TargetModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50))
+    with pytest.raises(ValueError, match=r"unsupported architecture 'gpt2'.*qwen2_5_vl"):
+        TargetModel(model, tiny("llama").tokenizer)
+
+
+def test_measure_tree_cost_returns_increasing_sizes():
+    points = tiny("llama").measure_tree_cost(sizes=(1, 4, 16), context=32, repeats=1)
+    assert [t for t, _ in points] == [1, 4, 16]
+    assert all(seconds > 0 for _, seconds in points)

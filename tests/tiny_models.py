@@ -1,0 +1,305 @@
+"""Tiny random-weight models of every supported architecture, built in-process (no network).
+
+Each builder returns a `recap.models.TargetModel` over a real transformers class with a real
+(tiny) processor, so tests exercise the same code paths as the hub models. One byte-level BPE
+tokenizer, trained in milliseconds, serves every family; its special tokens cover all of them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import BatchFeature, PreTrainedTokenizerFast
+
+from recap.models import TargetModel
+
+SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<image>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<fake_token_around_image>",
+    "<global-img>",
+    "<end_of_utterance>",
+]
+CORPUS = [
+    "the cat is black and the dog is white. a red circle is on the left of the image.",
+    "describe the image. what colour is the square? there are two shapes in the picture.",
+    "the quick brown fox jumps over the lazy dog, again and again and again.",
+]
+IMAGE_MARKUP = {
+    "llava": "<image>",
+    "qwen_vl": "<|vision_start|><|image_pad|><|vision_end|>",
+    "idefics3": "<image>",
+    "text": "",
+}
+ARCHITECTURES = ("llama", "qwen2", "gemma3_text", "llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3")
+VISION_ARCHITECTURES = ("llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3")
+
+
+def chat_template(image_markup: str) -> str:
+    return (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+        "{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for c in m['content'] %}"
+        "{% if c['type'] == 'image' %}" + image_markup + "{% else %}{{ c['text'] }}{% endif %}"
+        "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+
+
+@functools.cache
+def _tokenizer_json() -> str:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=340, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tokenizer.train_from_iterator(CORPUS * 5, trainer)
+    return tokenizer.to_str()
+
+
+def make_tokenizer(family: str = "text") -> PreTrainedTokenizerFast:
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(_tokenizer_json()),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        extra_special_tokens={"image_token": "<image>"} if family in ("llava", "idefics3") else {},
+    )
+    tokenizer.chat_template = chat_template(IMAGE_MARKUP[family])
+    return tokenizer
+
+
+def _llama_text(vocab: int, **extra) -> dict:
+    return dict(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        **extra,
+    )
+
+
+def _clip_vision(image_size: int = 32) -> dict:
+    return dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=image_size,
+        patch_size=8,
+        projection_dim=32,
+    )
+
+
+class TinyQwenVLProcessor:
+    """What Qwen2(.5)-VL's processor does, for tests (the real one needs torchvision to be built).
+
+    Expands each ``<|image_pad|>`` into one token per merged patch and returns ``mm_token_type_ids``.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerFast, image_processor) -> None:
+        self.tokenizer = tokenizer
+        self.image_processor = image_processor
+        self.pad_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
+        return self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=add_generation_prompt, tokenize=tokenize
+        )
+
+    def __call__(self, text, images=None, return_tensors="pt"):
+        ids = self.tokenizer(text[0], add_special_tokens=False)["input_ids"]
+        out = {}
+        if images:
+            vision = self.image_processor(images=images, return_tensors="pt")
+            merge = self.image_processor.merge_size**2
+            counts = iter((vision["image_grid_thw"].prod(-1) // merge).tolist())
+            ids = [t for i in ids for t in ([i] * next(counts) if i == self.pad_id else [i])]
+            out.update(pixel_values=vision["pixel_values"], image_grid_thw=vision["image_grid_thw"])
+        input_ids = torch.tensor([ids])
+        out.update(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            mm_token_type_ids=(input_ids == self.pad_id).int(),
+        )
+        return BatchFeature(out)
+
+
+def build(arch: str, attn: str = "sdpa", seed: int = 0) -> TargetModel:
+    """A tiny fp32 model of architecture ``arch`` (one of `ARCHITECTURES`) with its processor."""
+    torch.manual_seed(seed)
+    builder = _BUILDERS[arch]
+    model, processor = builder(attn)
+    return TargetModel(model.eval(), processor, name=f"tiny-{arch}")
+
+
+def _text(model_type: str):
+    def builder(attn: str):
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        tokenizer = make_tokenizer("text")
+        extra = (
+            {"sliding_window": 6, "layer_types": ["sliding_attention", "full_attention"], "head_dim": 8}
+            if model_type == "gemma3_text"
+            else {}
+        )
+        config = AutoConfig.for_model(
+            model_type, **_llama_text(len(tokenizer), **extra), eos_token_id=tokenizer.eos_token_id
+        )
+        config._attn_implementation = attn
+        return AutoModelForCausalLM.from_config(config, attn_implementation=attn), tokenizer
+
+    return builder
+
+
+def _llava(attn: str):
+    from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    tokenizer = make_tokenizer("llava")
+    config = LlavaConfig(
+        vision_config=dict(model_type="clip_vision_model", **_clip_vision()),
+        text_config=dict(model_type="llama", **_llama_text(len(tokenizer))),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    image_processor = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=8,
+        vision_feature_select_strategy="default",
+        chat_template=tokenizer.chat_template,
+        num_additional_image_tokens=1,
+    )
+    return LlavaForConditionalGeneration._from_config(config, attn_implementation=attn), processor
+
+
+def _llava_next(attn: str):
+    from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration, LlavaNextProcessor
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+
+    tokenizer = make_tokenizer("llava")
+    pinpoints = [[32, 32], [32, 64], [64, 32]]
+    config = LlavaNextConfig(
+        vision_config=dict(model_type="clip_vision_model", **_clip_vision()),
+        text_config=dict(model_type="llama", **_llama_text(len(tokenizer))),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        image_grid_pinpoints=pinpoints,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    image_processor = LlavaNextImageProcessorPil(
+        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}, image_grid_pinpoints=pinpoints
+    )
+    processor = LlavaNextProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=8,
+        vision_feature_select_strategy="default",
+        chat_template=tokenizer.chat_template,
+        num_additional_image_tokens=1,
+    )
+    return LlavaNextForConditionalGeneration._from_config(config, attn_implementation=attn), processor
+
+
+def _qwen_vl(model_type: str):
+    def builder(attn: str):
+        from transformers import AutoConfig, AutoModelForImageTextToText
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        tokenizer = make_tokenizer("qwen_vl")
+        ids = tokenizer.convert_tokens_to_ids
+        text = dict(
+            model_type=model_type.replace("_vl", "_vl_text"),
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=None,
+            **_llama_text(len(tokenizer)),
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]},
+        )
+        vision = dict(
+            depth=1,
+            hidden_size=32,
+            num_heads=2,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            in_channels=3,
+        )
+        if model_type == "qwen2_5_vl":
+            vision.update(intermediate_size=64, out_hidden_size=32, fullatt_block_indexes=[0], window_size=56)
+        else:
+            vision.update(embed_dim=32, mlp_ratio=2)
+        config = AutoConfig.for_model(
+            model_type,
+            text_config=text,
+            vision_config=vision,
+            image_token_id=ids("<|image_pad|>"),
+            video_token_id=ids("<|video_pad|>"),
+            vision_start_token_id=ids("<|vision_start|>"),
+            vision_end_token_id=ids("<|vision_end|>"),
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        image_processor = Qwen2VLImageProcessorPil(
+            min_pixels=56 * 56, max_pixels=112 * 112, patch_size=14, merge_size=2, temporal_patch_size=2
+        )
+        model = AutoModelForImageTextToText.from_config(config, attn_implementation=attn)
+        return model, TinyQwenVLProcessor(tokenizer, image_processor)
+
+    return builder
+
+
+def _idefics3(attn: str):
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3Processor
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    tokenizer = make_tokenizer("idefics3")
+    config = Idefics3Config(
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        ),
+        text_config=dict(model_type="llama", **_llama_text(len(tokenizer))),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        scale_factor=2,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    image_processor = Idefics3ImageProcessorPil(
+        do_image_splitting=False, size={"longest_edge": 32}, max_image_size={"longest_edge": 32}
+    )
+    processor = Idefics3Processor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_len=4,
+        chat_template=tokenizer.chat_template,
+    )
+    return Idefics3ForConditionalGeneration._from_config(config, attn_implementation=attn), processor
+
+
+_BUILDERS = {
+    "llama": _text("llama"),
+    "qwen2": _text("qwen2"),
+    "gemma3_text": _text("gemma3_text"),
+    "llava": _llava,
+    "llava_next": _llava_next,
+    "qwen2_vl": _qwen_vl("qwen2_vl"),
+    "qwen2_5_vl": _qwen_vl("qwen2_5_vl"),
+    "idefics3": _idefics3,
+}
