@@ -346,6 +346,34 @@ class TargetModel:
             state.cache.crop(-drop)
         state.cached = base + len(accepted)
 
+    # ------------------------------------------------------------------------------ teacher forcing
+    @torch.inference_mode()
+    def teacher_forced_greedy(
+        self, images: Sequence[Image.Image], prompt: str, answer: Sequence[int]
+    ) -> list[int]:
+        """The target's greedy token at each position of ``answer``, with ``answer`` forced as context.
+
+        One ordinary forward over ``prompt + answer[:-1]`` with the given images. Comparing the result
+        under another image with ``answer`` marks the image-sensitive positions (method.md, Metrics).
+        """
+        if not answer:
+            return []
+        inputs = self.prepare(images, prompt)
+        length = int(inputs["input_ids"].shape[1])
+        forced = torch.tensor([list(answer[:-1])], dtype=torch.long, device=self.device)
+        inputs["input_ids"] = torch.cat([inputs["input_ids"], forced], dim=1)
+        if "attention_mask" in inputs:
+            inputs["attention_mask"] = torch.cat([inputs["attention_mask"], torch.ones_like(forced)], dim=1)
+        if "mm_token_type_ids" in inputs:
+            inputs["mm_token_type_ids"] = torch.cat(
+                [inputs["mm_token_type_ids"], torch.zeros_like(forced)], 1
+            )
+        if self.family == "qwen_vl":
+            inputs["position_ids"], _ = self._mrope_positions(inputs)
+        keep = torch.arange(length - 1, length - 1 + len(answer), device=self.device)
+        logits = self.model(**inputs, use_cache=False, logits_to_keep=keep).logits[0]
+        return logits.argmax(-1).tolist()
+
     # -------------------------------------------------------------------------------------- costs
     @torch.inference_mode()
     def measure_tree_cost(

@@ -209,3 +209,12 @@ def test_measure_tree_cost_returns_increasing_sizes():
     points = tiny("llama").measure_tree_cost(sizes=(1, 4, 16), context=32, repeats=1)
     assert [t for t, _ in points] == [1, 4, 16]
     assert all(seconds > 0 for _, seconds in points)
+
+
+@pytest.mark.parametrize("arch", ["llava", "qwen2_5_vl", "idefics3", "llama"])
+def test_teacher_forced_greedy_reproduces_the_greedy_answer(arch):
+    # Forcing the model's own greedy answer under the same image predicts that answer back.
+    target = tiny(arch)
+    images = images_for(target)
+    answer = reference_greedy(target, PROMPTS["short"], images, 12)
+    assert target.teacher_forced_greedy(images, PROMPTS["short"], answer) == answer
