@@ -128,6 +128,9 @@ class TargetModel:
 
         if attn_implementation not in ("sdpa", "eager"):
             raise ValueError("attn_implementation must be 'sdpa' or 'eager' (a tree mask needs one of them)")
+        looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
+        if looks_local and not Path(name_or_path).expanduser().is_dir():
+            raise ValueError(f"model directory not found: {name_or_path}")
         device = device or default_device()
         torch_dtype = parse_dtype(dtype, device)
         extra = {"gguf_file": gguf_file} if gguf_file else {}

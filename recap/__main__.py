@@ -1,0 +1,99 @@
+"""Command line: ``python -m recap generate --image scene.png --prompt "Describe the image."``.
+
+Prints the answer and a one-line summary; ``--json OUT`` writes the run's step records (a trace the
+studio can replay). Errors in the input are reported in one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from recap.inputs import check_max_new_tokens, check_prompt, load_image
+
+
+def _parser() -> argparse.ArgumentParser:
+    from recap.drafters import METHODS
+    from recap.runtime import DEFAULT_METHOD, EMBEDDED_MODEL
+
+    parser = argparse.ArgumentParser(prog="python -m recap", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    gen = commands.add_parser("generate", help="answer one prompt (with an image) and report the decoding")
+    gen.add_argument(
+        "--model",
+        default=str(EMBEDDED_MODEL),
+        help="hub id or local directory (default: the embedded tiny model)",
+    )
+    gen.add_argument("--gguf-file", default=None, help="GGUF file name inside --model (text models)")
+    gen.add_argument("--image", action="append", default=[], help="image file (repeatable; omit for text)")
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--method", default=DEFAULT_METHOD, choices=METHODS)
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--budget", default="auto", help="tree node budget: 'auto' (cost-aware) or a number")
+    gen.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    gen.add_argument(
+        "--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on GPU, fp32 on CPU)"
+    )
+    gen.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
+    gen.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    gen.add_argument("--json", default=None, metavar="OUT", help="write the run's step records to this file")
+    gen.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from recap.decode import generate
+    from recap.runtime import Runtime, parse_budget
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    prompt = check_prompt(args.prompt)
+    check_max_new_tokens(args.max_new_tokens)
+    budget = parse_budget(args.budget)
+    images = [load_image(path) for path in args.image]
+    runtime = Runtime.load(
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        attn_implementation=args.attn,
+        gguf_file=args.gguf_file,
+    )
+    drafter = runtime.drafter(args.method, budget=budget)
+    result = generate(runtime.target, drafter, prompt, images, args.max_new_tokens, method=args.method)
+    summary = result.summary
+    print(result.text)
+    print(
+        f"[{args.method}] {summary.passes} target passes, {summary.tokens} tokens, "
+        f"{summary.mat:.2f} accepted tokens/pass, {summary.tokens_per_s:.1f} tokens/s",
+        file=sys.stderr,
+    )
+    if args.json:
+        settings = {
+            "model": args.model,
+            "method": args.method,
+            "prompt": prompt,
+            "max_new_tokens": args.max_new_tokens,
+            "budget": args.budget,
+            "dtype": str(runtime.target.dtype),
+        }
+        result.trace(settings).save(args.json)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return _generate(args)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
