@@ -300,18 +300,21 @@ class TargetModel:
         n_pending, n_nodes = len(pending), len(tree)
         past = state.cached
         positions = np.concatenate([past + np.arange(n_pending), past + n_pending - 1 + tree.depths])
-        input_ids = torch.tensor([list(pending) + tree.tokens], dtype=torch.long, device=self.device)
-        visible = np.zeros((n_pending + n_nodes, past + n_pending + n_nodes), dtype=bool)
-        visible[:, :past] = True
-        visible[:n_pending, past : past + n_pending] = np.tril(np.ones((n_pending, n_pending), dtype=bool))
-        visible[n_pending:, past : past + n_pending] = True
-        visible[n_pending:, past + n_pending :] = tree.ancestor_mask()
+        input_ids = torch.tensor([[*pending, *tree.tokens]], dtype=torch.long, device=self.device)
         position_ids = torch.as_tensor(positions, dtype=torch.long, device=self.device)[None]
-        mask: Any = self._additive(visible)
-        if self._sliding_window is not None:
-            key_positions = np.concatenate([np.arange(past), positions])
-            in_window = positions[:, None] - key_positions[None, :] < self._sliding_window
-            mask = {"full_attention": mask, "sliding_attention": self._additive(visible & in_window)}
+        mask: Any = None  # a plain chain of pending tokens: the model's own causal mask is exact
+        if n_nodes or self._sliding_window is not None:
+            # Visibility among the new tokens; everything already cached is visible to all of them.
+            new = np.zeros((n_pending + n_nodes, n_pending + n_nodes), dtype=bool)
+            new[:n_pending, :n_pending] = np.tri(n_pending, dtype=bool)
+            new[n_pending:, :n_pending] = True
+            new[n_pending:, n_pending:] = tree.ancestor_mask()
+            mask = self._additive(new, past)
+            if self._sliding_window is not None:
+                key_positions = np.concatenate([np.arange(past), positions])
+                in_window = positions[:, None] - key_positions[None, :] < self._sliding_window
+                visible = np.concatenate([np.ones((len(positions), past), dtype=bool), new], axis=1)
+                mask = {"full_attention": mask, "sliding_attention": self._additive(visible & in_window, 0)}
         if state.rope_deltas is not None:
             position_ids = (position_ids + state.rope_deltas)[None].expand(3, 1, -1)
         out = self.model(
@@ -324,10 +327,15 @@ class TargetModel:
         state.cached = past + n_pending + n_nodes
         return out.logits[0].float()
 
-    def _additive(self, visible: np.ndarray) -> torch.Tensor:
-        """Bool visibility (T, K) -> additive mask (1, 1, T, K): 0 where visible, dtype min elsewhere."""
-        mask = torch.full(visible.shape, torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
-        mask[torch.as_tensor(visible, device=self.device)] = 0.0
+    def _additive(self, visible: np.ndarray, past: int) -> torch.Tensor:
+        """Additive mask ``(1, 1, T, past + K)`` from bool visibility ``(T, K)`` of the last K keys.
+
+        0 where visible, the dtype's minimum elsewhere; the first ``past`` keys are visible to all rows.
+        """
+        rows, cols = visible.shape
+        mask = torch.zeros((rows, past + cols), dtype=self.dtype, device=self.device)
+        hidden = torch.as_tensor(~visible, device=self.device)
+        mask[:, past:].masked_fill_(hidden, torch.finfo(self.dtype).min)
         return mask[None, None]
 
     @torch.inference_mode()
