@@ -1,0 +1,86 @@
+"""Drafters: proposal strategies behind one protocol (`recap.drafters.base.Drafter`).
+
+`make_drafter(method, **options)` builds one by name; `METHODS` lists the names the CLI, studio and
+benchmark accept. The engine may pass the same options to every method; each factory takes what it
+uses and ignores the rest:
+
+- ``config``: `recap.config.RecapConfig` for the RECAP family (ablations apply their overrides on top);
+- ``persistent``: a shared `recap.memory.PersistentMemory` (RECAP's token-level memory);
+- ``cost_model``: `recap.cost.CostModel` for ``budget="auto"``;
+- ``memory_scope``: e.g. the model id; without an explicit memory, RECAP and TR use the process-wide
+  memory of ``f"{memory_scope}:{method}"`` (hot across requests and drafter instances);
+- ``successors``: a shared `SuccessorMatrix` (TR's hot-started matrix); ``cold_start`` for TR;
+- ``max_ngram``, ``num_tokens`` for PLD.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from recap.config import ABLATIONS, RecapConfig, apply_ablation
+from recap.cost import CostModel
+from recap.drafters.autoregressive import AutoregressiveDrafter
+from recap.drafters.base import Drafter, Observation, RequestInfo
+from recap.drafters.prompt_lookup import PromptLookupDrafter
+from recap.drafters.recap import RecapDrafter
+from recap.drafters.token_recycling import SuccessorMatrix, TokenRecyclingDrafter
+from recap.memory import PersistentMemory
+
+DEFAULT_METHOD = "recap"
+
+
+def _recap_factory(method: str) -> Callable[..., Drafter]:
+    def build(
+        config: RecapConfig | None = None,
+        persistent: PersistentMemory | None = None,
+        cost_model: CostModel | None = None,
+        memory_scope: str | None = None,
+        **_: Any,
+    ) -> Drafter:
+        return RecapDrafter(
+            apply_ablation(config or RecapConfig(), method),
+            persistent=persistent,
+            cost_model=cost_model,
+            name=method,
+            memory_scope=memory_scope,
+        )
+
+    return build
+
+
+def _tr(
+    successors: SuccessorMatrix | None = None,
+    cold_start: bool = False,
+    memory_scope: str | None = None,
+    **_: Any,
+) -> Drafter:
+    return TokenRecyclingDrafter(successors=successors, cold_start=cold_start, memory_scope=memory_scope)
+
+
+def _pld(max_ngram: int = 3, num_tokens: int = 10, **_: Any) -> Drafter:
+    return PromptLookupDrafter(max_ngram=max_ngram, num_tokens=num_tokens)
+
+
+#: name -> factory(**options) -> Drafter.
+_FACTORIES: dict[str, Callable[..., Drafter]] = {
+    "recap": _recap_factory("recap"),
+    "tr": _tr,
+    "pld": _pld,
+    "ar": lambda **_: AutoregressiveDrafter(),
+    **{name: _recap_factory(name) for name in ABLATIONS},
+}
+
+METHODS: tuple[str, ...] = tuple(_FACTORIES)
+
+
+def make_drafter(method: str, **options: Any) -> Drafter:
+    """Build the drafter called ``method`` (one of `METHODS`); options it does not use are ignored."""
+    try:
+        factory = _FACTORIES[method]
+    except KeyError:
+        raise ValueError(f"unknown method {method!r}; choose one of: {', '.join(METHODS)}") from None
+    return factory(**options)
+
+
+__all__ = ["DEFAULT_METHOD", "METHODS", "Drafter", "Observation", "RequestInfo", "make_drafter"]

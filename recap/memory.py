@@ -1,0 +1,353 @@
+"""Prediction records and the memories that recycle them.
+
+A *prediction record* is the target's top-k next tokens with their probabilities at one position
+(``k = 8`` by default), plus its *concentration* ``1 - H(p_hat) / log k`` (``p_hat`` = the probabilities
+renormalised), which fusion turns into a confidence weight.
+
+- `PersistentMemory` (``P1``): ``token -> record``, array-backed (``[vocab, k]`` ids and probs), shared by
+  the requests of one scope (see `shared_persistent_memory`), saved to / loaded from safetensors.
+- `ContextMemory` (``C2``, ``C3``): ``(t-1, t) -> record`` / ``(t-2, t-1, t) -> record``, request-local.
+
+Both overwrite with the latest record. Which keys are written is the drafter's business
+(`recap.drafters.recap`); memories store what they are given.
+
+Example::
+
+    p1 = PersistentMemory(vocab_size=100, k=2)
+    p1.write_many(np.array([7, 7]), np.array([[1, 2], [3, 4]]), np.array([[0.6, 0.3], [0.9, 0.1]]))
+    p1.lookup(7).ids        # [3, 4]  (the later row wins)
+    p1.lookup(8)            # None
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import tempfile
+import threading
+from collections.abc import Hashable, Iterable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
+
+logger = logging.getLogger(__name__)
+
+#: Version of the persistent-memory file layout; a file with another version is not loaded.
+FORMAT_VERSION = "1"
+
+
+class PredictionRecord(NamedTuple):
+    """The target's top-k at one position: ``ids``/``probs`` (length k, probs descending), concentration."""
+
+    ids: Sequence[int]
+    probs: Sequence[float]
+    concentration: float
+
+
+def concentration(probs: np.ndarray) -> np.ndarray:
+    """``1 - H(p_hat) / log k`` of each row of ``probs`` (shape ``(..., k)``) -> shape ``(...)``, in [0, 1].
+
+    ``p_hat`` is the row renormalised to sum 1; an all-zero row counts as uniform (concentration 0).
+    With ``k = 1`` every record is fully concentrated. Example: ``[0.5, 0.5] -> 0``, ``[1, 0] -> 1``.
+    """
+    probs = np.asarray(probs, dtype=np.float64)
+    k = probs.shape[-1]
+    if k <= 1:
+        return np.ones(probs.shape[:-1], dtype=np.float64)
+    total = probs.sum(axis=-1, keepdims=True)
+    # An all-zero row becomes uniform; clipping before the log makes 0 * log 0 count as 0.
+    p_hat = np.where(total > 0, probs, 1.0) / np.where(total > 0, total, k)
+    entropy = -(p_hat * np.log(np.maximum(p_hat, 1e-30))).sum(axis=-1)
+    return np.clip(1.0 - entropy / math.log(k), 0.0, 1.0)
+
+
+def fit_topk(ids: np.ndarray, probs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of top-k ``(R, k')`` sorted best first, cut or padded to width ``k`` -> int32 ids, float32 probs.
+
+    Padding (a vocabulary smaller than k) repeats each row's last id with probability 0, so fusion
+    and the tree ignore it.
+    """
+    ids = np.asarray(ids).reshape(len(ids), -1)
+    probs = np.asarray(probs).reshape(len(probs), -1)
+    if ids.shape != probs.shape:
+        raise ValueError(f"top-k ids {ids.shape} and probs {probs.shape} differ in shape")
+    if ids.shape[1] == 0:
+        raise ValueError("top-k rows are empty")
+    if ids.shape[1] < k:
+        pad = k - ids.shape[1]
+        ids = np.concatenate([ids, np.repeat(ids[:, -1:], pad, axis=1)], axis=1)
+        probs = np.concatenate([probs, np.zeros((len(probs), pad), dtype=probs.dtype)], axis=1)
+    if ids.shape[1] > 1 and np.any(np.diff(probs, axis=1) > 0):
+        # Records are sorted by probability, best first; the drafters rely on that order.
+        order = np.argsort(-probs, axis=1, kind="stable")
+        ids, probs = np.take_along_axis(ids, order, axis=1), np.take_along_axis(probs, order, axis=1)
+    return ids[:, :k].astype(np.int32, copy=False), probs[:, :k].astype(np.float32, copy=False)
+
+
+def last_occurrence(keys: np.ndarray) -> np.ndarray:
+    """Indices of the last occurrence of each distinct value of ``keys`` (1-D), in ascending order.
+
+    Overwrite-with-latest for a bulk write: ``keys = [4, 2, 4] -> [1, 2]``.
+    """
+    keys = np.asarray(keys)
+    _, first_in_reversed = np.unique(keys[::-1], return_index=True)
+    return np.sort(len(keys) - 1 - first_in_reversed)
+
+
+class PersistentMemory:
+    """``P1``: one prediction record per token id, overwrite-with-latest; thread-safe writes and saves.
+
+    Arrays: ``ids`` ``(vocab, k)`` int32, ``probs`` ``(vocab, k)`` float32, ``filled`` ``(vocab,)`` bool, and
+    the derived ``concentrations`` ``(vocab,)`` float32 (recomputed on load, not saved).
+    """
+
+    def __init__(self, vocab_size: int, k: int = 8) -> None:
+        if vocab_size < 1 or k < 1:
+            raise ValueError(f"PersistentMemory needs vocab_size >= 1 and k >= 1, got {vocab_size}, {k}")
+        self.vocab_size = int(vocab_size)
+        self.k = int(k)
+        self.ids = np.zeros((vocab_size, k), dtype=np.int32)
+        self.probs = np.zeros((vocab_size, k), dtype=np.float32)
+        self.filled = np.zeros(vocab_size, dtype=bool)
+        self.concentrations = np.zeros(vocab_size, dtype=np.float32)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """Number of tokens that have a record."""
+        return int(self.filled.sum())
+
+    def lookup(self, token: int) -> PredictionRecord | None:
+        """The latest record written under ``token``, or None."""
+        if not 0 <= token < self.vocab_size or not self.filled[token]:
+            return None
+        return PredictionRecord(
+            self.ids[token].tolist(), self.probs[token].tolist(), float(self.concentrations[token])
+        )
+
+    def write_many(
+        self, keys: np.ndarray, ids: np.ndarray, probs: np.ndarray, concentrations: np.ndarray | None = None
+    ) -> None:
+        """Write rows ``ids[i], probs[i]`` (shape ``(R, k)``) under ``keys[i]`` (shape ``(R,)``).
+
+        A key that appears twice keeps its last row; keys outside the vocabulary are ignored.
+        ``concentrations`` (R,) may be passed when the caller already computed them for these rows.
+        """
+        keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        if len(keys) == 0:
+            return
+        ids, probs = fit_topk(ids, probs, self.k)
+        if concentrations is None:
+            concentrations = concentration(probs)
+        keep = last_occurrence(keys)
+        keep = keep[(keys[keep] >= 0) & (keys[keep] < self.vocab_size)]
+        keys = keys[keep]
+        with self._lock:
+            self.ids[keys] = ids[keep]
+            self.probs[keys] = probs[keep]
+            self.filled[keys] = True
+            self.concentrations[keys] = np.asarray(concentrations)[keep]
+
+    def reset(self) -> None:
+        """Forget every record."""
+        with self._lock:
+            self.ids.fill(0)
+            self.probs.fill(0.0)
+            self.filled.fill(False)
+            self.concentrations.fill(0.0)
+
+    # ------------------------------------------------------------------------------------- persistence
+    def save(self, path: str | os.PathLike, fingerprint: str) -> None:
+        """Write the memory atomically to ``path`` (safetensors) with the tokenizer ``fingerprint``.
+
+        The file is written to a temporary sibling, fsynced and moved into place with ``os.replace``,
+        so readers and concurrent savers only ever see a complete file.
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            tensors = {
+                "ids": self.ids.copy(),
+                "probs": self.probs.copy(),
+                "filled": self.filled.astype(np.uint8),
+            }
+        metadata = {
+            "format_version": FORMAT_VERSION,
+            "fingerprint": str(fingerprint),
+            "vocab_size": str(self.vocab_size),
+            "k": str(self.k),
+        }
+        handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(handle)
+        try:
+            save_file(tensors, temp, metadata=metadata)
+            with open(temp, "rb") as written:
+                os.fsync(written.fileno())
+            os.replace(temp, path)
+        finally:
+            if os.path.exists(temp):
+                os.unlink(temp)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, fingerprint: str, vocab_size: int, k: int = 8) -> PersistentMemory:
+        """The memory saved at ``path``, or a fresh one (with a warning) if it is missing or unusable.
+
+        Unusable: unreadable/corrupt, another format version, tokenizer fingerprint, vocabulary size or k.
+        The file on disk is never modified here.
+        """
+        memory = cls(vocab_size, k)
+        try:
+            arrays = _read_checked(Path(path), fingerprint, vocab_size, k)
+        except FileNotFoundError:
+            logger.warning("persistent memory %s does not exist; starting with an empty memory", path)
+            return memory
+        except (SafetensorError, OSError, ValueError, KeyError) as error:
+            logger.warning("persistent memory %s not loaded (%s); starting with an empty memory", path, error)
+            return memory
+        memory.ids[:] = arrays["ids"]
+        memory.probs[:] = arrays["probs"]
+        memory.filled[:] = arrays["filled"].astype(bool)
+        memory.concentrations[:] = np.where(memory.filled, concentration(memory.probs), 0.0)
+        logger.info("loaded persistent memory %s (%d tokens)", path, len(memory))
+        return memory
+
+
+def _read_checked(path: Path, fingerprint: str, vocab_size: int, k: int) -> dict[str, np.ndarray]:
+    """Read a saved memory, raising ValueError on any mismatch with what the caller expects."""
+    if not path.is_file():
+        raise FileNotFoundError(path)
+    with safe_open(str(path), framework="np") as handle:
+        meta = handle.metadata() or {}
+        expected = {
+            "format_version": FORMAT_VERSION,
+            "fingerprint": str(fingerprint),
+            "vocab_size": str(vocab_size),
+            "k": str(k),
+        }
+        for name, value in expected.items():
+            if meta.get(name) != value:
+                raise ValueError(f"{name} is {meta.get(name)!r}, expected {value!r}")
+        arrays = {name: handle.get_tensor(name) for name in ("ids", "probs", "filled")}
+    shapes = {"ids": (vocab_size, k), "probs": (vocab_size, k), "filled": (vocab_size,)}
+    for name, shape in shapes.items():
+        if arrays[name].shape != shape:
+            raise ValueError(f"tensor {name} has shape {arrays[name].shape}, expected {shape}")
+    if not np.all(np.isfinite(arrays["probs"])):
+        raise ValueError("tensor probs holds non-finite values")
+    return arrays
+
+
+_SHARED: dict[str, PersistentMemory] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_persistent_memory(scope_key: str, vocab_size: int, k: int = 8) -> PersistentMemory:
+    """The process-wide `PersistentMemory` of ``scope_key`` (e.g. a model id), created on first use.
+
+    Raises ValueError if the scope already holds a memory of another vocabulary size or k.
+    """
+    with _SHARED_LOCK:
+        memory = _SHARED.get(scope_key)
+        if memory is None:
+            memory = _SHARED[scope_key] = PersistentMemory(vocab_size, k)
+        elif (memory.vocab_size, memory.k) != (vocab_size, k):
+            raise ValueError(
+                f"scope {scope_key!r} holds a memory with vocab {memory.vocab_size}, k {memory.k}; "
+                f"asked for vocab {vocab_size}, k {k}"
+            )
+        return memory
+
+
+class ContextMemory:
+    """``C2``/``C3``: request-local ``key tuple -> record`` (overwrite-with-latest), cleared per request."""
+
+    def __init__(self, order: int) -> None:
+        if order < 1:
+            raise ValueError(f"order must be >= 1, got {order}")
+        self.order = order
+        self._records: dict[tuple[int, ...], PredictionRecord] = {}
+        #: Bound lookup, for hot loops: ``lookup(key) -> record | None``.
+        self.lookup = self._records.get
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._records
+
+    def keys(self) -> list[tuple[int, ...]]:
+        """Every key that holds a record."""
+        return list(self._records)
+
+    def write(self, key: tuple[int, ...], record: PredictionRecord) -> None:
+        """Store ``record`` under ``key`` (``order`` tokens), replacing an older one."""
+        self._records[key] = record
+
+    def write_many(self, items: Iterable[tuple[Hashable, PredictionRecord]]) -> None:
+        """Store ``(key, record)`` pairs in order, later ones winning."""
+        self._records.update(items)
+
+    def clear(self) -> None:
+        """Forget every record (start of a request)."""
+        self._records.clear()
+
+
+def recycling_keys(
+    context: Sequence[int],
+    positions: np.ndarray,
+    parents: Sequence[int],
+    tokens: Sequence[int],
+    accepted: Sequence[int],
+    excluded: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which observation row is written under which 1/2/3-token keys, in write order.
+
+    Rows of an observation are the ``positions`` of ``context`` first, then the tree nodes (``parents``,
+    ``tokens``); node ``j`` continues ``context`` by its own path. Returns ``(rows, keys, lengths)``:
+    ``rows`` (R,) indices into the observation's top-k rows, ordered rejected nodes, then positions, then
+    accepted nodes, so that with overwrite-with-latest the committed sequence wins over speculation;
+    ``keys`` (R, 3) the tokens ``(t-2, t-1, t)`` ending at each row's position (-1 when missing);
+    ``lengths`` (R,) how many trailing key tokens are usable (0-3): a key containing an ``excluded``
+    token (image placeholder) or reaching before the sequence start is never used.
+
+    Example: context ``[5, 6, 7]``, positions ``[2]``, one node (token 8 under the root), accepted::
+
+        rows = [0, 1];  keys = [[5, 6, 7], [6, 7, 8]];  lengths = [3, 3]
+    """
+    positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+    excluded = np.asarray(excluded, dtype=np.int64).reshape(-1)
+    n_pos, n_nodes = len(positions), len(tokens)
+    keys = np.full((n_pos + n_nodes, 3), -1, dtype=np.int64)
+    if n_pos:
+        low = max(int(positions.min()) - 2, 0)
+        segment = np.asarray(context[low:], dtype=np.int64)
+        for back in range(3):
+            at = positions - back
+            keys[:n_pos, 2 - back] = np.where(at >= 0, segment[np.maximum(at - low, 0)], -1)
+    if n_nodes:
+        node_tokens = np.asarray(tokens, dtype=np.int64)
+        parent = np.asarray(parents, dtype=np.int64)
+        last = int(context[-1]) if len(context) >= 1 else -1
+        before_last = int(context[-2]) if len(context) >= 2 else -1
+        grand = np.where(parent >= 0, parent[np.maximum(parent, 0)], -2)  # -2: parent is the root
+        keys[n_pos:, 2] = node_tokens
+        keys[n_pos:, 1] = np.where(parent >= 0, node_tokens[np.maximum(parent, 0)], last)
+        keys[n_pos:, 0] = np.where(
+            parent < 0, before_last, np.where(grand >= 0, node_tokens[np.maximum(grand, 0)], last)
+        )
+    usable = keys >= 0
+    if len(excluded) <= 16:  # a VLM has a handful of vision ids; comparing beats np.isin's setup
+        for token in excluded.tolist():
+            usable &= keys != token
+    else:
+        usable &= ~np.isin(keys, excluded)
+    lengths = np.cumprod(usable[:, ::-1], axis=1).sum(axis=1)
+    accepted_rows = n_pos + np.asarray(accepted, dtype=np.int64)
+    is_accepted = np.zeros(n_nodes, dtype=bool)
+    is_accepted[accepted_rows - n_pos] = True
+    rejected_rows = n_pos + np.flatnonzero(~is_accepted)
+    rows = np.concatenate([rejected_rows, np.arange(n_pos), accepted_rows]).astype(np.int64)
+    return rows, keys[rows], lengths[rows]

@@ -1,0 +1,607 @@
+"""Drafters: fusion, best-first trees, suffix drafts, recycling, TR, PLD, budgets, config, registry.
+
+A fake target (`Target`) maps a context to a top-k; `simulate` runs the decode loop's
+propose -> verify (`accept_greedy`) -> observe cycle against it, so drafters are checked end to end.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recap.config import ABLATIONS, AUTO_FALLBACK_BUDGET, RecapConfig, apply_ablation
+from recap.cost import CostModel, auto_budget
+from recap.drafters import DEFAULT_METHOD, METHODS, make_drafter
+from recap.drafters.base import Drafter, Observation, RequestInfo
+from recap.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter, find_continuation
+from recap.drafters.recap import RecapDrafter, fuse
+from recap.drafters.token_recycling import TR_TEMPLATE, SuccessorMatrix, TokenRecyclingDrafter
+from recap.memory import PersistentMemory, PredictionRecord
+from recap.tree import ROOT, DraftTree
+from recap.verify import accept_greedy
+
+VOCAB = 64
+IMAGE = 63  # the image placeholder id of every fake request
+
+
+# ---------------------------------------------------------------------------------------- fake target
+class Target:
+    """A deterministic fake model: greedy token = ``rule(context)``; top-k fills the rest with neighbours."""
+
+    def __init__(self, rule: Callable[[Sequence[int]], int], k: int = 8, top: float = 0.7) -> None:
+        self.rule, self.k, self.top = rule, k, top
+
+    def topk(self, context: Sequence[int]) -> tuple[list[int], list[float]]:
+        greedy = self.rule(context)
+        ids = [greedy] + [(greedy + 1 + i) % (VOCAB - 1) for i in range(self.k - 1)]
+        rest = (1 - self.top) / (self.k - 1)
+        return ids, [self.top] + [rest * 0.9**i for i in range(self.k - 1)]
+
+    def rows(self, contexts: list[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        pairs = [self.topk(c) for c in contexts]
+        return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+
+
+def cycle_rule(pattern: Sequence[int]) -> Callable[[Sequence[int]], int]:
+    """Next token = the successor of the last token in a repeating ``pattern``."""
+    return lambda context: (
+        pattern[(pattern.index(context[-1]) + 1) % len(pattern)] if context[-1] in pattern else pattern[0]
+    )
+
+
+def start(drafter: Drafter, prompt: Sequence[int], target: Target | None = None) -> list[int]:
+    """Begin a request and feed the prefill observation; returns the committed context."""
+    drafter.begin(RequestInfo(tuple(prompt), frozenset({IMAGE}), VOCAB))
+    if target is not None and drafter.record_k:
+        ids, probs = target.rows([prompt[: i + 1] for i in range(len(prompt))])
+        drafter.observe(Observation(list(prompt), np.arange(len(prompt)), topk_ids=ids, topk_probs=probs))
+    return list(prompt)
+
+
+def step(drafter: Drafter, context: list[int], target: Target) -> tuple[DraftTree, int]:
+    """One propose -> verify -> observe pass; extends ``context``; returns the tree and tokens committed."""
+    tree = drafter.propose(context)
+    contexts = [context] + [context + tree.path(j) for j in range(len(tree))]
+    acceptance = accept_greedy(tree, [target.rule(c) for c in contexts])
+    ids, probs = target.rows(contexts) if drafter.record_k else (None, None)
+    drafter.observe(Observation(list(context), np.array([len(context) - 1]), tree, ids, probs, acceptance))
+    context.extend(acceptance.tokens)
+    return tree, len(acceptance.tokens)
+
+
+def simulate(drafter: Drafter, prompt: Sequence[int], target: Target, passes: int = 30) -> float:
+    """Mean accepted tokens per pass (bonus included) over ``passes`` verification passes."""
+    context = start(drafter, prompt, target)
+    context.append(target.rule(context))  # the prefill's own next token
+    committed = 0
+    for _ in range(passes):
+        tree, count = step(drafter, context, target)
+        tree.validate()
+        committed += count
+    return committed / passes
+
+
+def recap(**overrides) -> RecapDrafter:
+    return RecapDrafter(RecapConfig(**overrides))
+
+
+def seeded(drafter: RecapDrafter, records: dict[int, dict[int, float]], prompt: Sequence[int] = (0,)) -> None:
+    """Begin a request and write persistent records ``token -> {next: prob}`` directly."""
+    drafter.begin(RequestInfo(tuple(prompt), frozenset({IMAGE}), VOCAB))
+    k = drafter.config.k
+    for token, dist in records.items():
+        items = sorted(dist.items(), key=lambda kv: -kv[1]) + [(0, 0.0)] * k
+        ids, probs = zip(*items[:k])
+        drafter.persistent.write_many(np.array([token]), np.array([ids]), np.array([probs]))
+
+
+# ---------------------------------------------------------------------------------------------- fusion
+def test_fuse_two_records_by_hand():
+    r2 = PredictionRecord(
+        [5, 6], [0.8, 0.2], 1 - (0.8 * math.log(1 / 0.8) + 0.2 * math.log(1 / 0.2)) / math.log(2)
+    )
+    r1 = PredictionRecord([6, 7], [0.5, 0.5], 0.0)
+    fused = fuse([("ctx2", r2), ("persistent", r1)], {"persistent": 1, "ctx2": 2, "ctx3": 4}, 0.05)
+    w2, w1 = 2 * 0.278072, 0.05  # s2 * kappa(r2);  s1 * kappa_min (uniform record)
+    total = w2 + w1
+    assert fused.tokens == [5, 6, 7]
+    assert fused.probs == pytest.approx(
+        [w2 * 0.8 / total, (w2 * 0.2 + w1 * 0.5) / total, w1 * 0.5 / total], abs=1e-5
+    )  # 0.734, 0.225, 0.041
+    assert fused.contributions(1) == pytest.approx(
+        {"ctx2": w2 * 0.2 / total, "persistent": w1 * 0.5 / total}, abs=1e-5
+    )
+
+
+def test_fuse_three_records_by_hand():
+    r3 = PredictionRecord([5, 6], [1.0, 0.0], 1.0)  # certain: kappa 1, w = 4
+    r2 = PredictionRecord([5, 6], [0.5, 0.5], 0.0)  # flat: kappa_min, w = 2 * 0.05 = 0.1
+    r1 = PredictionRecord([7, 8], [0.9, 0.1], 0.531004)  # w = 1 * (1 - H(0.9, 0.1) / log 2)
+    fused = fuse(
+        [("ctx3", r3), ("ctx2", r2), ("persistent", r1)], {"persistent": 1, "ctx2": 2, "ctx3": 4}, 0.05
+    )
+    total = 4 + 0.1 + 0.531004
+    expected = {5: (4 + 0.05) / total, 7: 0.531004 * 0.9 / total, 8: 0.0531004 / total, 6: 0.05 / total}
+    assert dict(zip(fused.tokens, fused.probs)) == pytest.approx(expected, abs=1e-6)
+    assert fused.tokens == [5, 7, 8, 6]  # 0.8745, 0.1032, 0.01147, 0.01080
+    assert sum(fused.contributions(0).values()) == pytest.approx(fused.probs[0])
+
+
+def test_fuse_uniform_weights_average_raw_probabilities():
+    r3 = PredictionRecord([5], [1.0], 1.0)
+    r1 = PredictionRecord([6], [0.4], 0.0)
+    fused = fuse(
+        [("ctx3", r3), ("persistent", r1)], {"persistent": 1, "ctx2": 2, "ctx3": 4}, 0.05, uniform=True
+    )
+    assert dict(zip(fused.tokens, fused.probs)) == pytest.approx({5: 0.5, 6: 0.2})  # plain mean, raw mass
+
+
+def test_fuse_nothing_is_empty():
+    assert fuse([], {}, 0.05).tokens == []
+
+
+# ------------------------------------------------------------------------------------------ best-first
+RECORDS = {1: {2: 0.6, 3: 0.3, 4: 0.1}, 2: {5: 0.9, 6: 0.05, 7: 0.05}, 3: {8: 0.5, 9: 0.5}}
+ISOLATED = {"k": 3, "suffix": False, "use_context": False}  # persistent memory only
+
+
+@pytest.mark.parametrize(
+    ("overrides", "tokens", "parents"),
+    [
+        ({"budget": 64}, [2, 5, 3, 8, 9, 4, 6, 7], [ROOT, 0, ROOT, 2, 2, ROOT, 0, 0]),  # all, by score
+        ({"budget": 3}, [2, 5, 3], [ROOT, 0, ROOT]),  # budget stops it
+        ({"budget": 64, "depth": 1}, [2, 3, 4], [ROOT, ROOT, ROOT]),  # depth limit
+        ({"budget": 64, "branching": 1}, [2, 5], [ROOT, 0]),  # one child per node
+        ({"budget": 64, "score_floor": 0.2}, [2, 5, 3], [ROOT, 0, ROOT]),  # 0.6, 0.54, 0.3 pass the floor
+    ],
+)
+def test_best_first_tree(overrides, tokens, parents):
+    drafter = recap(**ISOLATED, **overrides)
+    seeded(drafter, RECORDS)
+    tree = drafter.propose([0, 1])
+    tree.validate()
+    assert (tree.tokens, tree.parents) == (tokens, parents)
+    assert tree.scores == sorted(tree.scores, reverse=True)  # best first: nodes arrive by decreasing score
+    assert all(s == ("persistent",) for s in tree.sources)
+
+
+def test_best_first_scores_are_path_products_and_root_candidates_carry_shares():
+    drafter = recap(**ISOLATED, budget=64)
+    seeded(drafter, RECORDS)
+    tree = drafter.propose([0, 1])
+    assert tree.scores[1] == pytest.approx(0.6 * 0.9)  # 1 -> 2 -> 5
+    assert [c.token for c in tree.root_candidates] == [2, 3, 4]
+    assert tree.root_candidates[0].contributions == pytest.approx({"persistent": 0.6})
+
+
+def test_auto_budget_without_cost_model_uses_fallback():
+    drafter = recap(k=3, suffix=False, use_context=False, depth=64, branching=1)
+    seeded(drafter, {t: {t + 1: 1.0} for t in range(VOCAB - 2)})  # a certain chain 1 -> 2 -> 3 ...
+    assert len(drafter.propose([0, 1])) == AUTO_FALLBACK_BUDGET
+
+
+# ------------------------------------------------------------------------------------------------- suffix
+@pytest.mark.parametrize(
+    ("context", "chain"),
+    [
+        ([1, 2, 3, 4, 9, 1, 2, 3], [4, 9, 1, 2, 3]),  # longest suffix "1 2 3", continuation to the end
+        ([1, 2, 5, 1, 2, 6, 1, 2], [6, 1, 2]),  # most recent earlier occurrence of "1 2"
+        ([7, 1, 2, 5, 1, 2, 6, 7, 1, 2], [5, 1, 2, 6, 7, 1, 2]),  # longer "7 1 2" beats the recent "1 2"
+        ([1, 2, 3, IMAGE, 1, 2], [3]),  # the continuation stops at an image placeholder
+        ([1, IMAGE, 3, 1, IMAGE], []),  # a suffix with an image placeholder is never matched
+        ([1, 2, 3, 4], []),  # nothing repeats
+        ([5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5], [5]),  # overlapping occurrence: most recent one
+    ],
+)
+def test_suffix_chain(context, chain):
+    drafter = recap(k=3, use_context=False, use_persistent=False, budget=64)
+    drafter.begin(RequestInfo(tuple(context), frozenset({IMAGE}), VOCAB))
+    tree = drafter.propose(context)
+    assert tree.tokens == chain and tree.parents == list(range(-1, len(chain) - 1))
+    assert all(s == ("suffix",) for s in tree.sources)
+
+
+def test_suffix_respects_suffix_budget_and_depth():
+    context = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2]
+    drafter = recap(k=3, use_context=False, use_persistent=False, budget=64, suffix_budget=2)
+    drafter.begin(RequestInfo(tuple(context), frozenset(), VOCAB))
+    assert drafter.propose(context).tokens == [3, 4]  # at most S new nodes
+    drafter = recap(k=3, use_context=False, use_persistent=False, budget=64, depth=3)
+    drafter.begin(RequestInfo(tuple(context), frozenset(), VOCAB))
+    assert drafter.propose(context).tokens == [3, 4, 5]  # at most D tokens
+
+
+def test_suffix_node_merged_with_memory_node_lists_both_sources():
+    drafter = recap(k=3, use_context=False, budget=64)
+    seeded(drafter, {2: {3: 0.8, 9: 0.1}}, prompt=[1, 2, 3, 4, 1, 2])
+    tree = drafter.propose([1, 2, 3, 4, 1, 2])
+    assert tree.tokens[:4] == [3, 4, 1, 2] and tree.child(ROOT, 3) == 0
+    assert tree.sources[0] == ("suffix", "persistent")  # one node, both proposers
+    assert tree.contributions[0] == pytest.approx({"persistent": 0.8})
+    assert tree.scores[0] == pytest.approx(0.8)
+    tree.validate()
+
+
+# ------------------------------------------------------------------------------------------ recycling
+def test_rejected_nodes_are_written_under_their_own_path_keys():
+    drafter = recap(k=2, budget=0, suffix=False)
+    drafter.begin(RequestInfo((1, 2, 3), frozenset({IMAGE}), VOCAB))
+    tree = DraftTree()
+    tree.add(4, ROOT)  # node 0
+    tree.add(5, 0)  # node 1: path 3 -> 4 -> 5
+    tree.add(6, ROOT)  # node 2
+    rows = np.array([[10, 11], [12, 13], [14, 15], [16, 17]])  # position 2, then nodes 0, 1, 2
+    probs = np.array([[0.6, 0.4]] * 4)
+    drafter.observe(
+        Observation([1, 2, 3], np.array([2]), tree, rows, probs, accept_greedy(tree, [9, 0, 0, 0]))
+    )
+    assert drafter.ctx3.lookup((2, 3, 4)).ids == [12, 13]  # rejected node 0
+    assert drafter.ctx3.lookup((3, 4, 5)).ids == [14, 15]  # rejected grandchild, key from its path
+    assert drafter.ctx2.lookup((3, 6)).ids == [16, 17]  # rejected sibling
+    assert drafter.ctx3.lookup((1, 2, 3)).ids == [10, 11]  # the pending position
+    assert drafter.persistent.lookup(5).ids == [14, 15]
+
+
+def test_committed_rows_win_over_rejected_ones_with_the_same_key():
+    drafter = recap(k=2, budget=0, suffix=False)
+    drafter.begin(RequestInfo((1, 2), frozenset(), VOCAB))
+    tree = DraftTree()
+    tree.add(2, ROOT)  # node 0: accepted, token 2
+    tree.add(2, 0)  # node 1: rejected, also token 2
+    rows, probs = np.array([[10, 11], [12, 13], [14, 15]]), np.array([[0.6, 0.4]] * 3)
+    drafter.observe(Observation([1, 2], np.array([1]), tree, rows, probs, accept_greedy(tree, [2, 7, 0])))
+    assert drafter.persistent.lookup(2).ids == [12, 13]  # accepted node 0 written last
+
+
+def test_keys_with_image_tokens_are_never_written_nor_looked_up():
+    prompt = [IMAGE, IMAGE, 1, 2, IMAGE, 3]
+    drafter = recap(k=8, budget=16)
+    target = Target(cycle_rule([1, 2, 3, 4]))
+    context = start(drafter, prompt, target)
+    asked: list[tuple] = []
+    for name in ("ctx2", "ctx3"):
+        memory = getattr(drafter, name)
+        memory.lookup = lambda key, get=memory.lookup: asked.append(key) or get(key)
+    original = drafter.persistent.lookup
+    drafter.persistent.lookup = lambda token: asked.append((token,)) or original(token)
+    context.append(IMAGE)  # an image token as the last committed token: nothing may be looked up
+    assert len(drafter.propose(context)) == 0 or all(IMAGE not in key for key in asked)
+    context.pop()
+    for _ in range(5):
+        step(drafter, context, target)
+    assert all(IMAGE not in key for key in asked) and asked
+    assert all(IMAGE not in key for key in drafter.ctx2.keys() + drafter.ctx3.keys())
+    assert drafter.persistent.lookup(IMAGE) is None
+    assert (2, IMAGE) not in drafter.ctx2 and (IMAGE, 3) not in drafter.ctx2
+
+
+def test_persistent_memory_survives_begin_and_context_memories_do_not():
+    drafter = recap(k=8)
+    start(drafter, [1, 2, 3], Target(cycle_rule([1, 2, 3])))
+    assert len(drafter.persistent) == 3 and len(drafter.ctx2) == 2
+    drafter.begin(RequestInfo((5,), frozenset(), VOCAB))
+    assert len(drafter.persistent) == 3 and len(drafter.ctx2) == 0 and len(drafter.ctx3) == 0
+
+
+def test_shared_persistent_memory_is_used_across_drafters():
+    shared = PersistentMemory(VOCAB, 8)
+    start(make_drafter("recap", persistent=shared), [1, 2, 3], Target(cycle_rule([1, 2, 3])))
+    other = make_drafter("recap", persistent=shared)
+    other.begin(RequestInfo((9,), frozenset(), VOCAB))
+    assert other.propose([9, 1]).tokens[0] == 2  # learned by the first drafter
+    with pytest.raises(ValueError, match="k=8"):
+        RecapDrafter(RecapConfig(k=4), persistent=shared)
+
+
+# ------------------------------------------------------------------------------------------- ablations
+def test_ablation_no_persistent_neither_writes_nor_reads_p1():
+    drafter = make_drafter("recap-no-persistent")
+    start(drafter, [1, 2, 3, 1], Target(cycle_rule([1, 2, 3])))
+    assert len(drafter.persistent) == 0 and len(drafter.ctx2) == 3
+    drafter.persistent.write_many(np.array([1]), np.array([[7] * 8]), np.array([[1.0] + [0.0] * 7]))
+    assert all("persistent" not in s for s in drafter.propose([5, 6, 1]).sources)
+
+
+def test_ablation_no_context_neither_writes_nor_reads_contexts():
+    drafter = make_drafter("recap-no-context")
+    start(drafter, [1, 2, 3, 1], Target(cycle_rule([1, 2, 3])))
+    assert len(drafter.ctx2) == len(drafter.ctx3) == 0 and len(drafter.persistent) == 3
+    tree = drafter.propose([1, 2, 3, 1])
+    assert tree.tokens[0] == 2 and all(set(s) <= {"persistent", "suffix"} for s in tree.sources)
+
+
+def test_ablation_no_suffix_drafts_nothing_without_memories():
+    context = [1, 2, 3, 1, 2]
+    with_suffix, without = make_drafter("recap"), make_drafter("recap-no-suffix")
+    for drafter in (with_suffix, without):
+        drafter.begin(RequestInfo(tuple(context), frozenset(), VOCAB))
+    assert with_suffix.propose(context).tokens == [3, 1, 2] and len(without.propose(context)) == 0
+
+
+def test_ablation_uniform_weights_ignore_specificity_and_confidence():
+    drafter = make_drafter("recap-uniform", config=RecapConfig(k=2, suffix=False))
+    seeded(drafter, {2: {5: 0.5, 6: 0.5}})
+    drafter.ctx2.write((1, 2), PredictionRecord([6, 7], [0.9, 0.1], 0.53))
+    fused = {c.token: c.prob for c in drafter.propose([1, 2]).root_candidates}
+    assert fused == pytest.approx({6: 0.7, 5: 0.25, 7: 0.05})  # plain means of the two records
+
+
+def test_ablation_template_fills_the_tr_template_from_fused_memories():
+    drafter = make_drafter("recap-template", config=RecapConfig(suffix=False))
+    distinct = {t: {(t * 8 + r) % (VOCAB - 1): 0.5 / (r + 1) for r in range(8)} for t in range(VOCAB)}
+    seeded(drafter, distinct)
+    tree = drafter.propose([0, 1])
+    tree.validate()
+    assert Counter(tree.depths.tolist()) == {1: 8, 2: 21, 3: 25, 4: 15, 5: 8, 6: 3}
+    assert tree.scores[8] == pytest.approx(0.5 * 0.5)  # rank 0 under rank 0: product of fused probs
+
+
+def test_every_ablation_disables_exactly_its_part():
+    base = RecapConfig()
+    changed = {
+        name: {f for f in overrides if getattr(apply_ablation(base, name), f) != getattr(base, f)}
+        for name, overrides in ABLATIONS.items()
+    }
+    assert changed == {name: set(overrides) for name, overrides in ABLATIONS.items()}
+
+
+# ------------------------------------------------------------------------------------- token recycling
+def test_tr_template_has_the_published_shape():
+    depth: list[int] = []
+    for parent, _ in TR_TEMPLATE:
+        assert parent < len(depth)  # parents come first
+        depth.append(1 if parent < 0 else depth[parent] + 1)
+    assert len(TR_TEMPLATE) == 80 and len(set(TR_TEMPLATE)) == 80
+    assert Counter(depth) == {1: 8, 2: 21, 3: 25, 4: 15, 5: 8, 6: 3}
+    children = Counter(parent for parent, _ in TR_TEMPLATE)
+    assert all(sorted(r for p, r in TR_TEMPLATE if p == n) == list(range(children[n])) for n in children)
+
+
+def test_tr_fills_80_nodes_when_tokens_are_distinct():
+    drafter = TokenRecyclingDrafter()
+    drafter.begin(RequestInfo((1,), frozenset(), 1000))
+    drafter.successors.ids[:] = (np.arange(1000)[:, None] * 8 + np.arange(8)) % 1000
+    tree = drafter.propose([5, 1])
+    tree.validate()
+    assert len(tree) == 80 and Counter(tree.depths.tolist()) == {1: 8, 2: 21, 3: 25, 4: 15, 5: 8, 6: 3}
+    assert tree.tokens[:8] == list(range(8, 16))  # row of the root token 1, rank order
+    assert tree.tokens[8] == 64 and set(tree.sources) == {("template",)}  # matrix[8, 0]
+
+
+def test_tr_zero_matrix_merges_siblings():
+    drafter = TokenRecyclingDrafter()
+    drafter.begin(RequestInfo((1,), frozenset(), 50))
+    assert drafter.propose([1]).tokens == [0] * 6  # all-zero rows: one token 0 per depth
+
+
+def test_tr_observe_overwrites_rows_of_every_position_and_node():
+    drafter = TokenRecyclingDrafter()
+    drafter.begin(RequestInfo((1, 2), frozenset({IMAGE}), VOCAB))
+    tree = DraftTree()
+    tree.add(3, ROOT)
+    tree.add(IMAGE, ROOT)
+    ids = np.arange(24).reshape(3, 8)
+    drafter.observe(
+        Observation([1, 2], np.array([1]), tree, ids, np.ones((3, 8)), accept_greedy(tree, [9, 0, 0]))
+    )
+    assert drafter.successors.ids[2].tolist() == list(range(8))  # pending position
+    assert drafter.successors.ids[3].tolist() == list(range(8, 16))  # rejected node
+    assert not drafter.successors.ids[IMAGE].any()  # image placeholder rows are not written
+
+
+def test_tr_hot_start_keeps_the_matrix_and_cold_start_resets_it():
+    shared = SuccessorMatrix(VOCAB)
+    hot, cold = TokenRecyclingDrafter(shared), TokenRecyclingDrafter(shared, cold_start=True)
+    start(hot, [1, 2, 3], Target(cycle_rule([1, 2, 3])))
+    hot.begin(RequestInfo((4,), frozenset(), VOCAB))
+    assert shared.ids[1, 0] == 2  # kept across requests
+    cold.begin(RequestInfo((4,), frozenset(), VOCAB))
+    assert not shared.ids.any()
+
+
+# --------------------------------------------------------------------------------------- prompt lookup
+@pytest.mark.parametrize(
+    ("context", "chain"),
+    [
+        ([1, 2, 3, 9, 8, 1, 2, 3], [9, 8, 1, 2, 3]),  # 3-gram match
+        ([1, 2, 3, 9, 8, 5, 2, 3], [9, 8, 5, 2, 3]),  # falls back to the 2-gram "2 3"
+        ([4, 9, 8, 7, 6, 3, 4], [9, 8, 7, 6, 3, 4]),  # falls back to the 1-gram "4"
+        ([1, 2, 3, 4], []),  # no match: empty tree
+        ([*range(1, 20), 1], list(range(2, 12))),  # at most 10 tokens
+        ([1, 5, 1, 6, 1], [6, 1]),  # most recent earlier occurrence
+        ([7, IMAGE, 5, IMAGE], []),  # image placeholders are never matched
+    ],
+)
+def test_prompt_lookup(context, chain):
+    drafter = PromptLookupDrafter()
+    drafter.begin(RequestInfo(tuple(context), frozenset({IMAGE}), VOCAB))
+    tree = drafter.propose(context)
+    assert tree.tokens == chain and tree.parents == list(range(-1, len(chain) - 1))
+    assert drafter.record_k == 0 and all(s == ("lookup",) for s in tree.sources)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=40), st.integers(1, 6))
+def test_ngram_index_matches_reference(tokens, growth):
+    index = NgramIndex(2, 4, excluded={4})
+    for end in range(1, len(tokens) + 1, growth):  # the sequence grows by several tokens per step
+        assert index.continuation(tokens[:end], 5) == find_continuation(tokens[:end], 2, 4, 5, {4})
+
+
+# ----------------------------------------------------------------------------------------------- cost
+@pytest.mark.parametrize(
+    ("tokens", "seconds"),
+    # a measured point, the flat part, interpolated, extrapolated beyond the last point, clamped below
+    [(1, 1.0), (4, 1.0), (12, 1.5), (16, 2.0), (24, 3.0), (0, 1.0)],
+)
+def test_cost_model_interpolates(tokens, seconds):
+    assert CostModel([(1, 1.0), (8, 1.0), (16, 2.0)]).cost(tokens) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("points", "kept"),
+    [
+        ([(1, 1.0), (64, 1.0)], 20),  # flat curve: every node helps, up to the cap
+        ([(1, 1.0), (8, 1.0), (16, 2.0)], 7),  # flat up to 8 tokens, then steep
+        ([(1, 1.0), (2, 2.0)], 0),  # cost grows as fast as tokens: no draft pays off
+    ],
+)
+def test_auto_budget(points, kept):
+    assert auto_budget(CostModel(points), [0.9, 0.5, 0.2, 0.1] * 5, cap=20) == kept
+
+
+@pytest.mark.parametrize(
+    ("points", "size"),
+    [
+        ([(1, 0.01), (64, 0.01)], 32),  # flat: grows to max_budget
+        ([(1, 0.01), (2, 0.02)], 0),  # steep: nothing
+        ([(1, 0.01), (4, 0.0105), (8, 0.03)], 3),  # cheap up to 4 tokens (root + 3 nodes)
+    ],
+)
+def test_drafter_budget_follows_cost_model(points, size):
+    drafter = RecapDrafter(
+        RecapConfig(k=3, suffix=False, use_context=False, max_budget=32), cost_model=CostModel(points)
+    )
+    seeded(drafter, {t: {t + 1: 0.95, t + 2: 0.04} for t in range(VOCAB - 3)})
+    assert len(drafter.propose([0, 1])) == size
+
+
+@pytest.mark.parametrize(
+    "points",
+    [[], [(1, 1.0), (1, 2.0)], [(0, 1.0)], [(4, -1.0)]],  # none, duplicate, zero tokens, negative time
+)
+def test_cost_model_rejects_bad_points(points):
+    with pytest.raises(ValueError):
+        CostModel(points)
+
+
+# ------------------------------------------------------------------------------------------------ config
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"k": 0}, "k must be"),
+        ({"budget": -1}, "budget must be"),
+        ({"budget": "big"}, "budget must be"),
+        ({"max_budget": 0}, "max_budget"),
+        ({"depth": 0}, "depth"),
+        ({"branching": 0}, "branching"),
+        ({"score_floor": 1.5}, "score_floor"),
+        ({"specificity": (1.0, -2.0, 4.0)}, "specificity"),
+        ({"specificity": (1.0, 2.0)}, "specificity"),
+        ({"kappa_min": 0.0}, "kappa_min"),
+        ({"suffix_max_len": 1}, "suffix_max_len"),
+        ({"tree": "beam"}, "tree must be"),
+        ({"use_persistent": False, "use_context": False, "suffix": False}, "at least one"),
+        ({"depth": True}, "depth"),  # a bool is not an int here
+    ],
+)
+def test_config_validation(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        RecapConfig(**overrides)
+
+
+def test_unknown_ablation():
+    with pytest.raises(ValueError, match="unknown ablation"):
+        apply_ablation(RecapConfig(), "recap-nothing")
+
+
+# ---------------------------------------------------------------------------------------------- registry
+def test_registry_names_and_options():
+    assert DEFAULT_METHOD == "recap"
+    assert {"recap", "tr", "pld", "ar", *ABLATIONS} == set(METHODS)
+    options = {"config": RecapConfig(budget=8), "cost_model": None, "persistent": None, "unused": 1}
+    for method in METHODS:
+        drafter = make_drafter(method, **options)  # the same options for every method
+        assert isinstance(drafter, Drafter) and drafter.name == method
+    assert make_drafter("recap-no-suffix", config=RecapConfig(budget=8)).config.budget == 8
+    with pytest.raises(ValueError, match="unknown method"):
+        make_drafter("medusa")
+
+
+# ------------------------------------------------------------------------------------ end-to-end loops
+PATTERN = [3, 14, 15, 9, 26, 5, 35]
+
+
+@pytest.mark.parametrize("method", ["recap", "tr", "pld", *ABLATIONS])
+def test_drafters_accept_several_tokens_on_a_repetitive_stream(method):
+    mat = simulate(make_drafter(method), [IMAGE] * 4 + PATTERN * 2, Target(cycle_rule(PATTERN)))
+    assert mat > 3.0
+
+
+def test_ar_accepts_exactly_one_token_per_pass():
+    assert simulate(make_drafter("ar"), PATTERN, Target(cycle_rule(PATTERN)), passes=5) == 1.0
+
+
+def test_context_memory_resolves_what_one_token_cannot():
+    # "1 2" is followed by 3 or by 4 depending on the token before: only 3-token keys tell them apart.
+    stream = [7, 1, 2, 3, 8, 1, 2, 4] * 2
+    successor = {7: 1, 1: 2, 3: 8, 8: 1, 4: 7}
+
+    def rule(context):
+        if len(context) >= 3 and context[-2:] == [1, 2]:
+            return 3 if context[-3] == 7 else 4
+        return successor.get(context[-1], 7)
+
+    full = simulate(make_drafter("recap", config=RecapConfig(suffix=False)), stream, Target(rule), passes=40)
+    token_only = simulate(
+        make_drafter("recap-no-context", config=RecapConfig(suffix=False)), stream, Target(rule), passes=40
+    )
+    assert full > token_only
+
+
+# ------------------------------------------------------------------------------------- property tests
+@settings(max_examples=40, deadline=None)
+@given(
+    prompt=st.lists(st.integers(0, 12), min_size=1, max_size=30),
+    budget=st.integers(0, 24),
+    depth=st.integers(1, 5),
+    branching=st.integers(1, 4),
+    method=st.sampled_from(["recap", "tr", "pld", *ABLATIONS]),
+    seed=st.integers(0, 2**16),
+)
+def test_random_streams_always_give_valid_trees(prompt, budget, depth, branching, method, seed):
+    rng = np.random.default_rng(seed)
+    prompt = [IMAGE if t == 12 else t for t in prompt]  # some image placeholders
+    config = RecapConfig(budget=budget, depth=depth, branching=branching, suffix_budget=3)
+    drafter = make_drafter(method, config=config)
+
+    def random_rule(context):
+        return int(rng.integers(0, 12))
+
+    target = Target(random_rule)
+    context = start(drafter, prompt, target)
+    for _ in range(6):
+        tree, _ = step(drafter, context, target)
+        tree.validate()
+        if method.startswith("recap") and method != "recap-template":
+            assert len(tree) <= budget
+            assert len(tree) == 0 or tree.depths.max() <= depth
+            kids = Counter(tree.parents)
+            assert all(count <= branching + 1 for count in kids.values())  # + the merged suffix child
+    if isinstance(drafter, RecapDrafter):
+        assert all(IMAGE not in key for key in drafter.ctx2.keys() + drafter.ctx3.keys())
+        assert drafter.persistent.lookup(IMAGE) is None
+
+
+def test_memory_scope_shares_memories_per_scope_and_method():
+    first = make_drafter("recap", memory_scope="test-model")
+    start(first, [1, 2, 3], Target(cycle_rule([1, 2, 3])))
+    again, ablation = (
+        make_drafter("recap", memory_scope="test-model"),
+        make_drafter("recap-uniform", memory_scope="test-model"),
+    )
+    for drafter in (again, ablation):
+        drafter.begin(RequestInfo((9,), frozenset(), VOCAB))
+    assert again.persistent is first.persistent  # hot across drafter instances
+    assert ablation.persistent is not first.persistent  # methods never share what they learned
+    hot = make_drafter("tr", memory_scope="test-model")
+    start(hot, [1, 2, 3], Target(cycle_rule([1, 2, 3])))
+    other = make_drafter("tr", memory_scope="test-model")
+    other.begin(RequestInfo((9,), frozenset(), VOCAB))
+    assert other.successors is hot.successors and other.propose([9, 1]).tokens[0] == 2

@@ -1,0 +1,199 @@
+"""Prediction records, the persistent and contextual memories, their file format, recycling keys."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+
+import numpy as np
+import pytest
+
+from recap.memory import (
+    ContextMemory,
+    PersistentMemory,
+    PredictionRecord,
+    concentration,
+    fit_topk,
+    last_occurrence,
+    recycling_keys,
+    shared_persistent_memory,
+)
+
+NONE = np.zeros(0, dtype=np.int64)
+
+
+@pytest.mark.parametrize(
+    ("probs", "expected"),
+    [
+        ([1.0, 0.0], 1.0),  # all mass on one token: fully concentrated
+        ([0.5, 0.5], 0.0),  # uniform: no confidence
+        ([0.2, 0.2], 0.0),  # renormalised first, so little top-k mass is still uniform
+        ([0.8, 0.2], 1 - (0.8 * math.log(1 / 0.8) + 0.2 * math.log(1 / 0.2)) / math.log(2)),  # 0.2781
+        ([0.0, 0.0], 0.0),  # empty row counts as uniform
+    ],
+)
+def test_concentration(probs, expected):
+    assert concentration(np.array([probs]))[0] == pytest.approx(expected, abs=1e-6)
+
+
+def test_fit_topk_sorts_cuts_and_pads():
+    ids, probs = fit_topk(np.array([[3, 4, 5]]), np.array([[0.1, 0.6, 0.3]]), 2)
+    assert ids.tolist() == [[4, 5]]  # sorted by probability, then cut to k
+    ids, probs = fit_topk(np.array([[3]]), np.array([[0.9]]), 3)
+    assert ids.tolist() == [[3, 3, 3]] and probs.tolist()[0][1:] == [0.0, 0.0]  # padded with zero mass
+
+
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        ([4, 2, 4], [1, 2]),  # the later 4 wins
+        ([1, 1, 1], [2]),  # only the last row survives
+        ([3, 2, 1], [0, 1, 2]),  # distinct keys: everything kept, in order
+    ],
+)
+def test_last_occurrence(keys, expected):
+    assert last_occurrence(np.array(keys)).tolist() == expected
+
+
+def test_persistent_write_lookup_overwrite():
+    memory = PersistentMemory(vocab_size=10, k=2)
+    assert memory.lookup(3) is None  # nothing written yet
+    memory.write_many(np.array([3, 3, 4]), np.array([[1, 2], [5, 6], [7, 8]]), np.array([[0.6, 0.4]] * 3))
+    assert memory.lookup(3).ids == [5, 6]  # overwrite-with-latest inside one bulk write
+    memory.write_many(np.array([4]), np.array([[9, 1]]), np.array([[1.0, 0.0]]))
+    assert memory.lookup(4).ids == [9, 1] and memory.lookup(4).concentration == pytest.approx(1.0)
+    assert memory.lookup(99) is None and len(memory) == 2  # out of vocabulary: no record
+    memory.reset()
+    assert len(memory) == 0 and memory.lookup(3) is None
+
+
+def test_context_memory_overwrite_and_clear():
+    memory = ContextMemory(2)
+    memory.write((1, 2), PredictionRecord([5], [0.5], 1.0))
+    memory.write((1, 2), PredictionRecord([6], [0.5], 1.0))
+    assert memory.lookup((1, 2)).ids == [6] and len(memory) == 1  # latest wins
+    memory.clear()
+    assert memory.lookup((1, 2)) is None  # request-local: gone after clear
+
+
+def test_shared_persistent_memory_is_one_per_scope():
+    first = shared_persistent_memory("test-scope-a", 16, 2)
+    assert shared_persistent_memory("test-scope-a", 16, 2) is first  # same scope, same object
+    assert shared_persistent_memory("test-scope-b", 16, 2) is not first  # another scope
+    with pytest.raises(ValueError, match="holds a memory"):
+        shared_persistent_memory("test-scope-a", 32, 2)
+
+
+# ---------------------------------------------------------------------------------------------- files
+def filled_memory(vocab: int = 20, k: int = 3) -> PersistentMemory:
+    memory = PersistentMemory(vocab, k)
+    memory.write_many(np.array([1, 7]), np.array([[2, 3, 4], [5, 6, 0]]), np.array([[0.7, 0.2, 0.1]] * 2))
+    return memory
+
+
+def test_save_load_round_trip(tmp_path):
+    path = tmp_path / "p1.safetensors"
+    filled_memory().save(path, "tok-abc")
+    loaded = PersistentMemory.load(path, "tok-abc", 20, 3)
+    assert loaded.lookup(7).ids == [5, 6, 0] and len(loaded) == 2
+    assert loaded.lookup(1).concentration == pytest.approx(filled_memory().lookup(1).concentration)
+    assert not list(tmp_path.glob("*.tmp"))  # no temporary file left behind
+
+
+@pytest.mark.parametrize(
+    ("fingerprint", "vocab", "k", "reason"),
+    [
+        ("tok-other", 20, 3, "fingerprint"),  # another tokenizer
+        ("tok-abc", 21, 3, "vocab_size"),  # another vocabulary size
+        ("tok-abc", 20, 4, "k"),  # another record width
+    ],
+)
+def test_mismatched_file_gives_fresh_memory(tmp_path, caplog, fingerprint, vocab, k, reason):
+    path = tmp_path / "p1.safetensors"
+    filled_memory().save(path, "tok-abc")
+    before = path.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="recap.memory"):
+        loaded = PersistentMemory.load(path, fingerprint, vocab, k)
+    assert len(loaded) == 0 and reason in caplog.text
+    assert path.read_bytes() == before  # a failed load never touches the file
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[: len(data) // 2],  # truncated
+        lambda data: b"garbage" * 10,  # not safetensors at all
+        lambda data: b"",  # empty file
+    ],
+)
+def test_corrupt_file_gives_fresh_memory_and_stays_untouched(tmp_path, caplog, damage):
+    path = tmp_path / "p1.safetensors"
+    filled_memory().save(path, "tok-abc")
+    path.write_bytes(damage(path.read_bytes()))
+    before = path.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="recap.memory"):
+        loaded = PersistentMemory.load(path, "tok-abc", 20, 3)
+    assert len(loaded) == 0 and "not loaded" in caplog.text
+    assert path.read_bytes() == before
+
+
+def test_missing_file_gives_fresh_memory(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="recap.memory"):
+        loaded = PersistentMemory.load(tmp_path / "absent.safetensors", "tok", 20, 3)
+    assert len(loaded) == 0 and "does not exist" in caplog.text
+    assert not (tmp_path / "absent.safetensors").exists()
+
+
+def test_wrong_format_version_is_rejected(tmp_path, monkeypatch):
+    path = tmp_path / "p1.safetensors"
+    monkeypatch.setattr("recap.memory.FORMAT_VERSION", "0")
+    filled_memory().save(path, "tok-abc")
+    monkeypatch.undo()
+    assert len(PersistentMemory.load(path, "tok-abc", 20, 3)) == 0
+
+
+def test_concurrent_saves_leave_a_valid_file(tmp_path):
+    path = tmp_path / "p1.safetensors"
+    memories = [filled_memory() for _ in range(6)]
+    for i, memory in enumerate(memories):
+        memory.write_many(np.array([9]), np.array([[i, i, i]]), np.array([[1.0, 0.0, 0.0]]))
+    threads = [threading.Thread(target=m.save, args=(path, "tok-abc")) for m in memories for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    loaded = PersistentMemory.load(path, "tok-abc", 20, 3)
+    assert len(loaded) == 3 and loaded.lookup(9).ids[0] in range(6)  # one complete save won
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+# ------------------------------------------------------------------------------------- recycling keys
+@pytest.mark.parametrize(
+    ("context", "positions", "parents", "tokens", "accepted", "excluded", "rows", "keys", "lengths"),
+    [
+        # one pending position and one accepted node under the root
+        ([5, 6, 7], [2], [-1], [8], [0], [], [0, 1], [[5, 6, 7], [6, 7, 8]], [3, 3]),
+        # rejected node written first; a grandchild's key follows its own path
+        (
+            [5, 6, 7],
+            [2],
+            [-1, 0, -1],
+            [8, 9, 4],
+            [0, 1],
+            [],
+            [3, 0, 1, 2],
+            [[6, 7, 4], [5, 6, 7], [6, 7, 8], [7, 8, 9]],
+            [3, 3, 3, 3],
+        ),
+        # prefill positions at the start: short keys only
+        ([5, 6], [0, 1], [], [], [], [], [0, 1], [[-1, -1, 5], [-1, 5, 6]], [1, 2]),
+        # image token 6 inside a key cuts it; as the last token it makes the row unusable
+        ([5, 6, 7], [1, 2], [-1], [8], [], [6], [2, 0, 1], [[6, 7, 8], [-1, 5, 6], [5, 6, 7]], [2, 0, 1]),
+    ],
+)
+def test_recycling_keys(context, positions, parents, tokens, accepted, excluded, rows, keys, lengths):
+    got_rows, got_keys, got_lengths = recycling_keys(
+        context, np.array(positions), parents, tokens, accepted, np.array(excluded, dtype=np.int64)
+    )
+    assert (got_rows.tolist(), got_keys.tolist(), got_lengths.tolist()) == (rows, keys, lengths)
