@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from recap.inputs import check_max_new_tokens, check_prompt, load_image
 
@@ -37,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     gen.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    gen.add_argument(
+        "--memory",
+        default=None,
+        metavar="FILE",
+        help="persistent token memory: loaded from FILE if it exists, saved back after the run",
+    )
     gen.add_argument("--json", default=None, metavar="OUT", help="write the run's step records to this file")
     gen.add_argument("-v", "--verbose", action="store_true")
     return parser
@@ -61,8 +68,12 @@ def _generate(args: argparse.Namespace) -> int:
         attn_implementation=args.attn,
         gguf_file=args.gguf_file,
     )
+    if args.memory and Path(args.memory).exists():
+        runtime.load_persistent_memory(args.memory, method=args.method)
     drafter = runtime.drafter(args.method, budget=budget)
     result = generate(runtime.target, drafter, prompt, images, args.max_new_tokens, method=args.method)
+    if args.memory and args.method.startswith("recap"):
+        runtime.save_persistent_memory(args.memory, method=args.method)
     summary = result.summary
     print(result.text)
     print(

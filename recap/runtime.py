@@ -17,7 +17,7 @@ from recap.config import RecapConfig
 from recap.cost import CostModel
 from recap.drafters import DEFAULT_METHOD, Drafter, make_drafter
 from recap.drafters.token_recycling import SuccessorMatrix
-from recap.memory import PersistentMemory, shared_persistent_memory
+from recap.memory import PersistentMemory
 from recap.models import TargetModel
 
 log = logging.getLogger(__name__)
@@ -49,15 +49,11 @@ class Runtime:
         self._cost: CostModel | None = None
         self._lock = threading.Lock()
         self._successors: SuccessorMatrix | None = None
+        self._memories: dict[tuple[str, int], PersistentMemory] = {}
 
     @classmethod
     def load(cls, name_or_path: str, **kwargs) -> Runtime:
         return cls(TargetModel.load(name_or_path, **kwargs))
-
-    @property
-    def scope_key(self) -> str:
-        """Persistent memories are shared per process and model (tokenizer fingerprint)."""
-        return f"{self.target.name}|{self.target.fingerprint()}"
 
     def cost_model(self) -> CostModel:
         """The measured tree-cost curve c(T) of this model on this device (measured once)."""
@@ -66,9 +62,31 @@ class Runtime:
                 self._cost = CostModel(self.target.measure_tree_cost())
             return self._cost
 
-    def persistent_memory(self, k: int = 8) -> PersistentMemory:
-        """The process-wide persistent token memory of this model."""
-        return shared_persistent_memory(self.scope_key, self.target.vocab_size, k)
+    def persistent_memory(self, k: int = 8, method: str = DEFAULT_METHOD) -> PersistentMemory:
+        """The persistent token memory this runtime's ``method`` drafters share (one per method, so
+        an ablation never learns from another method's trees)."""
+        with self._lock:
+            memory = self._memories.get((method, k))
+            if memory is None:
+                memory = self._memories[(method, k)] = PersistentMemory(self.target.vocab_size, k)
+            return memory
+
+    def load_persistent_memory(
+        self, path: str | Path, k: int = 8, method: str = DEFAULT_METHOD
+    ) -> PersistentMemory:
+        """Replace ``method``'s memory by the one saved at ``path``.
+
+        A corrupt file, or one saved for another tokenizer, logs a warning and gives a fresh memory;
+        the file itself is left untouched.
+        """
+        memory = PersistentMemory.load(path, self.target.fingerprint(), self.target.vocab_size, k)
+        with self._lock:
+            self._memories[(method, k)] = memory
+        return memory
+
+    def save_persistent_memory(self, path: str | Path, k: int = 8, method: str = DEFAULT_METHOD) -> None:
+        """Save ``method``'s memory atomically, tagged with this tokenizer's fingerprint."""
+        self.persistent_memory(k, method).save(path, self.target.fingerprint())
 
     def successor_matrix(self) -> SuccessorMatrix:
         """The process-wide Token Recycling matrix of this model (hot start across requests)."""
@@ -97,7 +115,7 @@ class Runtime:
         return make_drafter(
             method,
             config=config,
-            persistent=persistent if persistent is not None else self.persistent_memory(config.k),
+            persistent=persistent if persistent is not None else self.persistent_memory(config.k, method),
             cost_model=self.cost_model() if uses_cost else None,
             successors=successors if successors is not None else self.successor_matrix(),
         )

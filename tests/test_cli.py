@@ -1,0 +1,91 @@
+"""The command line: a real run on a model saved to disk, and clean one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from conftest import noise_image, tiny
+
+from recap.__main__ import main
+from recap.trace import RunTrace
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-llava")
+    target = tiny("llava")
+    target.model.save_pretrained(path)
+    target.processor.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def image_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("img") / "scene.png"
+    noise_image(4).save(path)
+    return path
+
+
+def run(capsys, *args):
+    code = main(["generate", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_generate_prints_answer_and_summary_and_writes_trace(capsys, model_dir, image_file, tmp_path):
+    trace_file = tmp_path / "run.json"
+    code, out, err = run(capsys, "--model", model_dir, "--image", image_file, "--prompt", "the cat is",
+                         "--max-new-tokens", 12, "--json", trace_file)
+    assert code == 0
+    assert "target passes" in err and "accepted tokens/pass" in err and "tokens/s" in err
+    trace = RunTrace.load(trace_file)
+    assert trace.settings["method"] == "recap"
+    assert len(trace.tokens) == 12 and trace.steps[0].step == 0
+    assert out.strip() == trace.text.strip() or trace.text.strip() in out
+
+
+def test_memory_file_is_saved_and_reused(capsys, model_dir, image_file, tmp_path):
+    memory = tmp_path / "memory.safetensors"
+    args = ("--model", model_dir, "--image", image_file, "--prompt", "the cat is", "--max-new-tokens", 10,
+            "--memory", memory)
+    assert run(capsys, *args)[0] == 0 and memory.exists()
+    assert run(capsys, *args)[0] == 0
+
+
+def test_corrupt_memory_file_warns_and_is_left_untouched(capsys, caplog, model_dir, image_file, tmp_path):
+    memory = tmp_path / "memory.safetensors"
+    memory.write_bytes(b"not a safetensors file")
+    with caplog.at_level(logging.WARNING):
+        code, _, _ = run(capsys, "--model", model_dir, "--image", image_file, "--prompt", "hi",
+                         "--max-new-tokens", 4, "--method", "tr", "--memory", memory)
+    assert code == 0
+    assert memory.read_bytes() == b"not a safetensors file"
+    assert any("memory" in r.getMessage().lower() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--image", "missing.png", "--prompt", "hi"], "image file not found"),
+        (["--image", "NOTIMAGE", "--prompt", "hi"], "not a readable image"),
+        (["--prompt", "   "], "prompt is empty"),
+        (["--prompt", "hi", "--max-new-tokens", "0"], "max_new_tokens"),
+        (["--prompt", "hi", "--budget", "lots"], "budget"),
+        (["--prompt", "hi", "--dtype", "float8"], "dtype"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, model_dir, tmp_path, extra, message):
+    not_image = tmp_path / "notes.png"
+    not_image.write_text(json.dumps({"hello": "world"}))
+    extra = [str(not_image) if a == "NOTIMAGE" else a for a in extra]
+    code, _, err = run(capsys, "--model", model_dir, *extra)
+    assert code == 2
+    assert message in err and "Traceback" not in err
+    assert err.startswith("error: ")
+
+
+def test_missing_model_directory(capsys):
+    code, _, err = run(capsys, "--model", "./no/such/model", "--prompt", "hi")
+    assert code == 2 and "model directory not found" in err
