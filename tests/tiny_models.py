@@ -39,8 +39,18 @@ IMAGE_MARKUP = {
     "idefics3": "<image>",
     "text": "",
 }
-ARCHITECTURES = ("llama", "qwen2", "gemma3_text", "llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3")
-VISION_ARCHITECTURES = ("llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3")
+ARCHITECTURES = (
+    "llama",
+    "qwen2",
+    "gemma3_text",
+    "llava",
+    "llava_next",
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "idefics3",
+    "smolvlm",
+)
+VISION_ARCHITECTURES = ("llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3", "smolvlm")
 
 
 def chat_template(image_markup: str) -> str:
@@ -262,35 +272,41 @@ def _qwen_vl(model_type: str):
     return builder
 
 
-def _idefics3(attn: str):
-    from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3Processor
-    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+def _idefics3(model_type: str):
+    def builder(attn: str):
+        from transformers import AutoConfig, AutoModelForImageTextToText, Idefics3Processor
+        from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
-    tokenizer = make_tokenizer("idefics3")
-    config = Idefics3Config(
-        vision_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=32,
-            patch_size=8,
-        ),
-        text_config=dict(model_type="llama", **_llama_text(len(tokenizer))),
-        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
-        scale_factor=2,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    image_processor = Idefics3ImageProcessorPil(
-        do_image_splitting=False, size={"longest_edge": 32}, max_image_size={"longest_edge": 32}
-    )
-    processor = Idefics3Processor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        image_seq_len=4,
-        chat_template=tokenizer.chat_template,
-    )
-    return Idefics3ForConditionalGeneration._from_config(config, attn_implementation=attn), processor
+        tokenizer = make_tokenizer("idefics3")
+        config = AutoConfig.for_model(
+            model_type,
+            vision_config=dict(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                image_size=32,
+                patch_size=8,
+            ),
+            text_config=dict(model_type="llama", **_llama_text(len(tokenizer))),
+            image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+            scale_factor=2,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        image_processor = Idefics3ImageProcessorPil(
+            do_image_splitting=False, size={"longest_edge": 32}, max_image_size={"longest_edge": 32}
+        )
+        # SmolVLM's own processor needs num2words and a torchvision video processor; without image
+        # splitting it lays the prompt out as Idefics3's does, which is what the model sees here.
+        processor = Idefics3Processor(
+            image_processor=image_processor,
+            tokenizer=tokenizer,
+            image_seq_len=4,
+            chat_template=tokenizer.chat_template,
+        )
+        return AutoModelForImageTextToText.from_config(config, attn_implementation=attn), processor
+
+    return builder
 
 
 _BUILDERS = {
@@ -301,5 +317,6 @@ _BUILDERS = {
     "llava_next": _llava_next,
     "qwen2_vl": _qwen_vl("qwen2_vl"),
     "qwen2_5_vl": _qwen_vl("qwen2_5_vl"),
-    "idefics3": _idefics3,
+    "idefics3": _idefics3("idefics3"),
+    "smolvlm": _idefics3("smolvlm"),
 }
