@@ -1,0 +1,358 @@
+"""Synthetic shape scenes: the data of the embedded default model.
+
+A scene is 1-3 shapes of distinct kinds and distinct colours, each in its own cell of a 3x3 grid, drawn on
+a white 64x64 RGB canvas. Everything is deterministic given a ``numpy.random.Generator`` (or a seed);
+only PIL and numpy are used, no torch.
+
+Answers mix image-independent phrasing ("The image shows ... on a white background.") with
+image-dependent words (colours, kinds, counts, positions). Each answer carries one canonical,
+machine-checkable fact per question type:
+
+========== ========================================== ==========================================
+qtype      example question                           canonical fact
+========== ========================================== ==========================================
+describe   "Describe the image."                      the set of (colour, kind) pairs mentioned
+colour     "What colour is the circle?"               the first colour word
+count      "How many shapes are there?"               the first count word ("one", "two", ...)
+position   "Where is the star?"                       the first position phrase ("top left", ...)
+========== ========================================== ==========================================
+
+Public API::
+
+    Scene, Shape                                        # frozen dataclasses
+    sample_scene(rng: np.random.Generator) -> Scene
+    scene_from_seed(seed: int) -> Scene
+    render_scene(scene: Scene) -> PIL.Image.Image       # 64x64 RGB
+    shape_index_map(scene: Scene) -> np.ndarray         # (64, 64) int, 0 = background, i+1 = shape i
+    QUESTION_TYPES = ("describe", "colour", "count", "position")
+    make_question(scene, qtype, rng) -> tuple[str, str]  # (question, reference answer)
+    reference_answer(scene, qtype, target=None) -> str
+    question_target(question) -> str | None             # the shape kind a question asks about
+    extract_fact(qtype, text) -> str | None
+    expected_fact(qtype, scene, question=None) -> str
+    answer_is_correct(qtype, scene, generated_text, question=None) -> bool
+    heldout_set(seed=0, n_per_type=50) -> list[dict]    # keys: image, prompt, answer, qtype, scene, seed
+
+Seeds: training scenes use ``scene_from_seed(s)`` with ``0 <= s < HELDOUT_SEED_START`` (10**9);
+held-out scenes use seeds ``HELDOUT_SEED_START + seed * HELDOUT_STRIDE + i`` (never below 10**9), so
+the two seed ranges are disjoint. (Two different seeds can still draw the same scene content by chance.)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+IMAGE_SIZE = 64
+GRID = 3
+BACKGROUND = (255, 255, 255)
+
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (225, 25, 30),
+    "green": (20, 165, 45),
+    "blue": (30, 70, 235),
+    "yellow": (245, 215, 0),
+    "purple": (145, 40, 200),
+    "black": (20, 20, 20),
+}
+KINDS = ("circle", "square", "triangle", "star")
+SIZES = ("small", "large")
+POSITIONS = (
+    "top left",
+    "top center",
+    "top right",
+    "middle left",
+    "center",
+    "middle right",
+    "bottom left",
+    "bottom center",
+    "bottom right",
+)  # row-major over the 3x3 grid
+COUNT_WORDS = ("zero", "one", "two", "three", "four", "five")
+QUESTION_TYPES = ("describe", "colour", "count", "position")
+MAX_SHAPES = 3
+
+HELDOUT_SEED_START = 10**9
+HELDOUT_STRIDE = 100_000
+
+_RADIUS = {"small": 7, "large": 10}
+_CELL_CENTRES = (11, 32, 53)
+_JITTER = {"small": 2, "large": 0}
+
+_QUESTIONS: dict[str, tuple[str, ...]] = {
+    "describe": (
+        "Describe the image.",
+        "What do you see?",
+        "What is in this picture?",
+        "Describe this scene.",
+        "What does the image show?",
+    ),
+    "colour": (
+        "What colour is the {kind}?",
+        "What color is the {kind}?",
+        "Which colour does the {kind} have?",
+        "Tell me the colour of the {kind}.",
+    ),
+    "count": (
+        "How many shapes are there?",
+        "How many shapes are in the image?",
+        "Count the shapes.",
+        "How many objects can you see?",
+    ),
+    "position": (
+        "Where is the {kind}?",
+        "Where is the {kind} located?",
+        "In which part of the image is the {kind}?",
+        "Where can you find the {kind}?",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One shape: its kind, colour name, size name, grid cell (index into POSITIONS) and jitter in px."""
+
+    kind: str
+    colour: str
+    size: str
+    cell: int
+    dx: int = 0
+    dy: int = 0
+
+    @property
+    def position(self) -> str:
+        return POSITIONS[self.cell]
+
+    @property
+    def centre(self) -> tuple[int, int]:
+        row, col = divmod(self.cell, GRID)
+        return _CELL_CENTRES[col] + self.dx, _CELL_CENTRES[row] + self.dy
+
+
+@dataclass(frozen=True)
+class Scene:
+    """A scene: shapes sorted row-major by cell; kinds, colours and cells are pairwise distinct."""
+
+    shapes: tuple[Shape, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.shapes)
+
+    def shape_of_kind(self, kind: str) -> Shape | None:
+        return next((s for s in self.shapes if s.kind == kind), None)
+
+
+def sample_scene(rng: np.random.Generator) -> Scene:
+    """Draw a scene of 1..MAX_SHAPES shapes with distinct kinds, colours and cells."""
+    n = int(rng.integers(1, MAX_SHAPES + 1))
+    kinds = rng.choice(len(KINDS), size=n, replace=False)
+    colours = rng.choice(len(COLOURS), size=n, replace=False)
+    cells = rng.choice(GRID * GRID, size=n, replace=False)
+    colour_names = list(COLOURS)
+    shapes = []
+    for kind, colour, cell in zip(kinds, colours, cells, strict=True):
+        size = SIZES[int(rng.integers(len(SIZES)))]
+        j = _JITTER[size]
+        dx, dy = (int(v) for v in rng.integers(-j, j + 1, size=2))
+        shapes.append(Shape(KINDS[kind], colour_names[colour], size, int(cell), dx, dy))
+    return Scene(tuple(sorted(shapes, key=lambda s: s.cell)))
+
+
+def scene_from_seed(seed: int) -> Scene:
+    """The scene drawn by ``sample_scene(np.random.default_rng(seed))``."""
+    return sample_scene(np.random.default_rng(seed))
+
+
+def _polygon(shape: Shape) -> list[tuple[float, float]] | None:
+    """Vertices of a polygonal kind (None for a circle)."""
+    cx, cy = shape.centre
+    r = _RADIUS[shape.size]
+    if shape.kind == "square":
+        h = r * 0.85
+        return [(cx - h, cy - h), (cx + h, cy - h), (cx + h, cy + h), (cx - h, cy + h)]
+    if shape.kind == "triangle":
+        return [(cx, cy - r), (cx + r, cy + r * 0.8), (cx - r, cy + r * 0.8)]
+    if shape.kind == "star":
+        pts = []
+        for k in range(10):
+            rad = r if k % 2 == 0 else r * 0.45
+            ang = -np.pi / 2 + k * np.pi / 5
+            pts.append((cx + rad * np.cos(ang), cy + rad * np.sin(ang)))
+        return pts
+    return None
+
+
+def _draw(draw: ImageDraw.ImageDraw, shape: Shape, fill: tuple[int, int, int] | int) -> None:
+    poly = _polygon(shape)
+    if poly is None:
+        cx, cy = shape.centre
+        r = _RADIUS[shape.size]
+        draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill)
+    else:
+        draw.polygon(poly, fill=fill)
+
+
+def render_scene(scene: Scene) -> Image.Image:
+    """Render ``scene`` as a 64x64 RGB image on a white background (no anti-aliasing)."""
+    img = Image.new("RGB", (IMAGE_SIZE, IMAGE_SIZE), BACKGROUND)
+    draw = ImageDraw.Draw(img)
+    for shape in scene.shapes:
+        _draw(draw, shape, COLOURS[shape.colour])
+    return img
+
+
+def shape_index_map(scene: Scene) -> np.ndarray:
+    """(64, 64) uint8 map: 0 for background, i + 1 where ``scene.shapes[i]`` is drawn."""
+    img = Image.new("L", (IMAGE_SIZE, IMAGE_SIZE), 0)
+    draw = ImageDraw.Draw(img)
+    for i, shape in enumerate(scene.shapes):
+        _draw(draw, shape, i + 1)
+    return np.asarray(img, dtype=np.uint8)
+
+
+def _noun_phrase(shape: Shape, with_size: bool = True) -> str:
+    size = f"{shape.size} " if with_size else ""
+    return f"a {size}{shape.colour} {shape.kind}"
+
+
+def _join(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _there_are(n: int) -> str:
+    noun = "shape" if n == 1 else "shapes"
+    verb = "is" if n == 1 else "are"
+    return f"{verb} {COUNT_WORDS[n]} {noun}"
+
+
+def reference_answer(scene: Scene, qtype: str, target: str | None = None) -> str:
+    """The reference answer to a ``qtype`` question; ``target`` is the asked kind (colour/position)."""
+    if qtype == "describe":
+        parts = [f"{_noun_phrase(s)} in the {s.position}" for s in scene.shapes]
+        return (
+            f"The image shows {COUNT_WORDS[scene.count]} {'shape' if scene.count == 1 else 'shapes'} "
+            f"on a white background: {_join(parts)}."
+        )
+    if qtype == "count":
+        parts = [_noun_phrase(s, with_size=False) for s in scene.shapes]
+        return f"There {_there_are(scene.count)} in the image: {_join(parts)} on a white background."
+    shape = scene.shape_of_kind(target or "")
+    if shape is None:
+        raise ValueError(f"scene has no {target!r}")
+    # Colour and position answers describe the scene first, then state the fact: a tiny model binds
+    # "which shape has which colour" far more reliably by copying from its own description than by
+    # answering at once (v1 of the embedded model answered at once: colour 62%, position 80%).
+    overview = reference_answer(scene, "describe")
+    if qtype == "colour":
+        return f"{overview} The {shape.kind} is {shape.colour}."
+    if qtype == "position":
+        return f"{overview} The {shape.kind} is in the {shape.position} of the image."
+    raise ValueError(f"unknown question type {qtype!r}")
+
+
+def make_question(scene: Scene, qtype: str, rng: np.random.Generator) -> tuple[str, str]:
+    """A (question, reference answer) pair; phrasing and asked shape are drawn from ``rng``."""
+    templates = _QUESTIONS[qtype]
+    template = templates[int(rng.integers(len(templates)))]
+    target = scene.shapes[int(rng.integers(scene.count))].kind
+    return template.format(kind=target), reference_answer(scene, qtype, target)
+
+
+_KIND_RE = re.compile(r"\b(" + "|".join(KINDS) + r")s?\b")
+_COLOUR_RE = re.compile(r"\b(" + "|".join(COLOURS) + r")\b")
+_COUNT_RE = re.compile(r"\b(" + "|".join(COUNT_WORDS) + r")\b")
+_POSITION_RE = re.compile(r"\b(" + "|".join(sorted(POSITIONS, key=len, reverse=True)) + r")\b")
+_MENTION_RE = re.compile(r"\b(" + "|".join(COLOURS) + r") (" + "|".join(KINDS) + r")\b")
+
+
+def question_target(question: str) -> str | None:
+    """The first shape kind named in ``question`` (None if it names none)."""
+    m = _KIND_RE.search(question.lower())
+    return m.group(1) if m else None
+
+
+def extract_fact(qtype: str, text: str) -> str | None:
+    """The canonical fact stated by ``text`` for ``qtype``, or None if it states none.
+
+    describe: the sorted, ``;``-joined "colour kind" mentions; count: the first count word;
+    colour/position: the *last* colour word / position phrase (the answer's closing sentence, after
+    its description of the scene).
+    """
+    text = text.lower()
+    if qtype == "describe":
+        mentions = sorted({f"{c} {k}" for c, k in _MENTION_RE.findall(text)})
+        return ";".join(mentions) or None
+    pattern = {"colour": _COLOUR_RE, "count": _COUNT_RE, "position": _POSITION_RE}[qtype]
+    matches = pattern.findall(text)
+    if not matches:
+        return None
+    return matches[0] if qtype == "count" else matches[-1]
+
+
+def expected_fact(qtype: str, scene: Scene, question: str | None = None) -> str:
+    """The true canonical fact; colour/position need the asked kind (from ``question``)."""
+    if qtype == "describe":
+        return ";".join(sorted(f"{s.colour} {s.kind}" for s in scene.shapes))
+    if qtype == "count":
+        return COUNT_WORDS[scene.count]
+    kind = question_target(question or "")
+    shape = scene.shape_of_kind(kind or "")
+    if shape is None:
+        raise ValueError(f"question {question!r} names no shape of the scene")
+    return shape.colour if qtype == "colour" else shape.position
+
+
+def answer_is_correct(qtype: str, scene: Scene, generated_text: str, question: str | None = None) -> bool:
+    """Whether ``generated_text`` states the true canonical fact of ``scene`` for ``qtype``.
+
+    For colour/position, the asked kind comes from ``question``; without it, from the kind named in
+    the answer's closing sentence (so "... The circle is red." is judged against the scene's circle).
+    """
+    if qtype in ("colour", "position") and question is None:
+        # The closing sentence names the asked shape ("The circle is red.").
+        sentences = [part for part in generated_text.split(".") if part.strip()]
+        question = sentences[-1] if sentences else ""
+        if question_target(question) is None or scene.shape_of_kind(question_target(question)) is None:
+            return False
+    try:
+        return extract_fact(qtype, generated_text) == expected_fact(qtype, scene, question)
+    except ValueError:
+        return False
+
+
+def heldout_seeds(seed: int = 0, n: int = 200) -> list[int]:
+    """The ``n`` held-out scene seeds of held-out set ``seed`` (all >= HELDOUT_SEED_START)."""
+    if not 0 <= n <= HELDOUT_STRIDE or seed < 0:
+        raise ValueError("need seed >= 0 and 0 <= n <= HELDOUT_STRIDE")
+    base = HELDOUT_SEED_START + seed * HELDOUT_STRIDE
+    return [base + i for i in range(n)]
+
+
+def heldout_set(seed: int = 0, n_per_type: int = 50) -> list[dict]:
+    """Held-out examples, ``n_per_type`` per question type, grouped by type in QUESTION_TYPES order.
+
+    Each dict has ``image`` (PIL), ``prompt``, ``answer``, ``qtype``, ``scene`` and ``seed`` (the scene
+    seed, disjoint from training seeds). The question phrasing is drawn from the scene seed too.
+    """
+    seeds = heldout_seeds(seed, n_per_type * len(QUESTION_TYPES))
+    items = []
+    for i, scene_seed in enumerate(seeds):
+        qtype = QUESTION_TYPES[i // n_per_type]
+        rng = np.random.default_rng(scene_seed)
+        scene = sample_scene(rng)
+        prompt, answer = make_question(scene, qtype, rng)
+        items.append(
+            {
+                "image": render_scene(scene),
+                "prompt": prompt,
+                "answer": answer,
+                "qtype": qtype,
+                "scene": scene,
+                "seed": scene_seed,
+            }
+        )
+    return items
