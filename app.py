@@ -675,18 +675,25 @@ def _wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state
     ui["reset"].click(reset, [ui["model"], ui["scope"], ui["k"], session], [session], api_name="reset")
 
 
-def _run_update(ui, steps, status, state, memories, run_state, session) -> dict:
+def _panels(ui: dict, steps: list[StepRecord], scrubbable: bool) -> dict:
+    """The answer, stats and step panel showing the newest of ``steps``."""
     tree, fused, table = _step_view(steps, len(steps) - 1)
     return {
         ui["answer"]: viz.highlighted_answer(steps),
         ui["stats"]: viz.stats_html(steps),
         ui["passes"]: viz.passes_figure(steps),
         ui["step"]: gr.Slider(
-            minimum=0, maximum=max(1, len(steps) - 1), value=len(steps) - 1, interactive=False
+            minimum=0, maximum=max(1, len(steps) - 1), value=len(steps) - 1, interactive=scrubbable
         ),
         ui["tree"]: tree,
         ui["fused"]: fused,
         ui["step_table"]: table,
+    }
+
+
+def _run_update(ui, steps, status, state, memories, run_state, session) -> dict:
+    return {
+        **_panels(ui, steps, scrubbable=False),
         ui["status"]: status,
         ui["download"]: gr.DownloadButton(interactive=False),
         run_state: state,
@@ -794,18 +801,9 @@ def _wire_replay(ui: dict, replay_file, run_state) -> None:
         if not trace.steps:
             raise gr.Error("Cannot replay this file: it has no steps.")
         steps = trace.steps
-        tree, fused, table = _step_view(steps, len(steps) - 1)
         method = viz.method_label(str(trace.settings.get("method", "?")))
         return {
-            ui["answer"]: viz.highlighted_answer(steps),
-            ui["stats"]: viz.stats_html(steps),
-            ui["passes"]: viz.passes_figure(steps),
-            ui["step"]: gr.Slider(
-                minimum=0, maximum=max(1, len(steps) - 1), value=len(steps) - 1, interactive=True
-            ),
-            ui["tree"]: tree,
-            ui["fused"]: fused,
-            ui["step_table"]: table,
+            **_panels(ui, steps, scrubbable=True),
             ui["status"]: f"Replaying a recorded {method} run of {trace.settings.get('model', '?')} "
             f"({len(steps)} steps): scrub the steps on the right.",
             run_state: {
