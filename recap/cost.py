@@ -6,14 +6,13 @@ first point and extrapolated with the last segment's (non-negative) slope beyond
 
 **Budget rule.** A tree node with path score ``s`` adds about ``s`` expected accepted tokens; every
 pass also commits one bonus token. With ``T`` nodes and ``pending`` uncached input tokens (the root,
-i.e. the last committed token, is one), a pass yields ``E = 1 + sum(scores)`` tokens for ``c(T +
-pending)`` seconds. Best-first search offers candidates in decreasing score order; a candidate is
-added while it *improves* tokens per second::
-
-    (E + s) / c(T + 1 + pending)  >  E / c(T + pending)
-
-and the search stops at the first one that does not (or at the cap). A flat cost curve therefore
-grows the tree to the cap; a steep one keeps it small.
+i.e. the last committed token, is one), a pass yields ``E(T) = 1 + sum(scores)`` tokens for
+``c(T + pending)`` seconds. Best-first search offers candidates in decreasing score order, and the tree
+keeps the prefix of them that maximises expected tokens per second, ``E(T) / c(T + pending)``. The
+search gives up once ``PATIENCE`` candidates in a row have not raised the best ratio (or at the cap):
+a measured cost curve is rarely convex (a step where a new kernel tile starts, then flat again), so
+stopping at the first candidate that does not pay for itself would miss the cheap region behind the
+step. A flat cost curve grows the tree to the cap; a steep one keeps it small.
 
 Example (cost 1 s up to 8 tokens, then 1 s more per 8 tokens)::
 
@@ -56,24 +55,45 @@ class CostModel:
             return float(self._seconds[-1] + self._tail_slope * (tokens - self._sizes[-1]))
         return float(np.interp(tokens, self._sizes, self._seconds))
 
-    def improves(self, expected: float, nodes: int, score: float, pending: int = 1) -> bool:
-        """Whether adding a node with ``score`` to a tree of ``nodes`` nodes raises tokens per second.
-
-        ``expected`` is the current ``1 + sum(scores)``.
-        """
-        before = expected / self.cost(nodes + pending)
-        after = (expected + score) / self.cost(nodes + 1 + pending)
-        return after > before
-
     def __repr__(self) -> str:
         return f"CostModel({list(self.points)!r})"
 
 
+#: Candidates in a row that may fail to raise the best tokens-per-second ratio before search stops.
+PATIENCE = 8
+
+
+class BestPrefix:
+    """Tracks, while a tree grows, the node count with the best expected tokens per second.
+
+    Feed it ``(nodes, expected)`` after every step of the search; `size` is the best node count so far,
+    `exhausted` says the last `PATIENCE` steps brought no improvement.
+    """
+
+    def __init__(self, model: CostModel, pending: int = 1, expected: float = 1.0, nodes: int = 0) -> None:
+        self.model, self.pending = model, pending
+        self.size, self.best = nodes, expected / model.cost(nodes + pending)
+        self._stale = 0
+
+    def update(self, nodes: int, expected: float) -> None:
+        ratio = expected / self.model.cost(nodes + self.pending)
+        if ratio > self.best:
+            self.size, self.best, self._stale = nodes, ratio, 0
+        else:
+            self._stale += 1
+
+    @property
+    def exhausted(self) -> bool:
+        return self._stale >= PATIENCE
+
+
 def auto_budget(model: CostModel, scores: Sequence[float], pending: int = 1, cap: int | None = None) -> int:
     """How many of ``scores`` (offered best first) the budget rule keeps; at most ``cap``."""
-    expected, kept = 1.0, 0
     limit = len(scores) if cap is None else min(cap, len(scores))
-    while kept < limit and model.improves(expected, kept, scores[kept], pending):
-        expected += scores[kept]
-        kept += 1
-    return kept
+    best, expected = BestPrefix(model, pending), 1.0
+    for kept in range(1, limit + 1):
+        expected += scores[kept - 1]
+        best.update(kept, expected)
+        if best.exhausted:
+            break
+    return best.size

@@ -113,6 +113,19 @@ class DraftTree:
             ids.append(parent)
         return ids
 
+    def truncated(self, size: int) -> DraftTree:
+        """A copy holding only nodes ``0 .. size-1`` (a valid tree: parents come before children)."""
+        tree = DraftTree(
+            self.tokens[:size],
+            self.parents[:size],
+            self.scores[:size],
+            self.sources[:size],
+            [dict(c) for c in self.contributions[:size]],
+            list(self.root_candidates),
+        )
+        tree._child = {key: node for key, node in self._child.items() if node < size}
+        return tree
+
     def child(self, parent: int, token: int) -> int | None:
         """The node holding ``token`` under ``parent`` (``ROOT`` for the root), or None."""
         return self._child.get((parent, int(token)))

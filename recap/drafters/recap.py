@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from recap.config import AUTO_FALLBACK_BUDGET, RecapConfig
-from recap.cost import CostModel
+from recap.cost import BestPrefix, CostModel
 from recap.drafters.base import Observation, RequestInfo
 from recap.drafters.prompt_lookup import NgramIndex
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
@@ -270,7 +270,8 @@ class RecapDrafter:
         expected = 1.0  # 1 + sum of node scores: expected tokens per pass, bonus included
         if config.suffix and config.suffix_budget > 0:
             expected += self._insert_suffix(tree, context, tail, cache, tails, min(config.suffix_budget, cap))
-        cost = self.cost_model if config.budget == "auto" else None
+        # Cost-aware budget: keep the prefix of best-first nodes with the best tokens per second.
+        best = BestPrefix(self.cost_model, self.pending, expected, len(tree)) if self._cost_aware() else None
         heap: list[tuple[float, int, int, float, Fused, int, int]] = []
         order = 0  # tie-breaker: equal scores pop in insertion order
 
@@ -283,17 +284,11 @@ class RecapDrafter:
                     order += 1
 
         push(ROOT, self._fused(tail, cache), 0, 1.0, 1)
-        while heap and len(tree) < cap:
+        while heap and len(tree) < cap and not (best is not None and best.exhausted):
             negative, _, parent, parent_score, fused, rank, depth = heapq.heappop(heap)
             score = -negative
             token = fused.tokens[rank]
             existing = tree.child(parent, token)
-            if (
-                existing is None
-                and cost is not None
-                and not cost.improves(expected, len(tree), score, self.pending)
-            ):
-                break  # tokens per second stopped improving; later candidates score no higher
             push(parent, fused, rank + 1, parent_score, depth)
             contributions = fused.contributions(rank)
             before = 0.0 if existing is None else tree.scores[existing]
@@ -306,7 +301,14 @@ class RecapDrafter:
                 tails.append((parent_tail[1], parent_tail[2], token))
             if depth < config.depth:
                 push(node, self._fused(tails[node], cache), 0, score, depth + 1)
+            if best is not None:
+                best.update(len(tree), expected)
+        if best is not None and best.size < len(tree):
+            tree = tree.truncated(best.size)
         return tree
+
+    def _cost_aware(self) -> bool:
+        return self.config.budget == "auto" and self.cost_model is not None
 
     def _insert_suffix(
         self,
