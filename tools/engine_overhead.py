@@ -1,6 +1,6 @@
 """Measure the decode loop's own overhead and the tree-forward cost curve of a model.
 
-    python tools/engine_overhead.py [--model DIR] [--tokens 64] [--repeats 5]
+    python -m tools.engine_overhead [--model DIR] [--tokens 64] [--repeats 5]
 
 Compares the autoregressive path of `recap.decode.generate_steps` with transformers' own greedy
 ``model.generate()`` on the same prompt (same tokens, checked), then times one tree pass of T tokens
