@@ -243,14 +243,16 @@ def reference_answer(scene: Scene, qtype: str, target: str | None = None) -> str
     shape = scene.shape_of_kind(target or "")
     if shape is None:
         raise ValueError(f"scene has no {target!r}")
-    # Colour and position answers describe the scene first, then state the fact: a tiny model binds
-    # "which shape has which colour" far more reliably by copying from its own description than by
-    # answering at once (v1 of the embedded model answered at once: colour 62%, position 80%).
-    overview = reference_answer(scene, "describe")
     if qtype == "colour":
-        return f"{overview} The {shape.kind} is {shape.colour}."
+        return (
+            f"The {shape.kind} is {shape.colour}. It is a {shape.size} {shape.colour} {shape.kind} "
+            f"in the {shape.position} of the image, on a white background."
+        )
     if qtype == "position":
-        return f"{overview} The {shape.kind} is in the {shape.position} of the image."
+        return (
+            f"The {shape.kind} is in the {shape.position} of the image. It is "
+            f"{_noun_phrase(shape)} on a white background."
+        )
     raise ValueError(f"unknown question type {qtype!r}")
 
 
@@ -278,19 +280,16 @@ def question_target(question: str) -> str | None:
 def extract_fact(qtype: str, text: str) -> str | None:
     """The canonical fact stated by ``text`` for ``qtype``, or None if it states none.
 
-    describe: the sorted, ``;``-joined "colour kind" mentions; count: the first count word;
-    colour/position: the *last* colour word / position phrase (the answer's closing sentence, after
-    its description of the scene).
+    describe: the sorted, ``;``-joined "colour kind" mentions; colour/count/position: the first
+    colour word / count word / position phrase.
     """
     text = text.lower()
     if qtype == "describe":
         mentions = sorted({f"{c} {k}" for c, k in _MENTION_RE.findall(text)})
         return ";".join(mentions) or None
     pattern = {"colour": _COLOUR_RE, "count": _COUNT_RE, "position": _POSITION_RE}[qtype]
-    matches = pattern.findall(text)
-    if not matches:
-        return None
-    return matches[0] if qtype == "count" else matches[-1]
+    m = pattern.search(text)
+    return m.group(1) if m else None
 
 
 def expected_fact(qtype: str, scene: Scene, question: str | None = None) -> str:
@@ -309,13 +308,11 @@ def expected_fact(qtype: str, scene: Scene, question: str | None = None) -> str:
 def answer_is_correct(qtype: str, scene: Scene, generated_text: str, question: str | None = None) -> bool:
     """Whether ``generated_text`` states the true canonical fact of ``scene`` for ``qtype``.
 
-    For colour/position, the asked kind comes from ``question``; without it, from the kind named in
-    the answer's closing sentence (so "... The circle is red." is judged against the scene's circle).
+    For colour/position, the asked kind comes from ``question``; without it, from the first kind the
+    answer names (so "The circle is red." is judged against the scene's circle).
     """
     if qtype in ("colour", "position") and question is None:
-        # The closing sentence names the asked shape ("The circle is red.").
-        sentences = [part for part in generated_text.split(".") if part.strip()]
-        question = sentences[-1] if sentences else ""
+        question = generated_text
         if question_target(question) is None or scene.shape_of_kind(question_target(question)) is None:
             return False
     try:

@@ -46,7 +46,7 @@ def test_reference_answer_states_the_fact(qtype):
     for _ in range(50):
         scene = scenes.sample_scene(rng)
         question, answer = scenes.make_question(scene, qtype, rng)
-        assert 10 <= len(answer.split()) <= 48, answer  # describe-then-answer: up to ~45 words
+        assert 10 <= len(answer.split()) <= 40, answer
         assert "white background" in answer  # image-independent phrasing
         assert scenes.answer_is_correct(qtype, scene, answer, question), (question, answer)
         assert scenes.answer_is_correct(qtype, scene, answer), answer  # asked kind read from the answer
