@@ -5,7 +5,8 @@ A *prediction record* is the target's top-k next tokens with their probabilities
 renormalised), which fusion turns into a confidence weight.
 
 - `PersistentMemory` (``P1``): ``token -> record``, array-backed (``[vocab, k]`` ids and probs), shared by
-  the requests of one scope (see `shared_persistent_memory`), saved to / loaded from safetensors.
+  the requests of one scope (`recap.runtime.Runtime` keeps one per model and method), saved to /
+  loaded from safetensors.
 - `ContextMemory` (``C2``, ``C3``): ``(t-1, t) -> record`` / ``(t-2, t-1, t) -> record``, request-local.
 
 Both overwrite with the latest record. Which keys are written is the drafter's business
@@ -238,27 +239,6 @@ def _read_checked(path: Path, fingerprint: str, vocab_size: int, k: int) -> dict
     if not np.all(np.isfinite(arrays["probs"])):
         raise ValueError("tensor probs holds non-finite values")
     return arrays
-
-
-_SHARED: dict[str, PersistentMemory] = {}
-_SHARED_LOCK = threading.Lock()
-
-
-def shared_persistent_memory(scope_key: str, vocab_size: int, k: int = 8) -> PersistentMemory:
-    """The process-wide `PersistentMemory` of ``scope_key`` (e.g. a model id), created on first use.
-
-    Raises ValueError if the scope already holds a memory of another vocabulary size or k.
-    """
-    with _SHARED_LOCK:
-        memory = _SHARED.get(scope_key)
-        if memory is None:
-            memory = _SHARED[scope_key] = PersistentMemory(vocab_size, k)
-        elif (memory.vocab_size, memory.k) != (vocab_size, k):
-            raise ValueError(
-                f"scope {scope_key!r} holds a memory with vocab {memory.vocab_size}, k {memory.k}; "
-                f"asked for vocab {vocab_size}, k {k}"
-            )
-        return memory
 
 
 class ContextMemory:

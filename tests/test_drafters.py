@@ -587,21 +587,3 @@ def test_random_streams_always_give_valid_trees(prompt, budget, depth, branching
     if isinstance(drafter, RecapDrafter):
         assert all(IMAGE not in key for key in drafter.ctx2.keys() + drafter.ctx3.keys())
         assert drafter.persistent.lookup(IMAGE) is None
-
-
-def test_memory_scope_shares_memories_per_scope_and_method():
-    first = make_drafter("recap", memory_scope="test-model")
-    start(first, [1, 2, 3], Target(cycle_rule([1, 2, 3])))
-    again, ablation = (
-        make_drafter("recap", memory_scope="test-model"),
-        make_drafter("recap-uniform", memory_scope="test-model"),
-    )
-    for drafter in (again, ablation):
-        drafter.begin(RequestInfo((9,), frozenset(), VOCAB))
-    assert again.persistent is first.persistent  # hot across drafter instances
-    assert ablation.persistent is not first.persistent  # methods never share what they learned
-    hot = make_drafter("tr", memory_scope="test-model")
-    start(hot, [1, 2, 3], Target(cycle_rule([1, 2, 3])))
-    other = make_drafter("tr", memory_scope="test-model")
-    other.begin(RequestInfo((9,), frozenset(), VOCAB))
-    assert other.successors is hot.successors and other.propose([9, 1]).tokens[0] == 2

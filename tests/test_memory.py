@@ -17,7 +17,6 @@ from recap.memory import (
     fit_topk,
     last_occurrence,
     recycling_keys,
-    shared_persistent_memory,
 )
 
 NONE = np.zeros(0, dtype=np.int64)
@@ -75,14 +74,6 @@ def test_context_memory_overwrite_and_clear():
     assert memory.lookup((1, 2)).ids == [6] and len(memory) == 1  # latest wins
     memory.clear()
     assert memory.lookup((1, 2)) is None  # request-local: gone after clear
-
-
-def test_shared_persistent_memory_is_one_per_scope():
-    first = shared_persistent_memory("test-scope-a", 16, 2)
-    assert shared_persistent_memory("test-scope-a", 16, 2) is first  # same scope, same object
-    assert shared_persistent_memory("test-scope-b", 16, 2) is not first  # another scope
-    with pytest.raises(ValueError, match="holds a memory"):
-        shared_persistent_memory("test-scope-a", 32, 2)
 
 
 # ---------------------------------------------------------------------------------------------- files

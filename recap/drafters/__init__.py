@@ -7,8 +7,6 @@ uses and ignores the rest:
 - ``config``: `recap.config.RecapConfig` for the RECAP family (ablations apply their overrides on top);
 - ``persistent``: a shared `recap.memory.PersistentMemory` (RECAP's token-level memory);
 - ``cost_model``: `recap.cost.CostModel` for ``budget="auto"``;
-- ``memory_scope``: e.g. the model id; without an explicit memory, RECAP and TR use the process-wide
-  memory of ``f"{memory_scope}:{method}"`` (hot across requests and drafter instances);
 - ``successors``: a shared `SuccessorMatrix` (TR's hot-started matrix); ``cold_start`` for TR;
 - ``max_ngram``, ``num_tokens`` for PLD.
 """
@@ -35,7 +33,6 @@ def _recap_factory(method: str) -> Callable[..., Drafter]:
         config: RecapConfig | None = None,
         persistent: PersistentMemory | None = None,
         cost_model: CostModel | None = None,
-        memory_scope: str | None = None,
         **_: Any,
     ) -> Drafter:
         return RecapDrafter(
@@ -43,7 +40,6 @@ def _recap_factory(method: str) -> Callable[..., Drafter]:
             persistent=persistent,
             cost_model=cost_model,
             name=method,
-            memory_scope=memory_scope,
         )
 
     return build
@@ -52,10 +48,9 @@ def _recap_factory(method: str) -> Callable[..., Drafter]:
 def _tr(
     successors: SuccessorMatrix | None = None,
     cold_start: bool = False,
-    memory_scope: str | None = None,
     **_: Any,
 ) -> Drafter:
-    return TokenRecyclingDrafter(successors=successors, cold_start=cold_start, memory_scope=memory_scope)
+    return TokenRecyclingDrafter(successors=successors, cold_start=cold_start)
 
 
 def _pld(max_ngram: int = 3, num_tokens: int = 10, **_: Any) -> Drafter:

@@ -32,7 +32,6 @@ from recap.memory import (
     concentration,
     fit_topk,
     recycling_keys,
-    shared_persistent_memory,
 )
 from recap.tree import ROOT, DraftTree, FusedCandidate
 
@@ -123,8 +122,7 @@ class RecapDrafter:
     """The RECAP drafter.
 
     Token-level memory: ``persistent`` if given (e.g. loaded from disk or shared by a studio
-    session), else the process-wide memory of ``memory_scope + ":" + name``
-    (`recap.memory.shared_persistent_memory`) when a scope is given, else the drafter's own, created
+    session, or `recap.runtime.Runtime`'s memory of this model and method), else the drafter's own, created
     at the first `begin` and kept across requests. ``cost_model`` drives ``budget="auto"``; without
     one, auto uses `AUTO_FALLBACK_BUDGET` nodes. ``pending`` is the number of uncached tokens a
     verification pass feeds besides the tree nodes (the root).
@@ -142,7 +140,6 @@ class RecapDrafter:
         cost_model: CostModel | None = None,
         name: str = "recap",
         pending: int = 1,
-        memory_scope: str | None = None,
     ) -> None:
         self.config = config or RecapConfig()
         if persistent is not None and persistent.k != self.config.k:
@@ -152,7 +149,6 @@ class RecapDrafter:
         self.persistent = persistent
         self.cost_model = cost_model
         self.pending = pending
-        self.memory_scope = memory_scope
         self.ctx2 = ContextMemory(2)
         self.ctx3 = ContextMemory(3)
         self._index = NgramIndex(2, self.config.suffix_max_len)
@@ -163,11 +159,7 @@ class RecapDrafter:
 
     # ------------------------------------------------------------------------------------- protocol
     def begin(self, request: RequestInfo) -> None:
-        if self.persistent is None and self.memory_scope is not None:
-            # One memory per scope and method: methods must not learn from each other's trees.
-            scope = f"{self.memory_scope}:{self.name}"
-            self.persistent = shared_persistent_memory(scope, request.vocab_size, self.config.k)
-        elif self.persistent is None:
+        if self.persistent is None:
             self.persistent = PersistentMemory(request.vocab_size, self.config.k)
         elif self.persistent.vocab_size < request.vocab_size:
             raise ValueError(

@@ -110,29 +110,11 @@ class SuccessorMatrix:
             self.ids.fill(0)
 
 
-_SHARED: dict[str, SuccessorMatrix] = {}
-_SHARED_LOCK = threading.Lock()
-
-
-def shared_successor_matrix(scope_key: str, vocab_size: int, k: int = 8) -> SuccessorMatrix:
-    """The process-wide `SuccessorMatrix` of ``scope_key``, created on first use (TR's hot start)."""
-    with _SHARED_LOCK:
-        matrix = _SHARED.get(scope_key)
-        if matrix is None:
-            matrix = _SHARED[scope_key] = SuccessorMatrix(vocab_size, k)
-        elif (matrix.vocab_size, matrix.k) != (vocab_size, k):
-            raise ValueError(
-                f"scope {scope_key!r} holds a matrix with vocab {matrix.vocab_size}, k {matrix.k}; "
-                f"asked for vocab {vocab_size}, k {k}"
-            )
-        return matrix
-
-
 class TokenRecyclingDrafter:
     """TR: hot-started successor matrix + static template tree. Sources: ``template``.
 
-    The matrix: ``successors`` if given, else the process-wide one of ``memory_scope + ":" + name``
-    when a scope is given, else the drafter's own (created at the first `begin`, kept across requests).
+    The matrix: ``successors`` if given (`recap.runtime.Runtime` shares one per model), else the
+    drafter's own (created at the first `begin`, kept across requests).
     """
 
     def __init__(
@@ -142,10 +124,8 @@ class TokenRecyclingDrafter:
         template: Sequence[tuple[int, int]] = TR_TEMPLATE,
         k: int = 8,
         name: str = "tr",
-        memory_scope: str | None = None,
     ) -> None:
         self.name = name
-        self.memory_scope = memory_scope
         self.record_k = successors.k if successors is not None else k
         self.successors = successors
         self.cold_start = cold_start
@@ -153,10 +133,7 @@ class TokenRecyclingDrafter:
         self._excluded = np.zeros(0, dtype=np.int64)
 
     def begin(self, request: RequestInfo) -> None:
-        if self.successors is None and self.memory_scope is not None:
-            scope = f"{self.memory_scope}:{self.name}"
-            self.successors = shared_successor_matrix(scope, request.vocab_size, self.record_k)
-        elif self.successors is None:
+        if self.successors is None:
             self.successors = SuccessorMatrix(request.vocab_size, self.record_k)
         elif self.successors.vocab_size < request.vocab_size:
             raise ValueError(

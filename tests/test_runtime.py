@@ -1,0 +1,43 @@
+"""Runtime: one shared memory per model and method, budgets, and the memory file."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import tiny
+
+from recap.runtime import Runtime, parse_budget
+
+
+def test_drafters_share_memories_per_method():
+    runtime = Runtime(tiny("llava"))
+    first, again, ablation = (runtime.drafter(m, budget=8) for m in ("recap", "recap", "recap-uniform"))
+    assert first.persistent is again.persistent is runtime.persistent_memory(8, "recap")  # hot across requests
+    assert ablation.persistent is not first.persistent  # methods never learn from each other's trees
+    assert runtime.drafter("tr").successors is runtime.drafter("tr").successors
+
+
+def test_budget_overrides_the_config():
+    runtime = Runtime(tiny("llava"))
+    assert runtime.drafter("recap", budget=5).config.budget == 5
+    assert runtime.drafter("recap").config.budget == "auto"
+
+
+@pytest.mark.parametrize(("value", "expected"), [("auto", "auto"), (" AUTO ", "auto"), ("16", 16), (0, 0)])
+def test_parse_budget(value, expected):
+    assert parse_budget(value) == expected
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "1000", None])
+def test_parse_budget_rejects(value):
+    with pytest.raises(ValueError, match="budget"):
+        parse_budget(value)
+
+
+def test_memory_file_round_trip_through_runtime(tmp_path):
+    runtime = Runtime(tiny("llava"))
+    memory = runtime.persistent_memory()
+    memory.write_many([5], [[6, 7, 0, 0, 0, 0, 0, 0]], [[0.9, 0.1, 0, 0, 0, 0, 0, 0]])
+    path = tmp_path / "p1.safetensors"
+    runtime.save_persistent_memory(path)
+    loaded = Runtime(tiny("llava")).load_persistent_memory(path)
+    assert loaded.lookup(5).ids[:2] == [6, 7]
