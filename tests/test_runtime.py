@@ -11,8 +11,9 @@ from recap.runtime import Runtime, parse_budget
 def test_drafters_share_memories_per_method():
     runtime = Runtime(tiny("llava"))
     first, again, ablation = (runtime.drafter(m, budget=8) for m in ("recap", "recap", "recap-uniform"))
-    assert first.persistent is again.persistent is runtime.persistent_memory(8, "recap")  # hot across requests
-    assert ablation.persistent is not first.persistent  # methods never learn from each other's trees
+    # the same memory for every request of a method, none shared between methods
+    assert first.persistent is again.persistent is runtime.persistent_memory(8, "recap")
+    assert ablation.persistent is not first.persistent
     assert runtime.drafter("tr").successors is runtime.drafter("tr").successors
 
 
