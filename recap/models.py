@@ -422,6 +422,3 @@ def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
-
-def is_local_model(name_or_path: str) -> bool:
-    return Path(name_or_path).is_dir()

@@ -37,8 +37,6 @@ from recap.tree import ROOT, DraftTree, FusedCandidate
 
 logger = logging.getLogger(__name__)
 
-#: Memory names, most specific first, as they appear in node sources and contributions.
-MEMORY_SOURCES = ("ctx3", "ctx2", "persistent")
 #: How many fused candidates at the root a tree carries for display.
 ROOT_CANDIDATES = 10
 
