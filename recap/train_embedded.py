@@ -76,6 +76,8 @@ class TrainConfig:
     min_lr_ratio: float = 0.05
     weight_decay: float = 0.01
     aux_weight: float = 0.5
+    attn_weight: float = 0.0
+    attn_layers: tuple[int, ...] = (1, 2)
     seed: int = 0
     threads: int = 1
     bf16: bool = True
@@ -226,7 +228,8 @@ def pixel_values(images: list) -> torch.Tensor:
 
 
 def patch_targets(scene: scenes.Scene, min_pixels: int = 6) -> dict[str, np.ndarray]:
-    """Per-patch class ids (row-major, 64 patches): the dominant shape's attributes, 0 for background."""
+    """Per-patch class ids (row-major, 64 patches): the dominant shape's attributes, 0 for background;
+    ``shape`` is the dominant shape's index + 1."""
     index = scenes.shape_index_map(scene)
     p = PATCH_SIZE
     g = scenes.IMAGE_SIZE // p
@@ -238,8 +241,16 @@ def patch_targets(scene: scenes.Scene, min_pixels: int = 6) -> dict[str, np.ndar
     size_ids = [0] + [scenes.SIZES.index(s.size) + 1 for s in scene.shapes]
     cell_ids = [0] + [s.cell + 1 for s in scene.shapes]
     return {
-        name: np.asarray(ids)[dominant]
-        for name, ids in (("colour", colour_ids), ("kind", kind_ids), ("size", size_ids), ("cell", cell_ids))
+        "shape": dominant,
+        **{
+            name: np.asarray(ids)[dominant]
+            for name, ids in (
+                ("colour", colour_ids),
+                ("kind", kind_ids),
+                ("size", size_ids),
+                ("cell", cell_ids),
+            )
+        },
     }
 
 
@@ -256,18 +267,27 @@ class SequenceBuilder:
             self.cache[text] = self.tok.encode(text, add_special_tokens=False)
         return self.cache[text]
 
-    def build(self, turns: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
-        """ids, labels (-100 outside answers) for ``<s>USER: <image>\\nQ\\nASSISTANT: A</s>\\n...``."""
+    def build(self, turns: list[tuple[str, str]]) -> tuple[list[int], list[int], list[int]]:
+        """ids, labels (-100 outside answers) for ``<s>USER: <image>\\nQ\\nASSISTANT: A</s>\\n...``, and
+        for each position the index of the turn whose answer token it predicts (-1 where none)."""
         ids = [self.bos] + self.encode("USER: ") + [self.image] * NUM_IMAGE_TOKENS
         labels = [-100] * len(ids)
+        turn_of = [-1] * len(ids)
         for i, (question, answer) in enumerate(turns):
             prompt = ("\n" if i == 0 else "USER: ") + question + "\nASSISTANT:"
             # After the first turn a "\n" follows the previous eos (tokenized apart: eos is special).
             prompt_ids = (self.encode("\n") if i > 0 else []) + self.encode(prompt)
             answer_ids = [*self.encode(" " + answer), self.eos]
+            # Position t predicts token t + 1: the last prompt token and all answer tokens but eos.
+            turn_of += [-1] * (len(prompt_ids) - 1) + [i] * len(answer_ids) + [-1]
             ids += prompt_ids + answer_ids
             labels += [-100] * len(prompt_ids) + answer_ids
-        return ids, labels
+        return ids, labels, turn_of
+
+    @property
+    def image_offset(self) -> int:
+        """Index of the first image token in every built sequence."""
+        return 1 + len(self.encode("USER: "))
 
 
 def training_scene_seed(rng: np.random.Generator) -> int:
@@ -276,33 +296,49 @@ def training_scene_seed(rng: np.random.Generator) -> int:
 
 
 def sample_batch(rng: np.random.Generator, builder: SequenceBuilder, batch: int) -> dict[str, torch.Tensor]:
-    """A batch of packed sequences about ``batch`` fresh training scenes, with patch targets."""
+    """A batch of packed sequences about ``batch`` fresh training scenes, with patch targets.
+
+    ``attn_target[n, t, p]`` is True where position ``t`` predicts an answer token of a colour or position
+    question and image patch ``p`` shows the asked shape (what a binding head should attend to)."""
     qtypes, weights = list(QTYPE_WEIGHTS), np.array(list(QTYPE_WEIGHTS.values()))
-    images, seqs, targets = [], [], []
+    images, seqs, targets, asked = [], [], [], []
     for _ in range(batch):
         scene_rng = np.random.default_rng(training_scene_seed(rng))
         scene = scenes.sample_scene(scene_rng)
         n_turns = int(scene_rng.integers(1, MAX_TURNS + 1))
         picked = scene_rng.choice(len(qtypes), size=n_turns, replace=False, p=weights)
         turns = [scenes.make_question(scene, qtypes[k], scene_rng) for k in picked]
+        kinds = [s.kind for s in scene.shapes]
+        # Per turn: index + 1 of the shape asked about (colour/position), 0 for describe/count.
+        asked.append(
+            [
+                kinds.index(scenes.question_target(q)) + 1 if qtypes[k] in ("colour", "position") else 0
+                for k, (q, _a) in zip(picked, turns, strict=True)
+            ]
+        )
         images.append(scenes.render_scene(scene))
         seqs.append(builder.build(turns))
         targets.append(patch_targets(scene))
-    length = max(len(ids) for ids, _ in seqs)
+    length = max(len(ids) for ids, _, _ in seqs)
     input_ids = torch.zeros(batch, length, dtype=torch.long)
     labels = torch.full((batch, length), -100, dtype=torch.long)
     mask = torch.zeros(batch, length, dtype=torch.long)
-    for i, (ids, lab) in enumerate(seqs):  # right padding: training needs no left alignment
+    attn_target = torch.zeros(batch, length, NUM_IMAGE_TOKENS, dtype=torch.bool)
+    for i, (ids, lab, turn_of) in enumerate(seqs):  # right padding: training needs no left alignment
         input_ids[i, : len(ids)] = torch.tensor(ids)
         labels[i, : len(lab)] = torch.tensor(lab)
         mask[i, : len(ids)] = 1
-    aux = {k: torch.from_numpy(np.stack([t[k] for t in targets])).long() for k in targets[0]}
+        for t, turn in enumerate(turn_of):
+            if turn >= 0 and asked[i][turn] > 0:
+                attn_target[i, t] = torch.from_numpy(targets[i]["shape"] == asked[i][turn])
+    aux = {k: torch.from_numpy(np.stack([t[k] for t in targets])).long() for k in targets[0] if k != "shape"}
     return {
         "input_ids": input_ids,
         "labels": labels,
         "attention_mask": mask,
         "pixel_values": pixel_values(images),
         "aux": aux,
+        "attn_target": attn_target,
     }
 
 
@@ -318,25 +354,50 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train_step(model, head: PatchHead, batch: dict, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """Forward one batch; returns (answer-token LM loss, auxiliary patch loss)."""
+def attention_loss(
+    attentions: tuple[torch.Tensor, ...], layers: tuple[int, ...], target: torch.Tensor, offset: int
+):
+    """Binding loss: ``-log`` of the attention mass head 0 of each of ``layers`` puts on the asked shape's
+    patches, averaged over the positions that have a target (``target``: (N, L, 64) bool)."""
+    rows = target.any(-1)
+    if not rows.any():
+        return attentions[0].new_zeros(()).float()
+    tgt = target[rows].float()
+    losses = []
+    for layer in layers:
+        weights = attentions[layer][:, 0, :, offset : offset + NUM_IMAGE_TOKENS].float()  # (N, L, 64)
+        mass = (weights[rows] * tgt).sum(-1)
+        losses.append(-torch.log(mass + 1e-6).mean())
+    return sum(losses) / len(losses)
+
+
+def train_step(model, head: PatchHead, batch: dict, cfg: TrainConfig, image_offset: int):
+    """Forward one batch; returns (answer-token LM loss, auxiliary patch loss, attention binding loss)."""
     captured: list[torch.Tensor] = []
     # The projector output is exactly what the language model receives as image tokens: (N, 64, D).
     hook = model.model.multi_modal_projector.register_forward_hook(lambda _m, _i, out: captured.append(out))
+    supervise_attention = cfg.attn_weight > 0
     try:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
             out = model(
                 input_ids=batch["input_ids"],
                 pixel_values=batch["pixel_values"],
                 attention_mask=batch["attention_mask"],
+                output_attentions=supervise_attention,
             )
             logits = out.logits[:, :-1].float()
             labels = batch["labels"][:, 1:].flatten()
             lm_loss = F.cross_entropy(logits.flatten(0, 1), labels, ignore_index=-100)
             aux_loss = head.loss(captured[0], batch["aux"])
+            if supervise_attention:
+                attn_loss = attention_loss(
+                    out.attentions, cfg.attn_layers, batch["attn_target"], image_offset
+                )
+            else:
+                attn_loss = lm_loss.new_zeros(())
     finally:
         hook.remove()
-    return lm_loss, aux_loss
+    return lm_loss, aux_loss, attn_loss
 
 
 def train(out_dir: Path, cfg: TrainConfig) -> None:
@@ -356,6 +417,8 @@ def train(out_dir: Path, cfg: TrainConfig) -> None:
         lr=cfg.lr,
         betas=(0.9, 0.95),
     )
+    if cfg.attn_weight > 0:
+        model.set_attn_implementation("eager")  # attention weights are only returned by eager attention
     rng = np.random.default_rng(cfg.seed)
     builder = SequenceBuilder(tokenizer)
     model.train()
@@ -363,16 +426,22 @@ def train(out_dir: Path, cfg: TrainConfig) -> None:
     for step in bar:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
-        lm_loss, aux_loss = train_step(model, head, sample_batch(rng, builder, cfg.batch), cfg)
+        batch = sample_batch(rng, builder, cfg.batch)
+        lm_loss, aux_loss, attn_loss = train_step(model, head, batch, cfg, builder.image_offset)
         optimizer.zero_grad(set_to_none=True)
-        (lm_loss + cfg.aux_weight * aux_loss).backward()
+        (lm_loss + cfg.aux_weight * aux_loss + cfg.attn_weight * attn_loss).backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
-        bar.set_postfix(lm=f"{lm_loss.item():.3f}", aux=f"{aux_loss.item():.3f}", refresh=False)
+        losses = {"lm": lm_loss.item(), "aux": aux_loss.item(), "attn": attn_loss.item()}
+        bar.set_postfix({k: f"{v:.3f}" for k, v in losses.items()}, refresh=False)
         if step % 100 == 0 or step == cfg.steps - 1:
             logger.info(
-                "step %d lm %.4f aux %.4f lr %.2e", step, lm_loss.item(), aux_loss.item(), lr_at(step, cfg)
+                "step %d %s lr %.2e",
+                step,
+                " ".join(f"{k} {v:.4f}" for k, v in losses.items()),
+                lr_at(step, cfg),
             )
+    model.set_attn_implementation("sdpa")
     save(model.eval(), processor, out_dir)
 
 
@@ -501,6 +570,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=TrainConfig.batch)
     parser.add_argument("--lr", type=float, default=TrainConfig.lr)
     parser.add_argument("--threads", type=int, default=TrainConfig.threads)
+    parser.add_argument(
+        "--attn-weight",
+        type=float,
+        default=TrainConfig.attn_weight,
+        help="weight of the binding loss on head 0 of layers 1-2 (0 = off)",
+    )
     parser.add_argument("--n-per-type", type=int, default=50)
     parser.add_argument("--examples", type=Path, help="write example scenes and prompts.json here")
     args = parser.parse_args(argv)
@@ -511,7 +586,12 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(write_examples(args.examples), indent=2))
     if args.out:
         cfg = TrainConfig(
-            steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed, threads=args.threads
+            steps=args.steps,
+            batch=args.batch,
+            lr=args.lr,
+            seed=args.seed,
+            threads=args.threads,
+            attn_weight=args.attn_weight,
         )
         t0 = time.perf_counter()
         train(args.out, cfg)

@@ -1,0 +1,143 @@
+"""The training pipeline of the embedded model: packed sequences, patch and binding targets, the losses,
+and a few real training steps that save a folder plain transformers loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from recap import scenes
+from recap import train_embedded as te
+
+MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-scenes-llava"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(MODEL_DIR)
+
+
+@pytest.fixture(scope="module")
+def processor():
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(MODEL_DIR)
+
+
+def test_first_turn_is_exactly_the_inference_prompt(processor):
+    builder = te.SequenceBuilder(processor.tokenizer)
+    question, answer = "What colour is the star?", "The star is red."
+    ids, labels, _ = builder.build([(question, answer)])
+    image = scenes.render_scene(scenes.scene_from_seed(3))
+    prompt = processor(images=image, text=te.prompt_text(processor, question), return_tensors="pt")
+    prompt_ids = prompt["input_ids"][0].tolist()
+    assert ids[: len(prompt_ids)] == prompt_ids
+    assert processor.tokenizer.decode(ids[len(prompt_ids) :]) == " " + answer + te.EOS
+    assert all(lab == -100 for lab in labels[: len(prompt_ids)])
+    assert labels[len(prompt_ids) :] == ids[len(prompt_ids) :]
+    assert (
+        ids[builder.image_offset : builder.image_offset + te.NUM_IMAGE_TOKENS]
+        == [processor.tokenizer.convert_tokens_to_ids(te.IMAGE)] * te.NUM_IMAGE_TOKENS
+    )
+    assert ids[builder.image_offset - 1] != ids[builder.image_offset]
+
+
+def test_turn_of_marks_exactly_the_positions_that_predict_answer_tokens(tokenizer):
+    builder = te.SequenceBuilder(tokenizer)
+    rng = np.random.default_rng(0)
+    scene = scenes.scene_from_seed(11)
+    turns = [scenes.make_question(scene, q, rng) for q in ("colour", "count", "position")]
+    ids, labels, turn_of = builder.build(turns)
+    assert len(ids) == len(labels) == len(turn_of)
+    predicts_answer = [t for t in range(len(ids) - 1) if labels[t + 1] != -100]
+    assert [t for t, turn in enumerate(turn_of) if turn >= 0] == predicts_answer
+    for i, (_q, answer) in enumerate(turns):  # each turn's positions predict that turn's answer and eos
+        targets = [ids[t + 1] for t, turn in enumerate(turn_of) if turn == i]
+        assert tokenizer.decode(targets) == " " + answer + te.EOS
+
+
+def test_patch_targets_follow_the_drawn_shapes():
+    scene = scenes.scene_from_seed(5)
+    targets = te.patch_targets(scene)
+    index = scenes.shape_index_map(scene)
+    assert set(targets) == {"shape", "colour", "kind", "size", "cell"}
+    for patch in range(te.NUM_IMAGE_TOKENS):
+        row, col = divmod(patch, scenes.IMAGE_SIZE // te.PATCH_SIZE)
+        block = index[row * 8 : row * 8 + 8, col * 8 : col * 8 + 8]
+        shape = targets["shape"][patch]
+        if shape == 0:
+            assert targets["colour"][patch] == 0
+            continue
+        assert (block == shape).sum() >= 6
+        s = scene.shapes[shape - 1]
+        assert targets["colour"][patch] == list(scenes.COLOURS).index(s.colour) + 1
+        assert targets["kind"][patch] == scenes.KINDS.index(s.kind) + 1
+        assert targets["cell"][patch] == s.cell + 1
+    assert set(np.unique(targets["shape"])) == set(range(scene.count + 1))
+
+
+def test_binding_targets_point_at_the_asked_shape(tokenizer):
+    builder = te.SequenceBuilder(tokenizer)
+    batch = te.sample_batch(np.random.default_rng(1), builder, 16)
+    n, length = batch["input_ids"].shape
+    assert batch["attn_target"].shape == (n, length, te.NUM_IMAGE_TOKENS)
+    rows = batch["attn_target"].any(-1)
+    assert rows.any()
+    labels = batch["labels"]
+    for i in range(n):
+        text = tokenizer.decode(batch["input_ids"][i][batch["attention_mask"][i].bool()])
+        for t in rows[i].nonzero().flatten().tolist():
+            assert labels[i, t + 1] != -100  # only positions that predict an answer token
+        # The supervised answers ask about one shape: its kind names the cells the target marks.
+        for t in rows[i].nonzero().flatten().tolist()[:1]:
+            patches = batch["attn_target"][i, t].nonzero().flatten()
+            kinds = batch["aux"]["kind"][i, patches].unique().tolist()
+            assert len(kinds) == 1 and kinds[0] > 0
+            assert scenes.KINDS[kinds[0] - 1] in text
+    # Describe and count answers are not supervised: every supervised answer names a colour or a place.
+    assert rows.sum() < (labels != -100).sum()
+
+
+def test_attention_loss_rewards_attending_to_the_target():
+    n, length, offset = 2, 80, 3
+    target = torch.zeros(n, length, te.NUM_IMAGE_TOKENS, dtype=torch.bool)
+    target[0, 70, [5, 6]] = True
+    target[1, 75, [40]] = True
+
+    def attentions(on_target: bool):
+        weights = torch.full((n, 4, length, length), 1.0 / length)
+        if on_target:
+            weights = torch.zeros(n, 4, length, length)
+            weights[..., 0] = 1.0  # rows without a target: anywhere
+            for b, t in target.any(-1).nonzero().tolist():
+                weights[b, 0, t, :] = 0.0
+                weights[b, 0, t, offset : offset + te.NUM_IMAGE_TOKENS] = target[b, t] / target[b, t].sum()
+        return tuple(weights for _ in range(4))
+
+    good = te.attention_loss(attentions(True), (1, 2), target, offset)
+    uniform = te.attention_loss(attentions(False), (1, 2), target, offset)
+    assert good.item() < 1e-4
+    expected = -(np.log(2 / length) + np.log(1 / length)) / 2
+    assert uniform.item() == pytest.approx(expected, rel=1e-4)
+    empty = te.attention_loss(attentions(False), (1,), torch.zeros_like(target), offset)
+    assert empty.item() == 0.0
+
+
+def test_a_few_training_steps_save_a_plain_llava(tmp_path):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    cfg = te.TrainConfig(steps=3, batch=4, warmup=1, attn_weight=1.0, threads=1)
+    te.train(tmp_path, cfg)
+    processor = AutoProcessor.from_pretrained(tmp_path)
+    model = AutoModelForImageTextToText.from_pretrained(tmp_path).eval()
+    assert type(model).__name__ == "LlavaForConditionalGeneration"
+    assert model.config.text_config._attn_implementation != "eager"
+    assert not any("head" in name and "lm_head" not in name for name, _ in model.named_parameters())
+    image = scenes.render_scene(scenes.scene_from_seed(1))
+    answers = te.generate_answers(processor, model, [image], ["Describe the image."], max_new_tokens=4)
+    assert len(answers) == 1
