@@ -542,6 +542,7 @@ def evaluate(model_dir: Path, n_per_type: int = 50, seed: int = 0) -> dict:
         "tokens_per_s_1_thread": tokens_per_second(processor, model, items[0]["image"]),
         "folder_mb": folder_size(model_dir) / 1e6,
         "n_per_type": n_per_type,
+        "heldout_seed": seed,
     }
 
 
@@ -571,12 +572,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=TrainConfig.lr)
     parser.add_argument("--threads", type=int, default=TrainConfig.threads)
     parser.add_argument(
+        "--aux-weight",
+        type=float,
+        default=TrainConfig.aux_weight,
+        help="weight of the per-patch colour/kind/size/cell loss",
+    )
+    parser.add_argument(
         "--attn-weight",
         type=float,
         default=TrainConfig.attn_weight,
         help="weight of the binding loss on head 0 of layers 1-2 (0 = off)",
     )
     parser.add_argument("--n-per-type", type=int, default=50)
+    parser.add_argument("--heldout-seed", type=int, default=0, help="which held-out set --eval uses")
     parser.add_argument("--examples", type=Path, help="write example scenes and prompts.json here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -591,13 +599,14 @@ def main(argv: list[str] | None = None) -> None:
             lr=args.lr,
             seed=args.seed,
             threads=args.threads,
+            aux_weight=args.aux_weight,
             attn_weight=args.attn_weight,
         )
         t0 = time.perf_counter()
         train(args.out, cfg)
         print(f"trained {cfg.steps} steps in {(time.perf_counter() - t0) / 60:.1f} min -> {args.out}")
     if args.eval:
-        print(json.dumps(evaluate(args.eval, args.n_per_type), indent=2))
+        print(json.dumps(evaluate(args.eval, args.n_per_type, args.heldout_seed), indent=2))
 
 
 if __name__ == "__main__":

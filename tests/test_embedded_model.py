@@ -19,10 +19,11 @@ MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-sc
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "assets" / "examples"
 
 # Measured on heldout_set(seed=0, n_per_type=100): real images vs each question asked about another scene.
-# Measured (real / shuffled): count 0.99 / 0.35, position 0.80 / 0.08, colour 0.62 / 0.20.
-MIN_REAL_ACCURACY = {"count": 0.90, "position": 0.70, "colour": 0.50}
+# Measured (real / shuffled): count 1.00 / 0.35, position 1.00 / 0.09, colour 1.00 / 0.22; the real-image
+# minimums are the issue's goals (95% count and position, 90% colour).
+MIN_REAL_ACCURACY = {"count": 0.95, "position": 0.95, "colour": 0.90}
 MAX_SHUFFLED_ACCURACY = {"count": 0.50, "position": 0.20, "colour": 0.35}
-MIN_GAP = 0.30  # real minus shuffled, per question type
+MIN_GAP = 0.50  # real minus shuffled, per question type
 
 
 # ---------------------------------------------------------------------------------------------- scenes
@@ -167,3 +168,13 @@ def test_reads_the_image(loaded, heldout_items):
         assert real[qtype] >= minimum, (qtype, real, shuffled)
         assert shuffled[qtype] <= MAX_SHUFFLED_ACCURACY[qtype], (qtype, real, shuffled)
         assert real[qtype] - shuffled[qtype] >= MIN_GAP, (qtype, real, shuffled)
+
+
+def test_describes_every_shape(loaded):
+    """All (colour, kind) pairs of a description right; measured 0.96 real / 0.02 shuffled (n=100)."""
+    processor, model = loaded
+    items = [it for it in scenes.heldout_set(seed=0, n_per_type=100) if it["qtype"] == "describe"]
+    real = accuracy_by_type(processor, model, items)["describe"]
+    shuffled = accuracy_by_type(processor, model, items, shuffle_images=True)["describe"]
+    assert real >= 0.85, (real, shuffled)
+    assert shuffled <= 0.10, (real, shuffled)
