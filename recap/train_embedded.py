@@ -63,6 +63,10 @@ CHAT_TEMPLATE = (
 # How often each question type is asked during training (colour is the hardest, so it is asked most).
 QTYPE_WEIGHTS = {"describe": 0.2, "colour": 0.35, "count": 0.15, "position": 0.3}
 MAX_TURNS = 3
+# Which answer tokens the binding loss supervises: "asked" = every token of a colour/position answer
+# attends to the asked shape; "mentions" = that, plus each shape phrase of describe/count answers
+# ("a small red circle in the top left", "a red circle") attends to the shape it names.
+ATTN_SCOPES = ("asked", "mentions")
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class TrainConfig:
     aux_weight: float = 0.5
     attn_weight: float = 0.0
     attn_layers: tuple[int, ...] = (1, 2)
+    attn_scope: str = "asked"  # see ATTN_SCOPES
     seed: int = 0
     threads: int = 1
     bf16: bool = True
@@ -267,22 +272,43 @@ class SequenceBuilder:
             self.cache[text] = self.tok.encode(text, add_special_tokens=False)
         return self.cache[text]
 
-    def build(self, turns: list[tuple[str, str]]) -> tuple[list[int], list[int], list[int]]:
+    def build(
+        self, turns: list[tuple[str, str]], spans: list[list[tuple[int, int, int]]] | None = None
+    ) -> tuple[list[int], list[int], list[int]]:
         """ids, labels (-100 outside answers) for ``<s>USER: <image>\\nQ\\nASSISTANT: A</s>\\n...``, and
-        for each position the index of the turn whose answer token it predicts (-1 where none)."""
+        ``focus``: per position, the shape id (index + 1) the binding loss wants it to attend to, else 0.
+
+        ``spans[i]`` lists ``(start, end, shape_id)`` character spans of answer ``i`` (the eos counts as
+        one character after the answer); a position gets ``shape_id`` when the token it predicts overlaps
+        the span."""
         ids = [self.bos] + self.encode("USER: ") + [self.image] * NUM_IMAGE_TOKENS
         labels = [-100] * len(ids)
-        turn_of = [-1] * len(ids)
+        focus = [0] * len(ids)
         for i, (question, answer) in enumerate(turns):
             prompt = ("\n" if i == 0 else "USER: ") + question + "\nASSISTANT:"
             # After the first turn a "\n" follows the previous eos (tokenized apart: eos is special).
             prompt_ids = (self.encode("\n") if i > 0 else []) + self.encode(prompt)
-            answer_ids = [*self.encode(" " + answer), self.eos]
-            # Position t predicts token t + 1: the last prompt token and all answer tokens but eos.
-            turn_of += [-1] * (len(prompt_ids) - 1) + [i] * len(answer_ids) + [-1]
+            answer_ids, offsets = self.encode_with_offsets(" " + answer)
+            answer_ids = [*answer_ids, self.eos]
+            offsets = [(a - 1, b - 1) for a, b in offsets] + [(len(answer), len(answer) + 1)]
+            # Position t predicts token t + 1: the last prompt token predicts the first answer token.
+            predicted = [0] * len(answer_ids)
+            for start, end, shape_id in spans[i] if spans else []:
+                for j, (a, b) in enumerate(offsets):
+                    if a < end and b > start:
+                        predicted[j] = shape_id
+            focus += [0] * (len(prompt_ids) - 1) + predicted + [0]
             ids += prompt_ids + answer_ids
             labels += [-100] * len(prompt_ids) + answer_ids
-        return ids, labels, turn_of
+        return ids, labels, focus
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of ``text`` and each token's character span."""
+        key = "\0offsets" + text
+        if key not in self.cache:
+            enc = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
+            self.cache[key] = (enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]])
+        return self.cache[key]
 
     @property
     def image_offset(self) -> int:
@@ -295,42 +321,60 @@ def training_scene_seed(rng: np.random.Generator) -> int:
     return int(rng.integers(scenes.HELDOUT_SEED_START))
 
 
-def sample_batch(rng: np.random.Generator, builder: SequenceBuilder, batch: int) -> dict[str, torch.Tensor]:
+def binding_spans(scene: scenes.Scene, qtype: str, question: str, answer: str, scope: str):
+    """Character spans ``(start, end, shape_id)`` of ``answer`` that the binding loss supervises."""
+    if scope not in ATTN_SCOPES:
+        raise ValueError(f"attn_scope must be one of {ATTN_SCOPES}, not {scope!r}")
+    kinds = [s.kind for s in scene.shapes]
+    if qtype in ("colour", "position"):  # the whole answer (and its eos) is about the asked shape
+        return [(0, len(answer) + 1, kinds.index(scenes.question_target(question)) + 1)]
+    if scope == "asked":
+        return []
+    spans = []
+    for shape_id, s in enumerate(scene.shapes, start=1):
+        if qtype == "describe":
+            phrase = f"a {s.size} {s.colour} {s.kind} in the {s.position}"
+        else:
+            phrase = f"a {s.colour} {s.kind}"
+        start = answer.find(phrase)
+        if start >= 0:
+            spans.append((start, start + len(phrase), shape_id))
+    return spans
+
+
+def sample_batch(
+    rng: np.random.Generator, builder: SequenceBuilder, batch: int, attn_scope: str = "asked"
+) -> dict[str, torch.Tensor]:
     """A batch of packed sequences about ``batch`` fresh training scenes, with patch targets.
 
-    ``attn_target[n, t, p]`` is True where position ``t`` predicts an answer token of a colour or position
-    question and image patch ``p`` shows the asked shape (what a binding head should attend to)."""
+    ``attn_target[n, t, p]`` is True where position ``t`` predicts an answer token about one shape
+    (see ``binding_spans``) and image patch ``p`` shows that shape (what a binding head should attend to)."""
     qtypes, weights = list(QTYPE_WEIGHTS), np.array(list(QTYPE_WEIGHTS.values()))
-    images, seqs, targets, asked = [], [], [], []
+    images, seqs, targets = [], [], []
     for _ in range(batch):
         scene_rng = np.random.default_rng(training_scene_seed(rng))
         scene = scenes.sample_scene(scene_rng)
         n_turns = int(scene_rng.integers(1, MAX_TURNS + 1))
         picked = scene_rng.choice(len(qtypes), size=n_turns, replace=False, p=weights)
         turns = [scenes.make_question(scene, qtypes[k], scene_rng) for k in picked]
-        kinds = [s.kind for s in scene.shapes]
-        # Per turn: index + 1 of the shape asked about (colour/position), 0 for describe/count.
-        asked.append(
-            [
-                kinds.index(scenes.question_target(q)) + 1 if qtypes[k] in ("colour", "position") else 0
-                for k, (q, _a) in zip(picked, turns, strict=True)
-            ]
-        )
+        spans = [
+            binding_spans(scene, qtypes[k], q, a, attn_scope) for k, (q, a) in zip(picked, turns, strict=True)
+        ]
         images.append(scenes.render_scene(scene))
-        seqs.append(builder.build(turns))
+        seqs.append(builder.build(turns, spans))
         targets.append(patch_targets(scene))
     length = max(len(ids) for ids, _, _ in seqs)
     input_ids = torch.zeros(batch, length, dtype=torch.long)
     labels = torch.full((batch, length), -100, dtype=torch.long)
     mask = torch.zeros(batch, length, dtype=torch.long)
     attn_target = torch.zeros(batch, length, NUM_IMAGE_TOKENS, dtype=torch.bool)
-    for i, (ids, lab, turn_of) in enumerate(seqs):  # right padding: training needs no left alignment
+    for i, (ids, lab, focus) in enumerate(seqs):  # right padding: training needs no left alignment
         input_ids[i, : len(ids)] = torch.tensor(ids)
         labels[i, : len(lab)] = torch.tensor(lab)
         mask[i, : len(ids)] = 1
-        for t, turn in enumerate(turn_of):
-            if turn >= 0 and asked[i][turn] > 0:
-                attn_target[i, t] = torch.from_numpy(targets[i]["shape"] == asked[i][turn])
+        for t, shape_id in enumerate(focus):
+            if shape_id:
+                attn_target[i, t] = torch.from_numpy(targets[i]["shape"] == shape_id)
     aux = {k: torch.from_numpy(np.stack([t[k] for t in targets])).long() for k in targets[0] if k != "shape"}
     return {
         "input_ids": input_ids,
@@ -426,7 +470,7 @@ def train(out_dir: Path, cfg: TrainConfig) -> None:
     for step in bar:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
-        batch = sample_batch(rng, builder, cfg.batch)
+        batch = sample_batch(rng, builder, cfg.batch, cfg.attn_scope)
         lm_loss, aux_loss, attn_loss = train_step(model, head, batch, cfg, builder.image_offset)
         optimizer.zero_grad(set_to_none=True)
         (lm_loss + cfg.aux_weight * aux_loss + cfg.attn_weight * attn_loss).backward()
@@ -583,6 +627,12 @@ def main(argv: list[str] | None = None) -> None:
         default=TrainConfig.attn_weight,
         help="weight of the binding loss on head 0 of layers 1-2 (0 = off)",
     )
+    parser.add_argument(
+        "--attn-scope",
+        choices=ATTN_SCOPES,
+        default=TrainConfig.attn_scope,
+        help="answer tokens the binding loss supervises",
+    )
     parser.add_argument("--n-per-type", type=int, default=50)
     parser.add_argument("--heldout-seed", type=int, default=0, help="which held-out set --eval uses")
     parser.add_argument("--examples", type=Path, help="write example scenes and prompts.json here")
@@ -601,6 +651,7 @@ def main(argv: list[str] | None = None) -> None:
             threads=args.threads,
             aux_weight=args.aux_weight,
             attn_weight=args.attn_weight,
+            attn_scope=args.attn_scope,
         )
         t0 = time.perf_counter()
         train(args.out, cfg)

@@ -47,18 +47,45 @@ def test_first_turn_is_exactly_the_inference_prompt(processor):
     assert ids[builder.image_offset - 1] != ids[builder.image_offset]
 
 
-def test_turn_of_marks_exactly_the_positions_that_predict_answer_tokens(tokenizer):
+def test_focus_marks_the_positions_that_predict_answer_tokens_about_a_shape(tokenizer):
     builder = te.SequenceBuilder(tokenizer)
     rng = np.random.default_rng(0)
-    scene = scenes.scene_from_seed(11)
-    turns = [scenes.make_question(scene, q, rng) for q in ("colour", "count", "position")]
-    ids, labels, turn_of = builder.build(turns)
-    assert len(ids) == len(labels) == len(turn_of)
+    scene = scenes.scene_from_seed(2)
+    assert scene.count == 3
+    qtypes = ("colour", "count", "position", "describe")
+    turns = [scenes.make_question(scene, q, rng) for q in qtypes]
+    spans = [te.binding_spans(scene, q, question, a, "mentions") for q, (question, a) in zip(qtypes, turns)]
+    ids, labels, focus = builder.build(turns, spans)
+    assert len(ids) == len(labels) == len(focus)
     predicts_answer = [t for t in range(len(ids) - 1) if labels[t + 1] != -100]
-    assert [t for t, turn in enumerate(turn_of) if turn >= 0] == predicts_answer
-    for i, (_q, answer) in enumerate(turns):  # each turn's positions predict that turn's answer and eos
-        targets = [ids[t + 1] for t, turn in enumerate(turn_of) if turn == i]
-        assert tokenizer.decode(targets) == " " + answer + te.EOS
+    assert set(t for t, f in enumerate(focus) if f) <= set(predicts_answer)
+    # Split the answer-predicting positions by turn: each turn's run ends with the one predicting eos.
+    runs, run = [], []
+    for t in predicts_answer:
+        run.append(t)
+        if ids[t + 1] == tokenizer.eos_token_id:
+            runs.append(run)
+            run = []
+    assert len(runs) == len(turns)
+    kinds = [s.kind for s in scene.shapes]
+    for qtype, (question, answer), positions in zip(qtypes, turns, runs):
+        assert tokenizer.decode([ids[t + 1] for t in positions]) == " " + answer + te.EOS
+        if qtype in ("colour", "position"):  # every token, eos included, is about the asked shape
+            asked = kinds.index(scenes.question_target(question)) + 1
+            assert [focus[t] for t in positions] == [asked] * len(positions)
+        else:  # each shape phrase is about its shape, the rest about none
+            for shape_id, shape in enumerate(scene.shapes, start=1):
+                words = tokenizer.decode([ids[t + 1] for t in positions if focus[t] == shape_id])
+                assert shape.colour in words and shape.kind in words
+                if qtype == "describe":
+                    assert shape.position in words
+            assert focus[positions[0]] == 0 and focus[positions[-1]] == 0
+    asked_only = [te.binding_spans(scene, q, question, a, "asked") for q, (question, a) in zip(qtypes, turns)]
+    assert asked_only[1] == asked_only[3] == []
+    assert builder.build(turns, asked_only)[:2] == (ids, labels)
+    assert not any(builder.build(turns)[2])
+    with pytest.raises(ValueError, match="attn_scope"):
+        te.binding_spans(scene, "count", *turns[1], "everything")
 
 
 def test_patch_targets_follow_the_drawn_shapes():
