@@ -37,7 +37,7 @@ def random_tree(rng: np.random.Generator, vocab: int, size: int, max_children: i
 def full_forward_last_logits(target, prompt: str, images, continuation: Sequence[int]) -> torch.Tensor:
     """Logits after ``prompt + continuation`` by one ordinary forward without any cache or tree."""
     inputs = target.prepare(images, prompt)
-    extra = torch.tensor([list(continuation)], dtype=torch.long)
+    extra = torch.tensor([list(continuation)], dtype=torch.long, device=inputs["input_ids"].device)
     inputs["input_ids"] = torch.cat([inputs["input_ids"], extra], dim=1)
     for key in ("attention_mask", "mm_token_type_ids"):
         if key in inputs:
@@ -46,11 +46,9 @@ def full_forward_last_logits(target, prompt: str, images, continuation: Sequence
         return target.model(**inputs).logits[0, -1].float()
 
 
-@pytest.mark.parametrize("arch", ARCHITECTURES)
-@pytest.mark.parametrize("prompt", list(PROMPTS))
-def test_tree_logits_match_sequential_decoding(arch, prompt):
-    target = tiny(arch)
-    prompt, images = PROMPTS[prompt], images_for(target)
+def check_tree_logits(target, prompt: str, images, atol: float = 1e-4) -> None:
+    """Every node of three random trees (with commits of random paths in between) has the logits of a
+    plain full forward over its path; so does the root (the last pending token)."""
     rng = np.random.default_rng(len(prompt))
     inputs = target.prepare(images, prompt)
     state, logits = target.prefill(inputs, [inputs["input_ids"].shape[1] - 1])
@@ -60,18 +58,25 @@ def test_tree_logits_match_sequential_decoding(arch, prompt):
     # next round runs after a gather + crop of the cache.
     for size in (9, 16, 5):
         tree = random_tree(rng, target.vocab_size, size)
-        tree_logits = target.forward_tree(state, pending, tree)
+        tree_logits = target.forward_tree(state, pending, tree).float()
         for node in range(len(tree)):
             expected = full_forward_last_logits(target, prompt, images, committed + tree.path(node))
-            assert torch.allclose(tree_logits[len(pending) + node], expected, atol=1e-4), (arch, node)
+            assert torch.allclose(tree_logits[len(pending) + node], expected, atol=atol), (target.name, node)
         root = full_forward_last_logits(target, prompt, images, committed)
-        assert torch.allclose(tree_logits[len(pending) - 1], root, atol=1e-4)
+        assert torch.allclose(tree_logits[len(pending) - 1], root, atol=atol)
         leaf = int(rng.integers(0, len(tree)))
         accepted = tree.path_nodes(leaf)
         target.commit(state, len(tree), accepted)
         bonus = int(rng.integers(0, target.vocab_size))
         committed += [*tree.path(leaf), bonus]
         pending = [bonus]
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("prompt", list(PROMPTS))
+def test_tree_logits_match_sequential_decoding(arch, prompt):
+    target = tiny(arch)
+    check_tree_logits(target, PROMPTS[prompt], images_for(target))
 
 
 class OracleDrafter:

@@ -1,7 +1,8 @@
 """GPU twins of the CPU invariants (skipped without CUDA): the same code on a CUDA device.
 
-CPU twins: `test_engine.py::test_tree_logits_match_sequential_decoding` and
-`test_lossless.py::test_every_drafter_is_lossless` run the same checks on the CPU.
+CPU twins: `test_engine.py::test_tree_logits_match_sequential_decoding`,
+`test_lossless.py::test_every_drafter_is_lossless` and the embedded-model lossless tests run the same
+checks on the CPU. Run them with ``python -m pytest -m gpu`` on a machine with CUDA.
 """
 
 from __future__ import annotations
@@ -9,10 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import images_for, reference_greedy
-from tiny_models import VISION_ARCHITECTURES, build
+from test_engine import PROMPTS, check_tree_logits
+from tiny_models import ARCHITECTURES, VISION_ARCHITECTURES, build
 
 from recap.decode import generate
-from recap.runtime import Runtime
+from recap.drafters import METHODS
+from recap.models import TargetModel
+from recap.runtime import EMBEDDED_MODEL, Runtime
 
 pytestmark = [
     pytest.mark.gpu,
@@ -46,3 +50,27 @@ def test_bf16_match_rate_is_high(arch):
     tokens = generate(target, Runtime(target).drafter("recap"), "the cat is", images, 48).tokens
     first_difference = next((i for i, (a, b) in enumerate(zip(tokens, truth)) if a != b), len(truth))
     assert first_difference >= 8
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_tree_logits_match_sequential_decoding_on_cuda(arch):
+    target = on_cuda(arch, torch.float32)
+    check_tree_logits(target, PROMPTS["long"], images_for(target), atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def embedded_on_cuda():
+    return TargetModel.load(str(EMBEDDED_MODEL), device="cuda", dtype="float32")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_embedded_model_is_lossless_on_cuda(embedded_on_cuda, method):
+    from recap import scenes
+
+    target = embedded_on_cuda
+    runtime = Runtime(target)
+    for seed in range(3):  # a few requests in a row: memories carry over between them
+        item = scenes.heldout_set(seed=seed, n_per_type=1)[seed]
+        truth = reference_greedy(target, item["prompt"], [item["image"]], 48)
+        result = generate(target, runtime.drafter(method), item["prompt"], [item["image"]], 48)
+        assert result.tokens == truth, (method, seed)
