@@ -19,7 +19,7 @@ MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-sc
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "assets" / "examples"
 
 # Measured on heldout_set(seed=0, n_per_type=100): real images vs each question asked about another scene.
-# Measured (real / shuffled): count 1.00 / 0.35, position 1.00 / 0.09, colour 1.00 / 0.22; the real-image
+# Measured (real / shuffled): count 1.00 / 0.35, position 1.00 / 0.11, colour 1.00 / 0.26; the real-image
 # minimums are the issue's goals (95% count and position, 90% colour).
 MIN_REAL_ACCURACY = {"count": 0.95, "position": 0.95, "colour": 0.90}
 MAX_SHUFFLED_ACCURACY = {"count": 0.50, "position": 0.20, "colour": 0.35}
@@ -171,10 +171,10 @@ def test_reads_the_image(loaded, heldout_items):
 
 
 def test_describes_every_shape(loaded):
-    """All (colour, kind) pairs of a description right; measured 0.96 real / 0.02 shuffled (n=100)."""
+    """All (colour, kind) pairs of a description right; measured 1.00 real / 0.02 shuffled (n=100)."""
     processor, model = loaded
     items = [it for it in scenes.heldout_set(seed=0, n_per_type=100) if it["qtype"] == "describe"]
     real = accuracy_by_type(processor, model, items)["describe"]
     shuffled = accuracy_by_type(processor, model, items, shuffle_images=True)["describe"]
-    assert real >= 0.85, (real, shuffled)
+    assert real >= 0.90, (real, shuffled)
     assert shuffled <= 0.10, (real, shuffled)
