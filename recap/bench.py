@@ -239,10 +239,23 @@ def run_benchmark(
         "budget": budget if budget is not None else config.budget,
         "cold": cold,
         "recap_config": asdict(config),
+        **_cost_curve(runtime),
         **environment(target),
         **(settings or {}),
     }
     return BenchmarkResult(run_settings, results, notes)
+
+
+def _cost_curve(runtime: Runtime) -> dict[str, Any]:
+    """The tree-cost curve the cost-aware budget used (ms per T, measured and fitted), if one was measured."""
+    cost = runtime.measured_cost()
+    if cost is None:
+        return {}
+
+    def as_ms(points):
+        return [[t, round(s * 1e3, 3)] for t, s in points]
+
+    return {"cost_curve_ms": {"measured": as_ms(cost.points), "fitted": as_ms(cost.fitted)}}
 
 
 def _run_one(target: Any, drafter: Any, sample: Sample, max_new_tokens: int, method: str) -> SampleRun:

@@ -1,8 +1,12 @@
 """Forward-pass cost model and the cost-aware tree budget.
 
 The engine measures the target's forward time for a few input sizes at load time (e.g. T = 1, 4, 8,
-16, 32, 64 tokens) and builds a `CostModel`; ``c(T)`` interpolates them linearly, is clamped below the
-first point and extrapolated with the last segment's (non-negative) slope beyond the last one.
+16, 32, 64 tokens) and builds a `CostModel`. A pass over more tokens never really costs less, so the
+measured seconds are first made non-decreasing by isotonic regression (pooling adjacent violators:
+a noisy spike is averaged with its neighbours instead of reading as a wall; on a GPU, where a pass of
+64 tokens costs about what one token does, timing noise is as large as the trend). ``c(T)`` then
+interpolates the fitted points linearly, is clamped below the first point and extrapolated with the
+last segment's slope beyond the last one.
 
 **Budget rule.** A tree node with path score ``s`` adds about ``s`` expected accepted tokens; every
 pass also commits one bonus token. With ``T`` nodes and ``pending`` uncached input tokens (the root,
@@ -40,14 +44,19 @@ class CostModel:
             raise ValueError(f"CostModel points must have distinct token counts, got {sizes}")
         if any(t < 1 for t in sizes) or any(not (s > 0 and np.isfinite(s)) for _, s in pairs):
             raise ValueError(f"CostModel points need tokens >= 1 and finite seconds > 0, got {pairs}")
-        self.points: tuple[tuple[int, float], ...] = tuple(pairs)
+        self.points: tuple[tuple[int, float], ...] = tuple(pairs)  # as measured
         self._sizes = np.array(sizes, dtype=np.float64)
-        self._seconds = np.array([s for _, s in pairs], dtype=np.float64)
+        self._seconds = isotonic([s for _, s in pairs])
         if len(pairs) >= 2:
             slope = (self._seconds[-1] - self._seconds[-2]) / (self._sizes[-1] - self._sizes[-2])
             self._tail_slope = max(float(slope), 0.0)
         else:
             self._tail_slope = 0.0
+
+    @property
+    def fitted(self) -> tuple[tuple[int, float], ...]:
+        """The points ``c(T)`` interpolates: the measured ones made non-decreasing."""
+        return tuple((int(t), float(s)) for t, s in zip(self._sizes, self._seconds, strict=True))
 
     def cost(self, tokens: float) -> float:
         """Interpolated seconds for a forward over ``tokens`` input tokens."""
@@ -57,6 +66,17 @@ class CostModel:
 
     def __repr__(self) -> str:
         return f"CostModel({list(self.points)!r})"
+
+
+def isotonic(values: Sequence[float]) -> np.ndarray:
+    """The non-decreasing sequence closest to ``values`` in least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, count] of pooled runs
+    for value in values:
+        blocks.append([float(value), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, n1), (m2, n2) = blocks[-2], blocks.pop()
+            blocks[-1] = [(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2]
+    return np.concatenate([np.full(int(n), m) for m, n in blocks]) if blocks else np.zeros(0)
 
 
 #: Candidates in a row that may fail to raise the best tokens-per-second ratio before search stops.

@@ -59,8 +59,14 @@ class Runtime:
         """The measured tree-cost curve c(T) of this model on this device (measured once)."""
         with self._lock:
             if self._cost is None:
-                self._cost = CostModel(self.target.measure_tree_cost())
+                # GPU passes take milliseconds and jitter by about as much as T changes them: more repeats.
+                repeats = 10 if self.target.device.type == "cuda" else 3
+                self._cost = CostModel(self.target.measure_tree_cost(repeats=repeats))
             return self._cost
+
+    def measured_cost(self) -> CostModel | None:
+        """The tree-cost curve if a cost-aware drafter has measured it already (never measures)."""
+        return self._cost
 
     def persistent_memory(self, k: int = 8, method: str = DEFAULT_METHOD) -> PersistentMemory:
         """The persistent token memory this runtime's ``method`` drafters share (one per method, so

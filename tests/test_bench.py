@@ -69,6 +69,10 @@ def test_results_json_has_every_field(bench_dir):
     ar = data["methods"]["ar"]
     assert (ar["mat"], ar["mat_no_bonus"], ar["speedup"], ar["accept_sensitive"]) == (1.0, 0.0, 1.0, 0.0)
     assert len(data["samples"]) == 3 and data["samples"][0]["images"] == 1
+    # recap's auto budget measured the tree-cost curve: it is recorded, as measured and as fitted
+    curve = data["settings"]["cost_curve_ms"]
+    assert [t for t, _ in curve["measured"]] == [t for t, _ in curve["fitted"]] == [1, 4, 8, 16, 32, 64]
+    assert all(a[1] <= b[1] for a, b in zip(curve["fitted"], curve["fitted"][1:], strict=False))
 
 
 def test_markdown_and_charts_are_written(bench_dir):

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recap.config import ABLATIONS, AUTO_FALLBACK_BUDGET, RecapConfig, apply_ablation
-from recap.cost import CostModel, auto_budget
+from recap.cost import CostModel, auto_budget, isotonic
 from recap.drafters import DEFAULT_METHOD, METHODS, make_drafter
 from recap.drafters.base import Drafter, Observation, RequestInfo
 from recap.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter, find_continuation
@@ -470,6 +470,42 @@ def test_drafter_budget_follows_cost_model(points, size):
     )
     seeded(drafter, {t: {t + 1: 0.95, t + 2: 0.04} for t in range(VOCAB - 3)})
     assert len(drafter.propose([0, 1])) == size
+
+
+@pytest.mark.parametrize(
+    ("values", "fitted"),
+    [
+        ([1.0, 1.2, 1.0, 1.3], [1.0, 1.1, 1.1, 1.3]),  # a spike is pooled with its right neighbour
+        ([3.0, 2.0, 1.0], [2.0, 2.0, 2.0]),
+        ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]),  # already non-decreasing: unchanged
+        ([], []),
+    ],
+)
+def test_isotonic(values, fitted):
+    assert isotonic(values) == pytest.approx(fitted)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0.001, 10.0), min_size=1, max_size=12))
+def test_isotonic_is_non_decreasing_and_keeps_the_total(values):
+    fitted = isotonic(values)
+    assert np.all(np.diff(fitted) >= -1e-12)
+    assert fitted.sum() == pytest.approx(sum(values))
+
+
+def test_timing_noise_does_not_stop_a_flat_curve():
+    # GPU-like: every pass costs about the same, one measurement is a noisy spike.
+    points = [(1, 1.0), (8, 1.0), (16, 1.3), (32, 1.0), (64, 1.0)]
+    scores = [0.5, 0.3, 0.2] + [0.05] * 40
+    model = CostModel(points)
+    assert model.points == tuple(points) and model.fitted[2][1] == pytest.approx(1.1)
+    assert auto_budget(model, scores, cap=40) == 40
+
+    class Unsmoothed:  # what the budget rule saw before the isotonic fit
+        def cost(self, tokens):
+            return float(np.interp(tokens, *zip(*points)))
+
+    assert auto_budget(Unsmoothed(), scores, cap=40) < 10
 
 
 @pytest.mark.parametrize(
