@@ -226,9 +226,7 @@ def run_benchmark(
     bar.close()
 
     has_split = any(n["sensitive_positions"] is not None for n in notes)
-    results = {
-        m: aggregate(m, runs[m], runs["ar"], splits[m] if has_split else None) for m in methods
-    }
+    results = {m: aggregate(m, runs[m], runs["ar"], splits[m] if has_split else None) for m in methods}
     run_settings = {
         "model": target.name,
         "family": target.family,
@@ -262,8 +260,9 @@ def _run_one(target: Any, drafter: Any, sample: Sample, max_new_tokens: int, met
     start = time.perf_counter()
     result = generate(target, drafter, sample.prompt, sample.images, max_new_tokens, method=method)
     run = SampleRun.from_steps(sample.id, result.steps, time.perf_counter() - start)
-    log.info("%s %s: %d tokens, %d passes, %.2f s", sample.id, method, len(run.tokens), run.passes,
-             run.seconds)
+    log.info(
+        "%s %s: %d tokens, %d passes, %.2f s", sample.id, method, len(run.tokens), run.passes, run.seconds
+    )
     return run
 
 
@@ -423,8 +422,10 @@ def markdown_table(result: BenchmarkResult) -> str:
     sources += "| method | " + " | ".join(RECAP_SOURCES) + " |\n|---|" + "---|" * len(RECAP_SOURCES) + "\n"
     for r in recap:
         total = sum(r.source_acceptance.values()) or 1
-        cells = [f"{r.source_acceptance.get(s, 0)} ({100 * r.source_acceptance.get(s, 0) / total:.0f}%)"
-                 for s in RECAP_SOURCES]
+        cells = [
+            f"{r.source_acceptance.get(s, 0)} ({100 * r.source_acceptance.get(s, 0) / total:.0f}%)"
+            for s in RECAP_SOURCES
+        ]
         sources += f"| {r.method} | " + " | ".join(cells) + " |\n"
     return header + rows + sources
 
@@ -475,16 +476,24 @@ def charts(result: BenchmarkResult) -> dict[str, Any]:
     sens = go.Figure()
     sens.add_bar(x=names, y=[r.accept_sensitive for r in rows], name="image-sensitive positions")
     sens.add_bar(x=names, y=[r.accept_insensitive for r in rows], name="insensitive positions")
-    sens.update_layout(barmode="group", title="Share of tokens drafted and accepted",
-                       yaxis={"tickformat": ".0%"})
+    sens.update_layout(
+        barmode="group", title="Share of tokens drafted and accepted", yaxis={"tickformat": ".0%"}
+    )
 
     hist = go.Figure()
     for r in rows:
         total = sum(r.accepted_length_histogram) or 1
-        hist.add_bar(x=list(range(len(r.accepted_length_histogram))),
-                     y=[n / total for n in r.accepted_length_histogram], name=r.method)
-    hist.update_layout(barmode="group", title="Accepted drafted tokens per decoding pass",
-                       xaxis_title="accepted length", yaxis={"title": "share of passes", "tickformat": ".0%"})
+        hist.add_bar(
+            x=list(range(len(r.accepted_length_histogram))),
+            y=[n / total for n in r.accepted_length_histogram],
+            name=r.method,
+        )
+    hist.update_layout(
+        barmode="group",
+        title="Accepted drafted tokens per decoding pass",
+        xaxis_title="accepted length",
+        yaxis={"title": "share of passes", "tickformat": ".0%"},
+    )
     return {"speedup_mat": speed, "sensitivity": sens, "accept_hist": hist}
 
 
@@ -516,8 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry; returns the exit code (2 for bad arguments or inputs)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         return _bench(args, "python -m recap.bench " + shlex.join(argv))
     except ValueError as error:
@@ -541,11 +551,22 @@ def _bench(args: argparse.Namespace, command: str) -> int:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     samples = load_dataset(args.dataset, args.limit)
-    runtime = Runtime.load(args.model, device=args.device, dtype=args.dtype,
-                           attn_implementation=args.attn, gguf_file=args.gguf_file)
+    runtime = Runtime.load(
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        attn_implementation=args.attn,
+        gguf_file=args.gguf_file,
+    )
     result = run_benchmark(
-        runtime, samples, methods, max_new_tokens=args.max_new_tokens, warmup=args.warmup, budget=budget,
-        cold=args.cold, progress=not args.no_progress,
+        runtime,
+        samples,
+        methods,
+        max_new_tokens=args.max_new_tokens,
+        warmup=args.warmup,
+        budget=budget,
+        cold=args.cold,
+        progress=not args.no_progress,
         settings={"dataset": args.dataset, "limit": args.limit, "command": command},
     )
     write_outputs(result, args.out)

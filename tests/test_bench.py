@@ -22,12 +22,30 @@ from recap.datasets import Sample, load_dataset
 from recap.runtime import Runtime
 
 METHOD_FIELDS = {
-    "mat", "mat_no_bonus", "speedup", "tokens_per_s", "draft_ms_per_step", "match_rate",
-    "accept_sensitive", "accept_insensitive", "accepted_length_histogram", "source_acceptance",
-    "passes", "tokens", "seconds",
+    "mat",
+    "mat_no_bonus",
+    "speedup",
+    "tokens_per_s",
+    "draft_ms_per_step",
+    "match_rate",
+    "accept_sensitive",
+    "accept_insensitive",
+    "accepted_length_histogram",
+    "source_acceptance",
+    "passes",
+    "tokens",
+    "seconds",
 }
 SETTINGS_FIELDS = {
-    "model", "dtype", "device", "torch", "transformers", "python", "date", "command", "samples",
+    "model",
+    "dtype",
+    "device",
+    "torch",
+    "transformers",
+    "python",
+    "date",
+    "command",
+    "samples",
 }
 PROMPT = "describe the image. what colour is the square?"
 
@@ -48,8 +66,13 @@ def bench_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench")
     samples = load_dataset(str(write_image_set(tmp)))
     result = run_benchmark(
-        Runtime(tiny("llava")), samples, "pld,tr,recap", max_new_tokens=12,
-        warmup=1, progress=False, settings={"command": "test", "dataset": "set.jsonl"},
+        Runtime(tiny("llava")),
+        samples,
+        "pld,tr,recap",
+        max_new_tokens=12,
+        warmup=1,
+        progress=False,
+        settings={"command": "test", "dataset": "set.jsonl"},
     )
     write_outputs(result, tmp / "out")
     return tmp / "out"
@@ -182,9 +205,23 @@ def test_cli_end_to_end_on_a_saved_tiny_model(tmp_path, capsys):
     target.model.save_pretrained(tmp_path / "model")
     target.processor.save_pretrained(tmp_path / "model")
     dataset = write_image_set(tmp_path, n=2)
-    args = ["--model", str(tmp_path / "model"), "--dataset", str(dataset), "--methods", "recap",
-            "--max-new-tokens", "6", "--warmup", "0", "--threads", "1", "--no-progress",
-            "--out", str(tmp_path / "out")]
+    args = [
+        "--model",
+        str(tmp_path / "model"),
+        "--dataset",
+        str(dataset),
+        "--methods",
+        "recap",
+        "--max-new-tokens",
+        "6",
+        "--warmup",
+        "0",
+        "--threads",
+        "1",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(args) == 0
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     assert data["settings"]["command"].startswith("python -m recap.bench --model ")

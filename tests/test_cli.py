@@ -36,8 +36,19 @@ def run(capsys, *args):
 
 def test_generate_prints_answer_and_summary_and_writes_trace(capsys, model_dir, image_file, tmp_path):
     trace_file = tmp_path / "run.json"
-    code, out, err = run(capsys, "--model", model_dir, "--image", image_file, "--prompt", "the cat is",
-                         "--max-new-tokens", 12, "--json", trace_file)
+    code, out, err = run(
+        capsys,
+        "--model",
+        model_dir,
+        "--image",
+        image_file,
+        "--prompt",
+        "the cat is",
+        "--max-new-tokens",
+        12,
+        "--json",
+        trace_file,
+    )
     assert code == 0
     assert "target passes" in err and "accepted tokens/pass" in err and "tokens/s" in err
     trace = RunTrace.load(trace_file)
@@ -48,8 +59,18 @@ def test_generate_prints_answer_and_summary_and_writes_trace(capsys, model_dir, 
 
 def test_memory_file_is_saved_and_reused(capsys, model_dir, image_file, tmp_path):
     memory = tmp_path / "memory.safetensors"
-    args = ("--model", model_dir, "--image", image_file, "--prompt", "the cat is", "--max-new-tokens", 10,
-            "--memory", memory)
+    args = (
+        "--model",
+        model_dir,
+        "--image",
+        image_file,
+        "--prompt",
+        "the cat is",
+        "--max-new-tokens",
+        10,
+        "--memory",
+        memory,
+    )
     assert run(capsys, *args)[0] == 0 and memory.exists()
     assert run(capsys, *args)[0] == 0
 
@@ -58,8 +79,21 @@ def test_corrupt_memory_file_warns_and_is_left_untouched(capsys, caplog, model_d
     memory = tmp_path / "memory.safetensors"
     memory.write_bytes(b"not a safetensors file")
     with caplog.at_level(logging.WARNING):
-        code, _, _ = run(capsys, "--model", model_dir, "--image", image_file, "--prompt", "hi",
-                         "--max-new-tokens", 4, "--method", "tr", "--memory", memory)
+        code, _, _ = run(
+            capsys,
+            "--model",
+            model_dir,
+            "--image",
+            image_file,
+            "--prompt",
+            "hi",
+            "--max-new-tokens",
+            4,
+            "--method",
+            "tr",
+            "--memory",
+            memory,
+        )
     assert code == 0
     assert memory.read_bytes() == b"not a safetensors file"
     assert any("memory" in r.getMessage().lower() for r in caplog.records)

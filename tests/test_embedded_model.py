@@ -53,11 +53,14 @@ def test_reference_answer_states_the_fact(qtype):
         assert scenes.answer_is_correct(qtype, scene, answer), answer  # asked kind read from the answer
 
 
-@pytest.mark.parametrize(("qtype", "wrong"), [
-    ("count", "There are five shapes in the image."),        # no scene has five shapes
-    ("colour", "The circle is orange."),                     # not a colour of the palette
-    ("position", "It is somewhere on a white background."),  # states no position
-])
+@pytest.mark.parametrize(
+    ("qtype", "wrong"),
+    [
+        ("count", "There are five shapes in the image."),  # no scene has five shapes
+        ("colour", "The circle is orange."),  # not a colour of the palette
+        ("position", "It is somewhere on a white background."),  # states no position
+    ],
+)
 def test_wrong_or_missing_fact_is_rejected(qtype, wrong):
     scene = scenes.Scene((scenes.Shape("circle", "red", "large", 4),))
     assert not scenes.answer_is_correct(qtype, scene, wrong, "Where is the circle?")
@@ -77,8 +80,9 @@ def test_heldout_set_is_deterministic_and_disjoint_from_training_seeds():
     items = scenes.heldout_set(seed=0, n_per_type=5)
     again = scenes.heldout_set(seed=0, n_per_type=5)
     assert [it["qtype"] for it in items] == [q for q in scenes.QUESTION_TYPES for _ in range(5)]
-    assert [(it["prompt"], it["answer"], it["scene"]) for it in items] == \
-        [(it["prompt"], it["answer"], it["scene"]) for it in again]
+    assert [(it["prompt"], it["answer"], it["scene"]) for it in items] == [
+        (it["prompt"], it["answer"], it["scene"]) for it in again
+    ]
     assert set(items[0]) >= {"image", "prompt", "answer", "qtype", "scene"}
     heldout = set(scenes.heldout_seeds(0, 10_000)) | set(scenes.heldout_seeds(3, 10_000))
     assert min(heldout) >= scenes.HELDOUT_SEED_START
@@ -138,10 +142,11 @@ def test_special_tokens_and_chat_template(loaded):
 def test_generate_answers_single_turn_and_stops_with_eos(loaded):
     processor, model = loaded
     item = scenes.heldout_set(seed=1, n_per_type=1)[0]
-    inputs = processor(images=item["image"], text=prompt_text(processor, "Describe the image."),
-                       return_tensors="pt")
+    inputs = processor(
+        images=item["image"], text=prompt_text(processor, "Describe the image."), return_tensors="pt"
+    )
     out = model.generate(**inputs, max_new_tokens=60, do_sample=False)
-    new = out[0, inputs["input_ids"].shape[1]:].tolist()
+    new = out[0, inputs["input_ids"].shape[1] :].tolist()
     assert new[-1] == processor.tokenizer.eos_token_id
     text = processor.decode(new, skip_special_tokens=True)
     assert text.startswith(" The image shows") and "white background" in text and text.endswith("."), text

@@ -41,9 +41,10 @@ def main() -> None:
         # Both paths start from (images, prompt): chat template + processor are timed in each.
         inputs = target.prepare(images, args.prompt)
         with torch.inference_mode():
-            out = target.model.generate(**inputs, max_new_tokens=args.tokens, do_sample=False,
-                                        eos_token_id=eos, pad_token_id=eos[0])
-        return out[0, inputs["input_ids"].shape[1]:].tolist()
+            out = target.model.generate(
+                **inputs, max_new_tokens=args.tokens, do_sample=False, eos_token_id=eos, pad_token_id=eos[0]
+            )
+        return out[0, inputs["input_ids"].shape[1] :].tolist()
 
     def ours() -> list[int]:
         return generate(target, AutoregressiveDrafter(), args.prompt, images, args.tokens).tokens
@@ -59,8 +60,10 @@ def main() -> None:
         print(f"{name:22s} {count} tokens  median {best * 1000:.1f} ms  {count / best:.1f} tokens/s")
     points = target.measure_tree_cost(sizes=(1, 4, 16, 64), context=256, repeats=args.repeats)
     base = points[0][1]
-    print("tree pass cost, T tokens over a 256-token cache (relative to T=1):",
-          ", ".join(f"T={t}: {s / base:.2f}x ({s * 1000:.2f} ms)" for t, s in points))
+    print(
+        "tree pass cost, T tokens over a 256-token cache (relative to T=1):",
+        ", ".join(f"T={t}: {s / base:.2f}x ({s * 1000:.2f} ms)" for t, s in points),
+    )
 
 
 if __name__ == "__main__":

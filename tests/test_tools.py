@@ -1,0 +1,34 @@
+"""The measurement tools run end to end on a CPU (their GPU runs use the same code)."""
+
+from __future__ import annotations
+
+import json
+
+from tools import tree_cost
+
+
+def test_tree_cost_measures_a_curve_and_writes_json(tmp_path):
+    out = tmp_path / "cost.json"
+    args = ["--preset", "tiny", "--device", "cpu", "--dtype", "float32", "--context", "16", "32"]
+    result = tree_cost.main([*args, "--sizes", "1", "4", "8", "--repeats", "1", "--out", str(out)])
+    assert json.loads(out.read_text()) == result
+    assert result["preset"] == "tiny" and result["parameters"] > 0 and result["device"] == "cpu"
+    for context in ("16", "32"):
+        curve = result["curves"][context]
+        assert [p["T"] for p in curve] == [1, 4, 8]
+        assert curve[0]["relative"] == 1.0 and all(p["ms"] > 0 for p in curve)
+
+
+def test_tree_cost_presets_have_the_published_backbone_sizes():
+    from transformers import AutoConfig
+
+    # Parameter counts of the text backbones (embeddings included), from their dimensions alone.
+    expected = {"qwen2.5-vl-7b-lm": 7.6e9, "llava-1.6-7b-lm": 6.7e9}
+    for name, params in expected.items():
+        spec = dict(tree_cost.PRESETS[name])
+        config = AutoConfig.for_model(spec.pop("model_type"), **spec)
+        h, i, n, v = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
+        kv = h * config.num_key_value_heads // config.num_attention_heads
+        per_layer = 2 * h * h + 2 * h * kv + 3 * h * i
+        total = n * per_layer + 2 * v * h  # untied input and output embeddings
+        assert abs(total - params) / params < 0.02, (name, total)
