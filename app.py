@@ -833,6 +833,13 @@ _ABOUT = """
 - **Compare**: the same input through every method; outputs are identical to greedy decoding (fp32).
 - **Image sensitivity**: tokens whose greedy prediction changes when the image is replaced.
 - **Replay**: upload a downloaded run (below the answer) to inspect it without a model.
+
+### The embedded model
+`tiny-scenes-llava` (the CPU default) is a 2.4M-parameter LLaVA trained by this project on synthetic
+64x64 scenes of 1-3 coloured shapes. On held-out scenes it answers "Describe the image.", "What colour
+is the X?", "How many shapes are there?" and "Where is the X?" correctly (99-100%), so its answers
+really depend on the image. It knows nothing else: a photo or another question gets a scene-style
+answer. The paper's models (on a GPU) answer anything.
 """
 
 
