@@ -265,6 +265,7 @@ class SequenceBuilder:
     def __init__(self, tokenizer):
         self.tok = tokenizer
         self.cache: dict[str, list[int]] = {}
+        self.offsets_cache: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
         self.bos, self.eos, self.image = (tokenizer.convert_tokens_to_ids(t) for t in (BOS, EOS, IMAGE))
 
     def encode(self, text: str) -> list[int]:
@@ -304,11 +305,10 @@ class SequenceBuilder:
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Token ids of ``text`` and each token's character span."""
-        key = "\0offsets" + text
-        if key not in self.cache:
+        if text not in self.offsets_cache:
             enc = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
-            self.cache[key] = (enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]])
-        return self.cache[key]
+            self.offsets_cache[text] = (enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]])
+        return self.offsets_cache[text]
 
     @property
     def image_offset(self) -> int:
