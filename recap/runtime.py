@@ -22,7 +22,7 @@ from recap.models import TargetModel
 
 log = logging.getLogger(__name__)
 
-#: The embedded default model (trained by ``python -m recap.train_embedded``; ships in assets/).
+#: The embedded default model (trained by ``python -m tools.train_embedded``; ships in assets/).
 EMBEDDED_MODEL = Path(__file__).resolve().parent.parent / "assets" / "models" / "tiny-scenes-llava"
 
 __all__ = ["DEFAULT_METHOD", "EMBEDDED_MODEL", "Runtime", "parse_budget"]

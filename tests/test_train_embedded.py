@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from recap import scenes
-from recap import train_embedded as te
+from tools import train_embedded as te
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-scenes-llava"
 

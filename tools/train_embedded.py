@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m recap.train_embedded --out assets/models/tiny-scenes-llava --steps 1800 --seed 0
-    python -m recap.train_embedded --eval assets/models/tiny-scenes-llava --n-per-type 50
+    python -m tools.train_embedded --out assets/models/tiny-scenes-llava --steps 1800 --seed 0
+    python -m tools.train_embedded --eval assets/models/tiny-scenes-llava --n-per-type 50
 
 The shipped folder is a plain ``LlavaForConditionalGeneration`` (CLIP vision tower + Llama text model)
 with a byte-level BPE tokenizer, a ``LlavaProcessor`` and a generation config; it loads offline with
