@@ -16,7 +16,10 @@ def test_tree_cost_measures_a_curve_and_writes_json(tmp_path):
     for context in ("16", "32"):
         curve = result["curves"][context]
         assert [p["T"] for p in curve] == [1, 4, 8]
-        assert curve[0]["relative"] == 1.0 and all(p["ms"] > 0 for p in curve)
+        assert all(p["ms"] > 0 for p in curve)
+        # "relative" is each pass's time over the one-token pass's, as the tool's docstring promises.
+        for point in curve:
+            assert abs(point["relative"] - point["ms"] / curve[0]["ms"]) <= 0.01 * point["relative"] + 1e-3
 
 
 def test_tree_cost_presets_have_the_published_backbone_sizes():
