@@ -1083,7 +1083,9 @@ def _wire_replay(ui: dict, replay_file, run_state) -> None:
         }
 
     names = ("answer", "stats", "passes", "step", "tree", "fused", "step_table", "status", "image", "prompt")
-    replay_file.upload(replay, [replay_file], [*(ui[n] for n in names), run_state], api_name="replay")
+    replay_file.upload(
+        replay, [replay_file], [*(ui[n] for n in names), run_state], api_name="replay", show_progress="hidden"
+    )
 
 
 _ABOUT = """
