@@ -1091,7 +1091,7 @@ def _wire_replay(ui: dict, replay_file, run_state) -> None:
 _ABOUT = """
 ### What you are looking at
 - **Answer**: each token is coloured by what proposed it: `ctx3`/`ctx2` (this request's contextual
-  memories, keyed by the last 3/2 tokens), `persistent` (the 1-token memory shared across requests),
+  memories, keyed by the last 3/2 tokens), `persistent` (the 1-token memory kept across your requests),
   `suffix` (a continuation copied from an earlier occurrence), Token Recycling's `template`, prompt
   lookup's `lookup`, or `target`: the bonus token the model produced itself in a pass.
 - **Inspect a step**: the candidate tree the drafter proposed (x = depth; colour = main source, outline =

@@ -30,7 +30,9 @@ def recorded() -> dict:
 @pytest.mark.parametrize("method", ["recap", "tr", "pld", "ar"])
 def test_real_runs_round_trip(method):
     target = tiny("llava")
-    result = generate(target, Runtime(target).drafter(method), "the cat is", [noise_image(1)], 16, method=method)
+    result = generate(
+        target, Runtime(target).drafter(method), "the cat is", [noise_image(1)], 16, method=method
+    )
     text = result.trace({"method": method}).to_json()
     loaded = RunTrace.from_json(text)
     assert loaded.tokens == result.tokens and loaded.to_json() == text
