@@ -410,8 +410,9 @@ class TraceExports:
     """Trace files written for the Download button: one unguessable folder per session under ``root``.
 
     A trace holds the visitor's prompt, so it is written only when Download is clicked (`write`), and
-    its folder goes when the session ends (`remove`, called by ``demo.unload``) or, for sessions that
-    never end cleanly (API clients), at the first export after `TRACE_MAX_AGE_S` (`prune`).
+    its folder goes when the session ends (`remove`, called by ``demo.unload`` when the tab closes), or
+    `TRACE_MAX_AGE_S` after the session's last download (a ``gr.State`` expiring calls `remove_session`;
+    `prune` at each export does the same for any session the state missed).
     """
 
     def __init__(self, root: Path, max_age_s: float = TRACE_MAX_AGE_S) -> None:
@@ -438,6 +439,11 @@ class TraceExports:
             folder = self._folders.pop(session, (None, 0.0))[0]
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
+
+    def remove_session(self, session: object) -> None:
+        """`remove`, as a ``gr.State`` delete callback (its value: a session id, or None)."""
+        if isinstance(session, str):
+            self.remove(session)
 
     def prune(self) -> None:
         """Delete the exports of sessions whose last export is older than ``max_age_s``."""
@@ -905,13 +911,18 @@ _DOWNLOAD_JS = """
 
 
 def _wire_download(ui: dict, run_state, exports: TraceExports) -> None:
+    # Holds the session's id after a download; gradio deletes it TRACE_MAX_AGE_S after the last one
+    # and calls back, so the exports of a session that never closes a tab (an API client) go too.
+    owner = gr.State(None, time_to_live=TRACE_MAX_AGE_S, delete_callback=exports.remove_session)
+
     def download(state, request: gr.Request):
         """Write the last run's trace for this session (it is removed when the session ends)."""
         if not isinstance(state, dict) or not state["trace"].steps:
             raise refusal("Run a generation (or replay one) first.")
-        return str(exports.write(request.session_hash or "no-session", state["trace"]))
+        session = request.session_hash or "no-session"
+        return str(exports.write(session, state["trace"])), session
 
-    ui["download"].click(download, [run_state], [ui["download_file"]], api_name="download").then(
+    ui["download"].click(download, [run_state], [ui["download_file"], owner], api_name="download").then(
         None, [ui["download_file"]], None, js=_DOWNLOAD_JS
     )
 

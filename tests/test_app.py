@@ -424,6 +424,33 @@ def test_trace_is_written_on_download_only_and_removed_with_the_session(served):
     visitor.close()
 
 
+def test_an_api_clients_trace_goes_after_the_age_limit(monkeypatch, tmp_path):
+    # an API client never closes a tab: its export goes when gradio expires the session's state
+    from gradio_client import Client
+
+    import app
+
+    monkeypatch.setattr(app, "TRACE_MAX_AGE_S", 1)
+    demo = app.build_demo(runtime_factory=_factory, models=[TINY])
+    port = _free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        image = tmp_path / "noise.png"
+        noise_image(0).save(image)
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        client.predict(*_args(image, method="ar", max_new=4), api_name="/run")
+        client.predict(api_name="/download")
+        folder = demo.trace_exports.folder(client.session_hash)
+        assert folder is not None and folder.exists()
+        deadline = time.monotonic() + 20
+        while folder.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not folder.exists() and demo.trace_exports.folder(client.session_hash) is None
+        client.close()
+    finally:
+        demo.close()
+
+
 def test_trace_exports_are_per_session_and_pruned_by_age(tmp_path):
     import app
     from recap.trace import RunTrace
