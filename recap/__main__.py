@@ -1,7 +1,9 @@
 """Command line: ``python -m recap generate --image scene.png --prompt "Describe the image."``.
 
 Prints the answer and a one-line summary; ``--json OUT`` writes the run's step records (a trace the
-studio can replay). Errors in the input are reported in one line with exit code 2.
+studio can replay). Errors in the input are reported in one line with exit code 2, before anything
+runs; an output file that cannot be written (``--json``, ``--memory``) is reported the same way after
+the answer is printed. A ``--memory`` file that does not load is never overwritten.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import sys
 from pathlib import Path
 
 from recap.inputs import check_max_new_tokens, check_prompt, load_image
+
+log = logging.getLogger("recap.cli")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
         "--memory",
         default=None,
         metavar="FILE",
-        help="persistent token memory: loaded from FILE if it exists, saved back after the run",
+        help="persistent token memory: loaded from FILE if it exists, saved back after a recap run "
+        "(a file that does not load is left untouched)",
     )
     gen.add_argument("--json", default=None, metavar="OUT", help="write the run's step records to this file")
     gen.add_argument("-v", "--verbose", action="store_true")
@@ -60,7 +65,7 @@ def _generate(args: argparse.Namespace) -> int:
     prompt = check_prompt(args.prompt)
     check_max_new_tokens(args.max_new_tokens)
     budget = parse_budget(args.budget)
-    images = [load_image(path) for path in args.image]
+    images = [_image(path) for path in args.image]
     runtime = Runtime.load(
         args.model,
         device=args.device,
@@ -68,14 +73,23 @@ def _generate(args: argparse.Namespace) -> int:
         attn_implementation=args.attn,
         gguf_file=args.gguf_file,
     )
-    if args.memory and Path(args.memory).exists():
-        runtime.load_persistent_memory(args.memory, method=args.method)
+    problems: list[str] = []  # reported after the answer, with exit code 2
+    memory_file = Path(args.memory) if args.memory else None
+    save_memory = memory_file is not None and args.method.startswith("recap")
+    if memory_file is not None and memory_file.exists() and not memory_file.is_file():
+        problems.append(f"--memory {memory_file} is a folder, not a file: nothing was loaded or saved")
+        save_memory = False
+    elif memory_file is not None and memory_file.exists():
+        try:
+            runtime.load_persistent_memory(memory_file, method=args.method, strict=True)
+        except (ValueError, OSError) as error:
+            log.warning("%s; the file is left as it is and will not be overwritten", error)
+            save_memory = False
     drafter = runtime.drafter(args.method, budget=budget)
     result = generate(runtime.target, drafter, prompt, images, args.max_new_tokens, method=args.method)
-    if args.memory and args.method.startswith("recap"):
-        runtime.save_persistent_memory(args.memory, method=args.method)
     summary = result.summary
-    print(result.text)
+    # The answer first: a file that cannot be written below must not lose it.
+    print(result.text, flush=True)
     print(
         f"[{args.method}] {summary.passes} target passes, {summary.tokens} tokens, "
         f"{summary.mat:.2f} accepted tokens/pass, {summary.tokens_per_s:.1f} tokens/s",
@@ -90,8 +104,32 @@ def _generate(args: argparse.Namespace) -> int:
             "budget": args.budget,
             "dtype": str(runtime.target.dtype),
         }
-        result.trace(settings).save(args.json)
-    return 0
+        try:
+            result.trace(settings).save(args.json)
+        except OSError as error:
+            problems.append(f"cannot write the trace to {args.json}: {_reason(error)}")
+    if save_memory:
+        try:
+            runtime.save_persistent_memory(memory_file, method=args.method)
+        except OSError as error:
+            problems.append(f"cannot save the persistent memory to {memory_file}: {_reason(error)}")
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 2 if problems else 0
+
+
+def _image(path: str):
+    """`load_image` with the path in its messages (the CLI's user named the file)."""
+    try:
+        return load_image(path)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
+def _reason(error: OSError) -> str:
+    if isinstance(error, IsADirectoryError):
+        return "that is a folder"
+    return (error.strerror or type(error).__name__).lower()
 
 
 def main(argv: list[str] | None = None) -> int:

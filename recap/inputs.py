@@ -6,6 +6,8 @@ Every check raises ``ValueError`` with a message meant for the person who typed 
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
@@ -14,35 +16,78 @@ log = logging.getLogger(__name__)
 
 #: Images above this many pixels are downscaled (keeping aspect) before the processor sees them.
 MAX_IMAGE_PIXELS = 1024 * 1024
+#: Images above this many pixels are refused before decoding (64 MP of RGB is ~200 MB once decoded).
+MAX_SOURCE_PIXELS = 64 * MAX_IMAGE_PIXELS
 #: Files above this size are refused before decoding (a decompression bomb guard).
 MAX_IMAGE_BYTES = 50 * 1024 * 1024
+#: Formats read from files. Pillow's other decoders are not offered (EPS, for one, runs Ghostscript).
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 MAX_PROMPT_CHARS = 4000
 MAX_NEW_TOKENS_LIMIT = 4096
 
 
+def image_size(path: str | Path) -> tuple[int, int]:
+    """``(width, height)`` of the image file at ``path``, read from its header only.
+
+    Raises ``ValueError`` (a message without the path: callers add it where the reader may see it)
+    when the file is missing, over `MAX_IMAGE_BYTES`, not an image in `IMAGE_FORMATS`, or over
+    `MAX_SOURCE_PIXELS` pixels (a decompression bomb included).
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise ValueError("image file not found") from None
+    if not path.is_file():
+        raise ValueError("image file not found (that is not a file)")
+    if size > MAX_IMAGE_BYTES:
+        raise ValueError(
+            f"image file is too large ({size >> 20} MiB; the limit is {MAX_IMAGE_BYTES >> 20} MiB)"
+        )
+    try:
+        with Image.open(path, formats=IMAGE_FORMATS) as opened:
+            width, height = opened.size
+    except Image.DecompressionBombError:
+        # Pillow refuses to even read the header of a far larger image (a decompression bomb)
+        raise ValueError(_too_many_pixels(f"over {2 * Image.MAX_IMAGE_PIXELS / 1e6:.0f}")) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        raise ValueError(f"not a readable image (use {', '.join(IMAGE_FORMATS)})") from None
+    if width < 1 or height < 1:
+        raise ValueError("image is empty (0 pixels)")
+    if width * height > MAX_SOURCE_PIXELS:
+        raise ValueError(_too_many_pixels(f"{width}x{height} pixels, {width * height / 1e6:.0f}"))
+    return width, height
+
+
+def _too_many_pixels(size: str) -> str:
+    return (
+        f"image is too large ({size} megapixels; the limit is {MAX_SOURCE_PIXELS / 1e6:.0f} megapixels): "
+        "resize it first"
+    )
+
+
 def load_image(source: str | Path | Image.Image, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
-    """Open ``source`` as an RGB image, downscaled to at most ``max_pixels`` pixels."""
+    """Open ``source`` as an RGB image, downscaled to at most ``max_pixels`` pixels.
+
+    A file is checked with `image_size` before it is decoded; every refusal is a ``ValueError`` whose
+    message does not contain the path.
+    """
     if isinstance(source, Image.Image):
         image = source
     else:
-        path = Path(source)
-        if not path.is_file():
-            raise ValueError(f"image file not found: {path}")
-        if path.stat().st_size > MAX_IMAGE_BYTES:
-            raise ValueError(
-                f"image file is too large ({path.stat().st_size >> 20} MiB; limit 50 MiB): {path}"
-            )
+        image_size(source)
         try:
-            with Image.open(path) as opened:
-                if opened.width * opened.height > 64 * max_pixels:
-                    raise ValueError(f"image is too large ({opened.width}x{opened.height} pixels): {path}")
+            with Image.open(source, formats=IMAGE_FORMATS) as opened:
                 opened.load()
                 image = opened.copy()
-        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as error:
-            raise ValueError(f"not a readable image: {path} ({type(error).__name__})") from None
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+            raise ValueError(f"not a readable image (use {', '.join(IMAGE_FORMATS)})") from None
     if image.width < 1 or image.height < 1:
         raise ValueError("image is empty (0 pixels)")
-    image = image.convert("RGB")
+    try:
+        image = image.convert("RGB")
+    except (OSError, ValueError):
+        raise ValueError(f"not a readable image (mode {image.mode} has no RGB conversion)") from None
     if image.width * image.height > max_pixels:
         scale = (max_pixels / (image.width * image.height)) ** 0.5
         size = (max(1, int(image.width * scale)), max(1, int(image.height * scale)))
@@ -65,4 +110,48 @@ def check_max_new_tokens(value: int) -> int:
     """Return ``value`` if it is a sensible number of tokens to generate (1..4096)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NEW_TOKENS_LIMIT:
         raise ValueError(f"max_new_tokens must be an integer from 1 to {MAX_NEW_TOKENS_LIMIT}, got {value!r}")
+    return value
+
+
+# ------------------------------------------------------------------------- values from a form or an API
+# A web API hands over whatever JSON a caller sends (strings, lists, NaN, Infinity, 1e308): these checks
+# take any value and either return it in the expected type or raise a ValueError naming the bounds.
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """A short ``repr`` of ``value`` for an error message (long values are cut: they are echoed back)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def check_integer(name: str, value: object, low: int, high: int) -> int:
+    """``value`` as an int in ``[low, high]``; ``8.0`` counts, ``True``, ``"8"`` and ``8.5`` don't."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {shown(value)}")
+    return value
+
+
+def check_number(name: str, value: object, low: float, high: float) -> float:
+    """``value`` as a finite float in ``[low, high]`` (NaN and infinities are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number from {low:g} to {high:g}, got {shown(value)}")
+    number = float(value)
+    if not (math.isfinite(number) and low <= number <= high):
+        raise ValueError(f"{name} must be a number from {low:g} to {high:g}, got {shown(value)}")
+    return number
+
+
+def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
+    """``value`` if it is one of ``choices`` (exactly, as a string)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {shown(value)}")
+    return value
+
+
+def check_flag(name: str, value: object) -> bool:
+    """``value`` if it is a boolean (``"yes"``, ``1`` and ``None`` are not)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {shown(value)}")
     return value

@@ -27,6 +27,7 @@ import math
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -164,11 +165,14 @@ class PersistentMemory:
     def save(self, path: str | os.PathLike, fingerprint: str) -> None:
         """Write the memory atomically to ``path`` (safetensors) with the tokenizer ``fingerprint``.
 
-        The file is written to a temporary sibling, fsynced and moved into place with ``os.replace``,
-        so readers and concurrent savers only ever see a complete file.
+        The file is written to a temporary sibling ``.NAME.PID-XXXX.tmp``, fsynced and moved into place
+        with ``os.replace``, so readers and concurrent savers only ever see a complete file. Siblings
+        that a killed save left behind are removed first (`remove_orphans`). Raises ``OSError`` when
+        the folder cannot be written (read-only, or ``path`` is a folder); nothing is left behind then.
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        remove_orphans(path)
         with self._lock:
             tensors = {
                 "ids": self.ids.copy(),
@@ -181,7 +185,9 @@ class PersistentMemory:
             "vocab_size": str(self.vocab_size),
             "k": str(self.k),
         }
-        handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        handle, temp = tempfile.mkstemp(
+            prefix=f"{_temp_prefix(path)}{os.getpid()}-", suffix=".tmp", dir=path.parent
+        )
         os.close(handle)
         try:
             save_file(tensors, temp, metadata=metadata)
@@ -193,21 +199,21 @@ class PersistentMemory:
                 os.unlink(temp)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, fingerprint: str, vocab_size: int, k: int = 8) -> PersistentMemory:
-        """The memory saved at ``path``, or a fresh one (with a warning) if it is missing or unusable.
-
-        Unusable: unreadable/corrupt, another format version, tokenizer fingerprint, vocabulary size or k.
-        The file on disk is never modified here.
+    def read(cls, path: str | os.PathLike, fingerprint: str, vocab_size: int, k: int = 8) -> PersistentMemory:
+        """The memory saved at ``path``; raises ``FileNotFoundError`` if there is none and ``ValueError``
+        (with the reason) if the file is unusable: unreadable/corrupt, not a file, another format
+        version, tokenizer fingerprint, vocabulary size or k. The file on disk is never modified here
+        (a killed save's leftover siblings are removed, see `remove_orphans`).
         """
-        memory = cls(vocab_size, k)
+        path = Path(path)
+        remove_orphans(path)
         try:
-            arrays = _read_checked(Path(path), fingerprint, vocab_size, k)
+            arrays = _read_checked(path, fingerprint, vocab_size, k)
         except FileNotFoundError:
-            logger.warning("persistent memory %s does not exist; starting with an empty memory", path)
-            return memory
+            raise
         except (SafetensorError, OSError, ValueError, KeyError) as error:
-            logger.warning("persistent memory %s not loaded (%s); starting with an empty memory", path, error)
-            return memory
+            raise ValueError(f"persistent memory {path} not loaded ({error})") from None
+        memory = cls(vocab_size, k)
         memory.ids[:] = arrays["ids"]
         memory.probs[:] = arrays["probs"]
         memory.filled[:] = arrays["filled"].astype(bool)
@@ -215,11 +221,73 @@ class PersistentMemory:
         logger.info("loaded persistent memory %s (%d tokens)", path, len(memory))
         return memory
 
+    @classmethod
+    def load(cls, path: str | os.PathLike, fingerprint: str, vocab_size: int, k: int = 8) -> PersistentMemory:
+        """`read`, or a fresh memory (with a warning) if the file is missing or unusable.
+
+        The file on disk is never modified here.
+        """
+        try:
+            return cls.read(path, fingerprint, vocab_size, k)
+        except FileNotFoundError:
+            logger.warning("persistent memory %s does not exist; starting with an empty memory", path)
+        except ValueError as error:
+            logger.warning("%s; starting with an empty memory", error)
+        return cls(vocab_size, k)
+
+
+#: A temporary sibling older than this is an orphan even if its writer's process id is in use again.
+ORPHAN_AGE_S = 3600.0
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def remove_orphans(path: str | os.PathLike) -> list[Path]:
+    """Delete the temporary siblings (``.NAME.*.tmp``) of ``path`` that no running save will finish.
+
+    A sibling is an orphan when the process id in its name no longer runs (a save killed mid-way), or
+    when it is older than `ORPHAN_AGE_S` (an older name without a process id, or a reused id). Saves
+    in progress, in this process or another, are left alone. Returns what was removed.
+    """
+    path = Path(path)
+    prefix = _temp_prefix(path)
+    removed = []
+    try:
+        siblings = [p for p in path.parent.iterdir() if p.name.startswith(prefix) and p.name.endswith(".tmp")]
+    except OSError:
+        return removed
+    for sibling in siblings:
+        writer = sibling.name[len(prefix) : -len(".tmp")].split("-", 1)[0]
+        try:
+            age = time.time() - sibling.stat().st_mtime
+            if age > ORPHAN_AGE_S or (writer.isdigit() and not _process_runs(int(writer))):
+                sibling.unlink()
+                removed.append(sibling)
+        except OSError:  # gone already (its save finished), or not ours to remove
+            continue
+    if removed:
+        logger.info("removed %d unfinished save(s) of %s", len(removed), path)
+    return removed
+
+
+def _process_runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process (or an id this OS cannot check): assume it runs
+    return True
+
 
 def _read_checked(path: Path, fingerprint: str, vocab_size: int, k: int) -> dict[str, np.ndarray]:
     """Read a saved memory, raising ValueError on any mismatch with what the caller expects."""
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(path)
+    if not path.is_file():
+        raise ValueError("it is not a file")
     with safe_open(str(path), framework="np") as handle:
         meta = handle.metadata() or {}
         expected = {

@@ -78,14 +78,19 @@ class Runtime:
             return memory
 
     def load_persistent_memory(
-        self, path: str | Path, k: int = 8, method: str = DEFAULT_METHOD
+        self, path: str | Path, k: int = 8, method: str = DEFAULT_METHOD, strict: bool = False
     ) -> PersistentMemory:
         """Replace ``method``'s memory by the one saved at ``path``.
 
-        A corrupt file, or one saved for another tokenizer, logs a warning and gives a fresh memory;
-        the file itself is left untouched.
+        A missing, corrupt or mismatched file (another tokenizer, vocabulary or k) gives a fresh memory
+        with a warning, or with ``strict=True`` raises (``FileNotFoundError`` / ``ValueError`` with the
+        reason) and leaves the current memory in place. The file itself is never modified.
         """
-        memory = PersistentMemory.load(path, self.target.fingerprint(), self.target.vocab_size, k)
+        fingerprint, vocab = self.target.fingerprint(), self.target.vocab_size
+        if strict:
+            memory = PersistentMemory.read(path, fingerprint, vocab, k)
+        else:
+            memory = PersistentMemory.load(path, fingerprint, vocab, k)
         with self._lock:
             self._memories[(method, k)] = memory
         return memory

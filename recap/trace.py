@@ -8,10 +8,11 @@ in the studio without a model. `summarize` turns steps into the headline figures
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 #: Format version of exported traces; bump when a field changes meaning.
 TRACE_VERSION = 1
@@ -75,11 +76,15 @@ class StepRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepRecord:
-        data = dict(data)
-        data["nodes"] = [NodeRecord(**n) for n in data.get("nodes", [])]
-        data["fused_at_root"] = [FusedRecord(**f) for f in data.get("fused_at_root", [])]
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """A step from its JSON form (fields this version does not know are ignored)."""
+        data = _known(cls, data)
+        data["nodes"] = [NodeRecord(**_known(NodeRecord, n)) for n in data.get("nodes", [])]
+        data["fused_at_root"] = [FusedRecord(**_known(FusedRecord, f)) for f in data.get("fused_at_root", [])]
+        return cls(**data)
+
+
+def _known(record_type: type, data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k in record_type.__dataclass_fields__}
 
 
 @dataclass(frozen=True)
@@ -128,21 +133,25 @@ class RunTrace:
 
     @classmethod
     def from_json(cls, text: str) -> RunTrace:
-        """Parse an exported trace; raises ``ValueError`` with a readable reason if it is not one."""
+        """Parse an exported trace; raises ``ValueError`` with a readable reason if it is not one.
+
+        The text may come from anyone (the studio replays uploads): its shape is checked in full by
+        `check_trace_data` before any record is built.
+        """
+        if len(text) > MAX_TRACE_BYTES:
+            raise ValueError(f"the trace is too large (over {MAX_TRACE_BYTES >> 20} MiB)")
         try:
-            data = json.loads(text)
+            data = json.loads(text, parse_constant=_refuse_constant)
         except json.JSONDecodeError as error:
             raise ValueError(
                 f"not a RECAP trace: invalid JSON ({error.msg} at line {error.lineno})"
             ) from None
-        if not isinstance(data, dict) or "steps" not in data or not isinstance(data["steps"], list):
-            raise ValueError("not a RECAP trace: expected a JSON object with a 'steps' list")
-        if data.get("version", 0) > TRACE_VERSION:
-            raise ValueError(f"trace version {data['version']} is newer than this RECAP ({TRACE_VERSION})")
-        try:
-            steps = [StepRecord.from_dict(s) for s in data["steps"]]
-        except (TypeError, KeyError) as error:
-            raise ValueError(f"not a RECAP trace: malformed step ({error})") from None
+        except RecursionError:
+            raise ValueError("not a RECAP trace: its JSON is nested too deeply") from None
+        except ValueError as error:  # NaN/Infinity, or an integer of thousands of digits
+            raise ValueError(f"not a RECAP trace: {error}") from None
+        check_trace_data(data)
+        steps = [StepRecord.from_dict(s) for s in data["steps"]]
         return cls(settings=dict(data.get("settings", {})), steps=steps, text=str(data.get("text", "")))
 
     def save(self, path: str | Path) -> None:
@@ -150,4 +159,185 @@ class RunTrace:
 
     @classmethod
     def load(cls, path: str | Path) -> RunTrace:
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        """Read a trace file (refused unread when it is over `MAX_TRACE_BYTES`)."""
+        path = Path(path)
+        if path.stat().st_size > MAX_TRACE_BYTES:
+            raise ValueError(f"the trace is too large (over {MAX_TRACE_BYTES >> 20} MiB)")
+        return cls.from_json(path.read_text(encoding="utf-8"))
+
+
+# ------------------------------------------------------------------------------- checking a trace's shape
+#: Bounds of a trace read from a file. A studio run writes at most 513 steps of at most 128 + 16 nodes;
+#: a CLI run at most 4097 steps; these leave room for both while keeping one upload cheap to draw.
+MAX_TRACE_BYTES = 16 * 1024 * 1024
+MAX_TRACE_STEPS = 4097
+MAX_NODES_PER_STEP = 8192
+MAX_TOKEN_ID = 2**31 - 1
+MAX_TOKEN_TEXT = 1000
+MAX_SETTING_TEXT = 10_000
+
+_FieldKind = Literal["int", "token", "count", "number", "text", "bool", "texts", "shares", "ints", "bools"]
+
+_NODE_FIELDS: dict[str, _FieldKind] = {
+    "id": "int",
+    "parent": "int",
+    "token": "token",
+    "text": "text",
+    "depth": "int",
+    "score": "number",
+    "sources": "texts",
+    "contributions": "shares",
+    "accepted": "bool",
+}
+_FUSED_FIELDS: dict[str, _FieldKind] = {
+    "token": "token",
+    "text": "text",
+    "prob": "number",
+    "contributions": "shares",
+}
+#: Step fields: kind and whether ``null`` is allowed; ``step``, ``committed_len``, ``method`` are required.
+_STEP_FIELDS: dict[str, tuple[_FieldKind, bool]] = {
+    "step": ("count", False),
+    "committed_len": ("count", False),
+    "method": ("text", False),
+    "accepted_ids": ("ints", False),
+    "bonus_token": ("token", True),
+    "new_tokens": ("ints", False),
+    "new_texts": ("texts", False),
+    "new_sources": ("texts", False),
+    "target_token": ("token", True),
+    "target_prob": ("number", True),
+    "timing": ("shares", False),
+    "finished": ("bool", False),
+    "finish_reason": ("text", True),
+    "image_sensitive": ("bools", True),
+}
+_REQUIRED_STEP_FIELDS = ("step", "committed_len", "method")
+_LIST_ITEMS: dict[str, _FieldKind] = {"texts": "text", "ints": "token", "bools": "bool"}
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number a trace can hold")
+
+
+def check_trace_data(data: Any) -> None:
+    """Raise ``ValueError`` naming the first problem if ``data`` (parsed JSON) is not a well-formed trace.
+
+    Checked: the top-level object, the version, settings (a flat object of short scalars), the number
+    of steps and of nodes per step, every field's type and range (finite numbers, token ids in
+    ``[0, 2**31)``, bounded strings), that node ``i`` has id ``i`` and a parent drafted before it
+    (``-1`` = the root), so the tree has no cycle, that each depth is its parent's plus one, that
+    accepted ids name nodes, and that the committed tokens, texts and sources have one entry each.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
+        raise ValueError("not a RECAP trace: expected a JSON object with a 'steps' list")
+    version = data.get("version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValueError("not a RECAP trace: 'version' must be a whole number")
+    if version > TRACE_VERSION:
+        raise ValueError(f"trace version {version} is newer than this RECAP ({TRACE_VERSION})")
+    settings = data.get("settings", {})
+    if not isinstance(settings, dict):
+        raise ValueError("not a RECAP trace: 'settings' must be an object")
+    for name, value in settings.items():
+        if len(name) > 100 or not (value is None or isinstance(value, bool | int | float | str)):
+            raise ValueError("not a RECAP trace: 'settings' must map short names to plain values")
+        if isinstance(value, str) and len(value) > MAX_SETTING_TEXT:
+            raise ValueError(f"not a RECAP trace: setting {name[:40]!r} is too long")
+    if not isinstance(data.get("text", ""), str):
+        raise ValueError("not a RECAP trace: 'text' must be a string")
+    steps = data["steps"]
+    if len(steps) > MAX_TRACE_STEPS:
+        raise ValueError(f"the trace has {len(steps)} steps; the limit is {MAX_TRACE_STEPS}")
+    for index, step in enumerate(steps):
+        _check_step(step, f"step {index}")
+
+
+def _check_step(step: Any, where: str) -> None:
+    if not isinstance(step, dict):
+        raise ValueError(f"not a RECAP trace: {where} is not an object")
+    for name in _REQUIRED_STEP_FIELDS:
+        if name not in step:
+            raise ValueError(f"not a RECAP trace: {where} has no {name!r}")
+    for name, (kind, nullable) in _STEP_FIELDS.items():
+        if name in step and not (nullable and step[name] is None):
+            _check_value(step[name], kind, f"{where}, {name!r}")
+    nodes, fused = step.get("nodes", []), step.get("fused_at_root", [])
+    if not isinstance(nodes, list) or not isinstance(fused, list):
+        raise ValueError(f"not a RECAP trace: {where}: 'nodes' and 'fused_at_root' must be lists")
+    if len(nodes) > MAX_NODES_PER_STEP or len(fused) > MAX_NODES_PER_STEP:
+        raise ValueError(
+            f"not a RECAP trace: {where} has {max(len(nodes), len(fused))} nodes; "
+            f"the limit is {MAX_NODES_PER_STEP}"
+        )
+    depths: list[int] = []
+    for i, node in enumerate(nodes):
+        _check_record(node, _NODE_FIELDS, f"{where}, node {i}")
+        if node["id"] != i:
+            raise ValueError(
+                f"not a RECAP trace: {where}, node {i} has id {node['id']} (ids must be 0, 1, …)"
+            )
+        parent = node["parent"]
+        if not -1 <= parent < i:
+            raise ValueError(
+                f"not a RECAP trace: {where}, node {i} has parent {parent} "
+                "(a parent must be -1, the root, or a node listed before it)"
+            )
+        depths.append(1 if parent == -1 else depths[parent] + 1)
+        if node["depth"] != depths[-1]:
+            raise ValueError(
+                f"not a RECAP trace: {where}, node {i} has depth {node['depth']}, not {depths[-1]}"
+            )
+    for i, record in enumerate(fused):
+        _check_record(record, _FUSED_FIELDS, f"{where}, fused entry {i}")
+    accepted = step.get("accepted_ids", [])
+    if any(not 0 <= a < len(nodes) for a in accepted) or len(set(accepted)) != len(accepted):
+        raise ValueError(f"not a RECAP trace: {where}: 'accepted_ids' must name distinct nodes of the step")
+    lengths = {len(step.get(name, [])) for name in ("new_tokens", "new_texts", "new_sources")}
+    if len(lengths) > 1:
+        raise ValueError(f"not a RECAP trace: {where}: new_tokens, new_texts, new_sources differ in length")
+
+
+def _check_record(record: Any, fields: dict[str, _FieldKind], where: str) -> None:
+    if not isinstance(record, dict):
+        raise ValueError(f"not a RECAP trace: {where} is not an object")
+    for name, kind in fields.items():
+        if name not in record:
+            raise ValueError(f"not a RECAP trace: {where} has no {name!r}")
+        _check_value(record[name], kind, f"{where}, {name!r}")
+
+
+def _check_value(value: Any, kind: _FieldKind, where: str) -> None:
+    """Raise if ``value`` is not of ``kind`` (see `_FieldKind`)."""
+    if kind in ("texts", "ints", "bools"):
+        if not isinstance(value, list) or len(value) > MAX_NODES_PER_STEP:
+            raise ValueError(f"not a RECAP trace: {where} must be a list")
+        for entry in value:
+            _check_value(entry, _LIST_ITEMS[kind], where)
+        return
+    if kind == "shares":
+        if not isinstance(value, dict) or len(value) > 64:
+            raise ValueError(f"not a RECAP trace: {where} must be an object of numbers")
+        for name, share in value.items():
+            _check_value(name, "text", where)
+            _check_value(share, "number", where)
+        return
+    if kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "text":
+        ok = isinstance(value, str) and len(value) <= MAX_TOKEN_TEXT
+    elif kind == "number":
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    else:
+        low = {"int": -1, "token": 0, "count": 0}[kind]
+        ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_TOKEN_ID
+    if not ok:
+        expected = {
+            "bool": "true or false",
+            "text": f"a string of at most {MAX_TOKEN_TEXT} characters",
+            "number": "a finite number",
+            "int": "a whole number from -1",
+            "token": "a whole number from 0 to 2**31 - 1",
+            "count": "a whole number from 0",
+        }[kind]
+        raise ValueError(f"not a RECAP trace: {where} must be {expected}")

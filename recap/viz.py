@@ -107,6 +107,14 @@ def plot_text(piece: str) -> str:
     return html.escape(visible_token(piece, spaces=True), quote=False)
 
 
+def plot_name(name: str, limit: int = 40) -> str:
+    """A name for a plotly legend, title or hover (a source or method name, which a replayed trace
+    supplies): HTML-escaped, because plotly renders tags such as ``<a href>`` there, and cut to ``limit``.
+    """
+    shown = visible_token(name)
+    return html.escape(shown if len(shown) <= limit else shown[: limit - 1] + "…", quote=False)
+
+
 # ----------------------------------------------------------------------------------------- answer
 def highlighted_answer(steps: Sequence[StepRecord], upto: int | None = None) -> list[tuple[str, str | None]]:
     """The answer so far as ``gr.HighlightedText`` spans, one per token, labelled by its source.
@@ -165,7 +173,7 @@ def passes_figure(steps: Sequence[StepRecord]) -> go.Figure:
     x = [s.step for s in steps]
     for source in order:
         counts = [sum(1 for src in s.new_sources if src == source) for s in steps]
-        figure.add_bar(x=x, y=counts, name=source_label(source), marker_color=source_color(source))
+        figure.add_bar(x=x, y=counts, name=plot_name(source_label(source)), marker_color=source_color(source))
     figure.update_layout(
         barmode="stack",
         height=220,
@@ -195,29 +203,33 @@ class _Placed:
 def tree_layout(nodes: Sequence[NodeRecord]) -> tuple[_Placed, dict[int, _Placed]]:
     """Tidy layout: leaves take consecutive rows in depth-first order (best-scored child first),
     each inner node sits at the mean row of its children. Returns the root's and every node's place.
+
+    Iterative (an explicit stack), so a chain thousands of nodes deep lays out like any other tree.
+    Nodes not reachable from the root (``parent == -1``) get no place.
     """
     children: dict[int, list[NodeRecord]] = {}
     for node in nodes:
         children.setdefault(node.parent, []).append(node)
     for kids in children.values():
         kids.sort(key=lambda n: (not n.accepted, -n.score, n.id))
-    places: dict[int, _Placed] = {}
-    next_row = [0.0]
-
-    def place(node_id: int, depth: int) -> float:
+    rows: dict[int, float] = {}
+    depths = {-1: 0}
+    next_row = 0.0
+    stack = [(-1, False)]  # (node id, children already pushed)
+    while stack:
+        node_id, expanded = stack.pop()
         kids = children.get(node_id, [])
-        if not kids:
-            row = next_row[0]
-            next_row[0] += 1
+        if kids and not expanded:
+            stack.append((node_id, True))
+            for kid in reversed(kids):  # pushed last = visited first: best child on top
+                depths[kid.id] = depths[node_id] + 1
+                stack.append((kid.id, False))
+        elif kids:
+            rows[node_id] = sum(rows[kid.id] for kid in kids) / len(kids)
         else:
-            rows = [place(kid.id, depth + 1) for kid in kids]
-            row = sum(rows) / len(rows)
-        if node_id != -1:
-            places[node_id] = _Placed(depth, row)
-        return row
-
-    root_row = place(-1, 0)
-    return _Placed(0, root_row), places
+            rows[node_id], next_row = next_row, next_row + 1
+    places = {i: _Placed(depths[i], row) for i, row in rows.items() if i != -1}
+    return _Placed(0, rows[-1]), places
 
 
 def _node_hover(node: NodeRecord) -> str:
@@ -226,11 +238,12 @@ def _node_hover(node: NodeRecord) -> str:
     lines = [
         f"<b>{html.escape(visible_token(node.text, spaces=True))}</b>  (id {node.token})",
         f"depth {node.depth} · score {node.score:.3g}",
-        "sources: " + ", ".join(node.sources or ["?"]),
+        "sources: " + ", ".join(plot_name(s) for s in node.sources or ["?"]),
     ]
     if total > 0:
         lines += [
-            f"{src}: {100 * v / total:.0f}%" for src, v in sorted(shares.items(), key=lambda kv: -kv[1])
+            f"{plot_name(src)}: {100 * v / total:.0f}%"
+            for src, v in sorted(shares.items(), key=lambda kv: -kv[1])
         ]
     lines.append("accepted" if node.accepted else "rejected")
     return "<br>".join(lines)
@@ -344,7 +357,9 @@ def _node_trace(source: str, nodes: Sequence[NodeRecord], places) -> dict:
         "x": [places[n.id].x for n in nodes],
         "y": [places[n.id].y for n in nodes],
         "mode": "markers+text",
-        "name": source,  # short: the panel is narrow, and long names wrap the legend over the title
+        "name": plot_name(
+            source
+        ),  # short: the panel is narrow, and long names wrap the legend over the title
         "customdata": [n.id for n in nodes],
         "marker": {
             "color": source_color(source),
@@ -422,9 +437,9 @@ def fused_figure(step: StepRecord, top: int = 10, target_text: str | None = None
             y=labels,
             x=values,
             orientation="h",
-            name=source_label(source),
+            name=plot_name(source_label(source)),
             marker_color=source_color(source),
-            hovertemplate="%{y}: %{x:.3f} from " + html.escape(source) + "<extra></extra>",
+            hovertemplate="%{y}: %{x:.3f} from " + plot_name(source) + "<extra></extra>",
         )
     order = list(labels)
     if not fused:
@@ -459,7 +474,7 @@ def _no_fused_figure(step: StepRecord, target_label: str | None) -> go.Figure:
     figure = go.Figure()
     if target_label is not None and step.step > 0:
         figure.add_annotation(
-            text=f"★ the target chose {html.escape(target_label)}",
+            text=f"★ the target chose {target_label}",  # already escaped (a plot label)
             showarrow=False,
             x=0.5,
             y=0.5,
@@ -505,7 +520,7 @@ def _fused_title(step: StepRecord, target_label: str | None, has_bars: bool) -> 
             return "fused distribution: none at the prefill pass"
         if step.method.startswith("recap"):
             return "fused distribution: the memories held nothing for this context yet"
-        return f"fused distribution: {method_label(step.method)} drafts without probabilities"
+        return f"fused distribution: {plot_name(method_label(step.method))} drafts without probabilities"
     title = "fused distribution at the root"
     if target_label is not None:
         chance = f" (p={step.target_prob:.2f})" if step.target_prob is not None else ""

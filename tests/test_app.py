@@ -1,16 +1,24 @@
-"""The studio end to end: importable without a model, one streamed run over HTTP, bad inputs answered.
+"""The studio end to end and under hostile use: importable without a model, one streamed run over HTTP,
+every bad input answered with a clear message (no generic error, no server path, no hang).
 
 The app is launched on 127.0.0.1 (a free port) with an injected runtime factory that serves the
-in-process tiny LLaVA, and driven through `gradio_client` like any API user would.
+in-process tiny LLaVA, and driven through `gradio_client` like an API user, or through raw HTTP where
+`gradio_client` cannot send the value (NaN, Infinity, an object where a number goes).
 """
 
 from __future__ import annotations
 
+import json
 import socket
+import struct
 import subprocess
 import sys
+import time
+import zlib
 from pathlib import Path
+from types import SimpleNamespace
 
+import httpx
 import pytest
 from conftest import noise_image, tiny
 
@@ -18,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = "tiny-llava"
 MISSING = "missing-org/missing-model"
 PROMPT = "the cat is"
+#: Output positions of the /run endpoint.
+ANSWER, STATUS = 0, 7
 
 
 def test_import_builds_nothing_and_loads_no_model():
@@ -51,7 +61,7 @@ def _factory(model_id: str):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """``(client, image path)`` of a running studio serving the tiny LLaVA."""
+    """A running studio serving the tiny LLaVA: ``(client, image path, folder, url, demo)``."""
     from gradio_client import Client
 
     import app
@@ -62,8 +72,9 @@ def served(tmp_path_factory):
     folder = tmp_path_factory.mktemp("inputs")
     image = folder / "noise.png"
     noise_image(0).save(image)
-    client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-    yield client, image, folder
+    url = f"http://127.0.0.1:{port}/"
+    client = Client(url, verbose=False)
+    yield SimpleNamespace(client=client, image=image, folder=folder, url=url, demo=demo)
     client.close()
     demo.close()
 
@@ -104,29 +115,154 @@ def _args(
     ]
 
 
-def _ar_reference(max_new: int):
+def _ar_reference(max_new: int, image_seed: int = 0, prompt: str = PROMPT):
     from recap.decode import generate
     from recap.runtime import Runtime
 
     target = tiny("llava")
-    result = generate(target, Runtime(target).drafter("ar"), PROMPT, [noise_image(0)], max_new)
+    result = generate(target, Runtime(target).drafter("ar"), prompt, [noise_image(image_seed)], max_new)
     return result.tokens, result.text
 
 
-def test_run_streams_steps_and_matches_autoregressive(served):
+def _download(client):
     from recap.trace import RunTrace
 
-    client, image, _ = served
-    job = client.submit(*_args(image, delay_ms=5), api_name="/run")
+    return RunTrace.load(client.predict(api_name="/download"))
+
+
+def _no_server_path(message: str) -> None:
+    for fragment in ("/tmp/", "/root/", "/work/", "/etc/", "gradio/", "pytest-"):
+        assert fragment not in message, f"a server path leaks into {message!r}"
+
+
+def test_run_streams_steps_and_matches_autoregressive(served):
+    job = served.client.submit(*_args(served.image, delay_ms=5), api_name="/run")
     updates = list(job)
     assert len(updates) >= 3, "the answer should arrive in several streamed updates"
     final = job.outputs()[-1]
-    answer, download = final[0], final[8]
-    assert answer, "the highlighted answer is empty"
-    trace = RunTrace.load(download["value"] if isinstance(download, dict) else download)
+    assert final[ANSWER] and final[STATUS].startswith("Done")
+    trace = _download(served.client)
     tokens, text = _ar_reference(24)
     assert trace.tokens == tokens and trace.text == text
     assert trace.settings["method"] == "recap" and trace.steps[0].step == 0
+
+
+def _raw_call(url: str, api: str, data_json: str, ours: bool = True) -> str:
+    """Call ``api`` with a hand-written JSON ``data`` list; the error message, or "" if it succeeded.
+
+    ``ours``: the refusal must come from the studio (a message), not gradio's generic error (none).
+    """
+    base = f"{url}gradio_api/call/{api}"
+    body = '{"data": ' + data_json + "}"
+    response = httpx.post(base, content=body, headers={"content-type": "application/json"}, timeout=30)
+    response.raise_for_status()
+    event = response.json()["event_id"]
+    with httpx.stream("GET", f"{base}/{event}", timeout=60) as stream:
+        lines = list(stream.iter_lines())
+    errors = [lines[i + 1] for i, line in enumerate(lines[:-1]) if line == "event: error"]
+    if not errors:
+        return ""
+    payload = json.loads(errors[-1].removeprefix("data: ")) or {}
+    if ours:
+        assert payload.get("error"), f"gradio's generic error, not the studio's message: {lines[-4:]}"
+    return payload.get("error") or "error"
+
+
+_RUN_JSON = [
+    "null",
+    json.dumps(PROMPT),
+    json.dumps(TINY),
+    '"recap"',
+    '"fixed"',
+    "8",
+    "8",
+    "8",
+    "true",
+    "true",
+    "true",
+    "6",
+    '"per session"',
+    "0",
+]
+_FIELDS = ["image", "prompt", "model", "method", "budget_mode", "budget", "depth", "k"]
+_FIELDS += ["persistent", "context", "suffix", "max_new", "scope", "delay_ms"]
+
+
+@pytest.mark.parametrize(
+    ("field", "raw", "message"),
+    [
+        # numbers: NaN, infinities, huge, negative, fractional, wrong types
+        ("delay_ms", "1e9", "display delay (ms) must be a number from 0 to 500"),
+        ("delay_ms", "Infinity", "display delay (ms) must be a number from 0 to 500, got inf"),
+        ("delay_ms", "NaN", "display delay (ms) must be a number"),
+        ("delay_ms", '"slow"', "display delay (ms) must be a number"),
+        ("k", "NaN", "k must be a whole number from 1 to 16"),
+        ("k", "1000000", "k must be a whole number from 1 to 16, got 1000000"),
+        ("k", "8.5", "k must be a whole number"),
+        ("k", "true", "k must be a whole number"),
+        ("budget", "-Infinity", "fixed budget must be a whole number from 0 to 128"),
+        ("budget", "1e999", "fixed budget must be a whole number"),
+        ("depth", '{"a": 1}', "max depth must be a whole number from 1 to 16"),
+        ("depth", "[8]", "max depth must be a whole number"),
+        ("max_new", "0", "max new tokens must be a whole number from 1 to 512"),
+        ("max_new", "100000", "max new tokens must be a whole number from 1 to 512"),
+        ("max_new", '"24"', "max new tokens must be a whole number"),
+        # choices and flags
+        ("method", '"medusa"', "method must be one of"),
+        ("method", "null", "method must be one of"),
+        ("budget_mode", '"infinite"', "tree budget must be one of"),
+        ("scope", '"process-wide"', "process-wide memory scope is not offered"),
+        ("scope", '"everyone"', "memory scope must be one of"),
+        ("model", '"/etc/passwd"', "unknown model"),
+        ("model", "42", "unknown model"),
+        ("persistent", '"yes"', "persistent memory must be true or false"),
+        ("suffix", "1", "suffix matching must be true or false"),
+        ("prompt", '["a", "b"]', "the prompt must be text"),
+        ("prompt", "null", "the prompt must be text"),
+        # files the request names instead of uploading
+        ("image", '{"path": "/etc/passwd"}', "image must be a file uploaded to this studio"),
+        ("image", '{"path": "../../../../etc/hostname"}', "image must be a file uploaded to this studio"),
+    ],
+)
+def test_hostile_api_values_get_clear_messages(served, field, raw, message):
+    data = list(_RUN_JSON)
+    data[_FIELDS.index(field)] = raw
+    error = _raw_call(served.url, "run", "[" + ", ".join(data) + "]")
+    assert message.lower() in error.lower()
+    _no_server_path(error)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"path": 5}',  # not a file object
+        '"/etc/passwd"',  # a bare path
+        '{"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}',  # a file object outside the uploads
+    ],
+)
+def test_malformed_file_values_are_refused_by_gradio_before_the_app(served, raw):
+    # gradio checks a file slot's value before any app code runs; its refusal carries no detail (and
+    # no path): a known limit of what the studio can word itself (see README, Reliability)
+    data = list(_RUN_JSON)
+    data[0] = raw
+    assert _raw_call(served.url, "run", "[" + ", ".join(data) + "]", ours=False) == "error"
+
+
+def test_a_valid_raw_call_succeeds(served):
+    # the table above is only meaningful if the unmodified request goes through
+    data = list(_RUN_JSON)
+    data[0] = json.dumps(
+        {"path": str(_uploaded(served)), "meta": {"_type": "gradio.FileData"}, "orig_name": "noise.png"}
+    )
+    assert _raw_call(served.url, "run", "[" + ", ".join(data) + "]") == ""
+
+
+def _uploaded(served) -> str:
+    """Upload the test image through gradio's upload route; its path in the server's upload cache."""
+    with open(served.image, "rb") as handle:
+        response = httpx.post(f"{served.url}gradio_api/upload", files={"files": handle}, timeout=30)
+    response.raise_for_status()
+    return response.json()[0]
 
 
 @pytest.mark.parametrize(
@@ -137,23 +273,47 @@ def test_run_streams_steps_and_matches_autoregressive(served):
         ({"prompt": "x" * 5000}, "too long"),
         ({"persistent": False, "context": False, "suffix": False}, "at least one of"),
         ({"model": MISSING}, "Cannot load model"),
+        ({"model": "<img src=x onerror=alert(1)>"}, "unknown model '&lt;img src=x"),
     ],
 )
 def test_bad_input_gives_its_message_and_the_server_keeps_serving(served, overrides, message):
-    client, image, _ = served
-    kwargs = {"image": image, **overrides}
+    kwargs = {"image": served.image, **overrides}
     with pytest.raises(Exception, match=message):
-        client.predict(*_args(kwargs.pop("image"), **kwargs), api_name="/run")
-    assert client.predict(*_args(image, method="pld", max_new=6), api_name="/run")[0]
+        served.client.predict(*_args(kwargs.pop("image"), **kwargs), api_name="/run")
+    assert served.client.predict(*_args(served.image, method="pld", max_new=6), api_name="/run")[ANSWER]
 
 
-def test_not_an_image_is_refused(served):
-    client, image, folder = served
-    fake = folder / "notes.png"
-    fake.write_text("this is text, not pixels")
-    with pytest.raises(Exception, match="not an image"):
-        client.predict(*_args(fake), api_name="/run")
-    assert client.predict(*_args(image, method="ar", max_new=4), api_name="/run")[0]
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG that declares ``width x height`` grey pixels but holds one row: what a decompression bomb
+    looks like to a reader of the header (the pixels are never decoded)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    rows = zlib.compress(b"\0" * (width + 1))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows) + chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("notes.png", b"this is text, not pixels", "not a readable image"),
+        ("bomb.png", _png_header(50_000, 50_000), "image is too large (over 179 megapixels"),
+        ("huge.png", _png_header(12_000, 12_000), "12000x12000 pixels, 144 megapixels; the limit is 67"),
+        ("empty.png", b"", "not a readable image"),
+        ("scene.eps", b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n", "not a readable image"),
+    ],
+)
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")  # Pillow's, before ours
+def test_unusable_images_are_refused_without_server_paths(served, name, content, message):
+    path = served.folder / name
+    path.write_bytes(content)
+    with pytest.raises(Exception, match="That file cannot be used") as caught:
+        served.client.predict(*_args(path), api_name="/run")
+    assert message in str(caught.value)
+    _no_server_path(str(caught.value))
+    assert served.client.predict(*_args(served.image, method="ar", max_new=4), api_name="/run")[ANSWER]
 
 
 def test_huge_image_warns_and_continues(monkeypatch, tmp_path):
@@ -169,12 +329,150 @@ def test_huge_image_warns_and_continues(monkeypatch, tmp_path):
     assert warnings and "downscaled" in warnings[0]
 
 
+def test_display_delay_is_capped_per_run(served, monkeypatch):
+    import app
+
+    # 24 steps at the slider's largest delay would sleep 12 s; the cap (here 0.2 s) bounds a run's hold
+    monkeypatch.setattr(app, "MAX_TOTAL_DELAY_S", 0.2)
+    start = time.perf_counter()
+    final = served.client.predict(*_args(served.image, method="ar", delay_ms=500), api_name="/run")
+    assert final[STATUS].startswith("Done: 24 tokens")
+    assert time.perf_counter() - start < 8
+
+
+def test_k_larger_than_the_vocabulary_is_refused():
+    import app
+
+    small = SimpleNamespace(target=SimpleNamespace(vocab_size=4, family="text"))
+    studio = app.Studio(lambda model_id: small, ["small"])
+    settings = app.parse_settings(
+        ["small", "recap", "auto", 8, 8, 8, True, True, True, 8, "per session"], studio.models, studio.scopes
+    )
+    with pytest.raises(app.gr.Error, match=r"k must be at most the model's vocabulary size \(4\)"):
+        studio.prepare(None, "hi", settings)
+
+
+@pytest.mark.parametrize(
+    ("api", "data", "message"),
+    [
+        ("sensitivity", '["../../../etc/passwd"]', "replacement image must be one of"),
+        ("sensitivity", '["/etc/hostname"]', "replacement image must be one of"),
+        ("sensitivity", "[null]", "replacement image must be one of"),
+        ("reset", '["<b>x</b>", "per session"]', "Unknown model '&lt;b&gt;x&lt;/b&gt;'"),
+        ("reset", "[[1], null]", "Unknown model"),
+        ("step", "[NaN]", ""),  # no run in this session: nothing to show, and no error either
+    ],
+)
+def test_other_endpoints_refuse_hostile_values(served, api, data, message):
+    error = _raw_call(served.url, api, data)
+    assert (message in error) if message else error == ""
+
+
+def test_step_index_is_checked(served):
+    import app
+
+    state = {"trace": SimpleNamespace(steps=[object(), object()])}
+    for bad in (float("nan"), float("inf"), "1", 7, -1):
+        with pytest.raises(app.gr.Error, match="step must be a whole number from 0 to 1"):
+            _scrub(served.demo)(state, bad)
+
+
+def _scrub(demo):
+    return next(fn.fn for fn in demo.fns.values() if fn.api_name == "step")
+
+
+def test_reset_clears_only_this_sessions_memories(served):
+    import app
+
+    reset = next(fn.fn for fn in served.demo.fns.values() if fn.api_name == "reset")
+    shared = app.Runtime(tiny("llava")).persistent_memory()  # a shared memory is never touched here
+    mine = {TINY: {"k": 8}, MISSING: {"k": 8}}
+    infos = []
+    original = app.gr.Info
+    app.gr.Info = infos.append
+    try:
+        left = reset(TINY, "per session", mine)
+    finally:
+        app.gr.Info = original
+    assert left == {MISSING: {"k": 8}} and "session" in infos[0] and len(shared) == 0
+
+
+def test_download_before_a_run_is_refused(served):
+    from gradio_client import Client
+
+    fresh = Client(served.url, verbose=False)
+    with pytest.raises(Exception, match="Run a generation"):
+        fresh.predict(api_name="/download")
+    fresh.close()
+
+
+def test_trace_is_written_on_download_only_and_removed_with_the_session(served):
+    from gradio_client import Client
+
+    exports = served.demo.trace_exports
+    visitor = Client(served.url, verbose=False)
+    before = sorted(exports.root.rglob("*")) if exports.root.exists() else []
+    visitor.predict(*_args(served.image, method="ar", max_new=6), api_name="/run")
+    after = sorted(exports.root.rglob("*")) if exports.root.exists() else []
+    assert after == before and exports.folder(visitor.session_hash) is None, "a run alone writes no trace"
+    downloaded = visitor.predict(api_name="/download")
+    assert Path(downloaded).read_text(encoding="utf-8").count(PROMPT) == 1
+    folder = exports.folder(visitor.session_hash)
+    assert [p.name for p in folder.iterdir()] == ["recap-run-ar.json"]
+    exports.remove(visitor.session_hash)  # what demo.unload does when the tab closes
+    assert not folder.exists() and exports.folder(visitor.session_hash) is None
+    visitor.close()
+
+
+def test_an_api_clients_trace_goes_after_the_age_limit(monkeypatch, tmp_path):
+    # an API client never closes a tab: its export goes when gradio expires the session's state
+    from gradio_client import Client
+
+    import app
+
+    monkeypatch.setattr(app, "TRACE_MAX_AGE_S", 1)
+    demo = app.build_demo(runtime_factory=_factory, models=[TINY])
+    port = _free_port()
+    demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        image = tmp_path / "noise.png"
+        noise_image(0).save(image)
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        client.predict(*_args(image, method="ar", max_new=4), api_name="/run")
+        client.predict(api_name="/download")
+        folder = demo.trace_exports.folder(client.session_hash)
+        assert folder is not None and folder.exists()
+        deadline = time.monotonic() + 20
+        while folder.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not folder.exists() and demo.trace_exports.folder(client.session_hash) is None
+        client.close()
+    finally:
+        demo.close()
+
+
+def test_trace_exports_are_per_session_and_pruned_by_age(tmp_path):
+    import app
+    from recap.trace import RunTrace
+
+    exports = app.TraceExports(tmp_path / "traces", max_age_s=60)
+    trace = RunTrace(settings={"method": "<b>recap</b>/../x"}, steps=[])
+    first, second = exports.write("a", trace), exports.write("b", trace)
+    assert first.parent != second.parent and first.name == "recap-run-brecapbx.json"
+    assert exports.write("a", trace) == first  # the same session reuses its folder
+    exports.remove("a")
+    assert not first.exists() and second.exists()
+    exports._folders["b"] = (second.parent, time.time() - 120)  # last export two minutes ago
+    exports.write("c", trace)
+    assert not second.exists() and exports.sessions() == ["c"]
+
+
 def test_compare_sensitivity_and_replay(served, tmp_path):
     from gradio_client import handle_file
 
-    client, image, _ = served
-    client.predict(*_args(image, max_new=16), api_name="/run")
-    _status, table, strip = client.predict(*_args(image, max_new=16)[:-1], api_name="/compare")
+    client = served.client
+    client.predict(*_args(served.image, max_new=16), api_name="/run")
+    _status, table, strip = client.predict(*_args(served.image, max_new=16)[:-1], api_name="/compare")
     rows = table["data"] if isinstance(table, dict) else table
     assert [r[0] for r in rows] == ["Autoregressive", "Prompt lookup", "Token Recycling", "RECAP"]
     assert all(r[6] == "yes" for r in rows)
@@ -183,12 +481,77 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
     assert "image-sensitive" in sens_status
     assert len(sens_table["data"] if isinstance(sens_table, dict) else sens_table) == 4
 
-    final = client.predict(*_args(image, max_new=8), api_name="/run")
-    trace_file = final[8]["value"] if isinstance(final[8], dict) else final[8]
+    final = client.predict(*_args(served.image, max_new=8), api_name="/run")
+    trace_file = client.predict(api_name="/download")
     replayed = client.predict(handle_file(trace_file), api_name="/replay")
     assert replayed[0] == final[0] and "Replaying" in replayed[7]
 
-    bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    with pytest.raises(Exception, match="Cannot replay"):
-        client.predict(handle_file(str(bad)), api_name="/replay")
+
+def _recorded(served) -> dict:
+    served.client.predict(*_args(served.image, max_new=12), api_name="/run")
+    return json.loads(Path(served.client.predict(api_name="/download")).read_text(encoding="utf-8"))
+
+
+def _hostile_trace(data: dict, case: str) -> str:
+    if case == "not json":
+        return "{not json"
+    if case == "nested":
+        return '{"steps": ' + "[" * 50_000 + "]" * 50_000 + "}"
+    data = json.loads(json.dumps(data))
+    step = next(s for s in data["steps"] if s["nodes"])
+    if case == "own parent":
+        step["nodes"][0]["parent"] = 0
+    elif case == "wrong type":
+        step["nodes"][0]["score"] = "high"
+    elif case == "missing field":
+        del step["nodes"][0]["accepted"]
+    elif case == "chain":
+        node = step["nodes"][0]
+        step["nodes"] = [
+            {**node, "id": i, "parent": i - 1, "depth": i + 1, "accepted": False} for i in range(20_000)
+        ]
+        step["accepted_ids"] = []
+    elif case == "too large":
+        data["text"] = "x" * (17 * 1024 * 1024)
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("not json", "invalid JSON"),
+        ("nested", "nested too deeply"),
+        ("own parent", "node 0 has parent 0"),
+        ("wrong type", "'score' must be a finite number"),
+        ("missing field", "has no 'accepted'"),
+        ("chain", "20000 nodes; the limit is 8192"),
+        ("too large", "too large (over 16 MiB)"),
+    ],
+)
+def test_hostile_replays_are_refused_with_the_reason(served, tmp_path, case, message):
+    from gradio_client import handle_file
+
+    path = tmp_path / "trace.json"
+    path.write_text(_hostile_trace(_recorded(served) if case not in ("not json", "nested") else {}, case))
+    with pytest.raises(Exception, match="Cannot replay this file") as caught:
+        served.client.predict(handle_file(str(path)), api_name="/replay")
+    assert message in str(caught.value)
+    _no_server_path(str(caught.value))
+
+
+def test_html_in_a_replayed_trace_is_shown_as_text(served, tmp_path):
+    from gradio_client import handle_file
+
+    data = _recorded(served)
+    hostile = '<img src="http://127.0.0.1:9/x.png"><a href="http://evil">link</a><form action=x>'
+    data["settings"]["model"] = hostile
+    data["settings"]["method"] = "[click](http://evil) *bold*"
+    step = next(s for s in data["steps"] if s["nodes"])
+    step["nodes"][0]["sources"] = [hostile]
+    step["new_sources"] = [hostile] * len(step["new_sources"])
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(data))
+    replayed = served.client.predict(handle_file(str(path)), api_name="/replay")
+    status = replayed[7]
+    assert "<img" not in status and "<a " not in status and "<form" not in status
+    assert "&lt;img" in status and "\\[click\\]\\(http\\:\\/\\/evil\\)" in status

@@ -1,4 +1,5 @@
-"""The studio in a real browser: headless Chromium picks an example, runs it, and sees every panel.
+"""The studio in a real browser: headless Chromium picks an example, runs it, and sees every panel;
+then downloads the run, replays a hostile copy of it and a broken one, and closes the tab.
 
 Needs the Debian ``chromium`` package (``/usr/bin/chromium``) and the ``playwright`` Python package
 (never ``playwright install``: it downloads a browser). Skipped with the reason when either is missing.
@@ -7,9 +8,11 @@ Screenshots go to pytest's tmp dir and, if set, to ``$RECAP_SCREENSHOT_DIR``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -39,8 +42,8 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def studio_url():
-    """URL of a running studio: the embedded model when it ships, else the in-process tiny LLaVA."""
+def studio():
+    """``(url, demo)`` of a running studio: the embedded model when it ships, else the tiny LLaVA."""
     import app
     from recap.runtime import Runtime
 
@@ -54,7 +57,7 @@ def studio_url():
     port = _free_port()
     kwargs = {**app.launch_kwargs(), "server_name": "127.0.0.1", "server_port": port}
     demo.queue().launch(**kwargs, prevent_thread_lock=True, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
+    yield f"http://127.0.0.1:{port}/", demo
     demo.close()
 
 
@@ -68,16 +71,22 @@ def _save(page, tmp_path: Path, name: str) -> Path:
     return path
 
 
-def test_example_run_shows_answer_tree_and_fused_distribution(studio_url, tmp_path):
+def _browser(playwright, tmp_path):
+    return playwright.chromium.launch_persistent_context(
+        str(tmp_path / "profile"),  # a fresh user-data-dir per run
+        executable_path=CHROMIUM,
+        args=CHROMIUM_ARGS,
+        headless=True,
+        viewport={"width": 1400, "height": 1000},
+        accept_downloads=True,
+    )
+
+
+def test_example_run_shows_answer_tree_and_fused_distribution(studio, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    studio_url, _ = studio
     with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"),  # a fresh user-data-dir per run
-            executable_path=CHROMIUM,
-            args=CHROMIUM_ARGS,
-            headless=True,
-            viewport={"width": 1400, "height": 1000},
-        )
+        context = _browser(playwright, tmp_path)
         try:
             page = context.new_page()
             page.goto(studio_url)
@@ -106,5 +115,96 @@ def test_example_run_shows_answer_tree_and_fused_distribution(studio_url, tmp_pa
             assert page.locator("#tree-plot .scatterlayer .point").count() >= 1
             assert "fused distribution" in page.locator("#fused-plot .gtitle").text_content()
             assert _save(page, tmp_path, "studio_after_run.png").stat().st_size > 10_000
+        finally:
+            context.close()
+
+
+HOSTILE = '<img src="http://127.0.0.1:9/evil.png"><a href="http://127.0.0.1:9/">link</a><form action=x>'
+ENTITIES = ("&lt;", "&gt;", "&amp;", "&#", "&quot;")
+
+
+def _hostile_copy(trace_file: Path, folder: Path) -> tuple[Path, int]:
+    """The downloaded trace with HTML and Markdown in every string a viewer shows; and the index of the
+    step whose tree carries the hostile source."""
+    data = json.loads(trace_file.read_text(encoding="utf-8"))
+    data["settings"]["model"] = HOSTILE
+    data["settings"]["method"] = "[click](http://127.0.0.1:9/) *bold* & more"
+    index, step = next((i, s) for i, s in enumerate(data["steps"]) if s["nodes"])
+    step["method"] = HOSTILE
+    step["nodes"][0]["sources"] = [HOSTILE]
+    step["nodes"][0]["contributions"] = {HOSTILE: 1.0}
+    step["new_sources"] = [HOSTILE] * len(step["new_sources"])
+    path = folder / "hostile.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path, index
+
+
+def test_download_hostile_replay_and_errors_render_as_text(studio, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    studio_url, demo = studio
+    fetched: list[str] = []
+    with sync_api.sync_playwright() as playwright:
+        context = _browser(playwright, tmp_path)
+        try:
+            page = context.new_page()
+            page.on("request", lambda request: fetched.append(request.url))
+            page.goto(studio_url)
+            page.wait_for_selector("#run-button", timeout=60_000)
+            page.click("#run-button")
+            page.wait_for_function(
+                "document.querySelector('#status').innerText.includes('Done')", timeout=60_000
+            )
+            # Download: the trace is written on the click, in a folder of this session only
+            assert not demo.trace_exports.sessions()
+            with page.expect_download(timeout=30_000) as download:
+                page.click("#download")
+            trace_file = tmp_path / "run.json"
+            download.value.save_as(trace_file)
+            (session,) = demo.trace_exports.sessions()
+            folder = demo.trace_exports.folder(session)
+            assert [p.name for p in folder.iterdir()] == [download.value.suggested_filename]
+
+            # a replayed trace full of HTML and Markdown: shown as text, nothing fetched, no link or form
+            hostile, index = _hostile_copy(trace_file, tmp_path)
+            page.set_input_files("#replay-file input[type=file]", str(hostile))
+            page.wait_for_function(
+                "document.querySelector('#status').innerText.includes('Replaying')", timeout=30_000
+            )
+            status = page.locator("#status").inner_text()
+            assert "[click](http://127.0.0.1:9/) *bold* & m" in status and HOSTILE[:40] in status
+            number = page.locator("#step-slider input[type=number]")
+            number.fill(str(index))
+            number.press("Enter")
+            page.wait_for_function(
+                "(text) => document.querySelector('#tree-plot .legend').textContent.includes(text)",
+                arg="<img src=",
+                timeout=10_000,
+            )
+            assert HOSTILE[:30] in page.locator("#answer").inner_text()
+            _save(page, tmp_path, "studio_hostile_replay.png")
+            assert not page.locator("form, a[href*='127.0.0.1:9'], img[src*='127.0.0.1:9']").count()
+
+            # a broken trace: one plain message in the toast
+            page.locator("#replay-file button[aria-label='Clear']").click()
+            broken = tmp_path / "broken.json"
+            broken.write_text('{"steps": [{"step": 0}]}', encoding="utf-8")
+            page.set_input_files("#replay-file input[type=file]", str(broken))
+            toast = page.locator('[data-testid="toast-body"]').first
+            toast.wait_for(timeout=30_000)
+            assert "Cannot replay this file: not a RECAP trace: step 0 has no 'committed_len'" in (
+                toast.inner_text()
+            )
+            page.wait_for_timeout(800)  # the toast fades in
+            _save(page, tmp_path, "studio_replay_error.png")
+            shown = page.locator("body").inner_text()
+            assert not [e for e in ENTITIES if e in shown], "an HTML entity shows as text"
+            assert not [url for url in fetched if "127.0.0.1:9/" in url]
+
+            # closing the tab ends the session: its downloaded trace (it holds the prompt) goes
+            page.close()
+            deadline = time.monotonic() + 30
+            while demo.trace_exports.sessions() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not demo.trace_exports.sessions() and not folder.exists()
         finally:
             context.close()

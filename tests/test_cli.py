@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import noise_image, tiny
 
@@ -75,28 +77,79 @@ def test_memory_file_is_saved_and_reused(capsys, model_dir, image_file, tmp_path
     assert run(capsys, *args)[0] == 0
 
 
-def test_corrupt_memory_file_warns_and_is_left_untouched(capsys, caplog, model_dir, image_file, tmp_path):
+def _another_models_memory(path):
+    from recap.memory import PersistentMemory
+
+    memory = PersistentMemory(vocab_size=20, k=8)
+    memory.write_many(np.array([3]), np.array([[1, 2]]), np.array([[0.7, 0.2]]))
+    memory.save(path, "another-tokenizer")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda path: path.write_bytes(b"not a safetensors file"),  # corrupt
+        _another_models_memory,  # saved for another model (tokenizer, vocabulary)
+    ],
+    ids=["corrupt", "another-model"],
+)
+@pytest.mark.parametrize("method", ["recap", "tr"])
+def test_memory_file_that_does_not_load_is_never_overwritten(
+    capsys, caplog, model_dir, image_file, tmp_path, make, method
+):
     memory = tmp_path / "memory.safetensors"
-    memory.write_bytes(b"not a safetensors file")
+    make(memory)
+    before = memory.read_bytes()
     with caplog.at_level(logging.WARNING):
-        code, _, _ = run(
+        code, out, _ = run(
             capsys,
-            "--model",
-            model_dir,
-            "--image",
-            image_file,
-            "--prompt",
-            "hi",
-            "--max-new-tokens",
-            4,
-            "--method",
-            "tr",
-            "--memory",
-            memory,
+            *("--model", model_dir, "--image", image_file, "--prompt", "hi"),
+            *("--max-new-tokens", 4, "--method", method, "--memory", memory),
         )
-    assert code == 0
-    assert memory.read_bytes() == b"not a safetensors file"
-    assert any("memory" in r.getMessage().lower() for r in caplog.records)
+    assert code == 0 and out.strip()
+    assert memory.read_bytes() == before
+    assert any("not be overwritten" in r.getMessage() for r in caplog.records)
+
+
+def _read_only_folder(tmp_path):
+    """A folder no file can be created in: a chmod-ed one, or (as root, who ignores modes) /sys."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        (folder / "probe").touch()
+    except PermissionError:
+        return folder
+    (folder / "probe").unlink()
+    return Path("/sys")  # sysfs refuses new files even to root
+
+
+@pytest.mark.parametrize(
+    ("where", "flag", "message"),
+    [
+        ("folder", "--memory", "is a folder, not a file"),
+        ("read-only", "--memory", "cannot save the persistent memory"),
+        ("folder", "--json", "cannot write the trace"),
+        ("read-only", "--json", "cannot write the trace"),
+    ],
+)
+def test_unwritable_output_prints_the_answer_then_one_error_line(
+    capsys, model_dir, image_file, tmp_path, where, flag, message
+):
+    target = tmp_path / "existing-folder" if where == "folder" else _read_only_folder(tmp_path) / "out.bin"
+    if where == "folder":
+        target.mkdir()
+    code, out, err = run(
+        capsys,
+        *("--model", model_dir, "--image", image_file, "--prompt", "hi", "--max-new-tokens", 4),
+        *(flag, target),
+    )
+    assert code == 2
+    assert out.strip(), "the answer must be printed before the error"
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("error: ") and message in lines[-1]
+    assert "Traceback" not in err and "target passes" in err  # the summary line came first
+    assert not [p for p in target.parent.iterdir() if p.name.endswith(".tmp")]
 
 
 @pytest.mark.parametrize(

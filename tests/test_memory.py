@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from recap.memory import (
+    ORPHAN_AGE_S,
     ContextMemory,
     PersistentMemory,
     PredictionRecord,
@@ -17,6 +23,7 @@ from recap.memory import (
     fit_topk,
     last_occurrence,
     recycling_keys,
+    remove_orphans,
 )
 
 NONE = np.zeros(0, dtype=np.int64)
@@ -157,6 +164,63 @@ def test_concurrent_saves_leave_a_valid_file(tmp_path):
     loaded = PersistentMemory.load(path, "tok-abc", 20, 3)
     assert len(loaded) == 3 and loaded.lookup(9).ids[0] in range(6)  # one complete save won
     assert not list(tmp_path.glob("*.tmp"))
+
+
+_KILLED_SAVE = """
+import sys, time
+import recap.memory as memory
+
+def stuck(tensors, path, metadata=None):
+    open(path, "wb").write(b"half a file")
+    print("writing", flush=True)
+    time.sleep(60)
+
+memory.save_file = stuck
+memory.PersistentMemory(20, 3).save(sys.argv[1], "tok-abc")
+"""
+
+
+@pytest.mark.parametrize("next_use", ["save", "load"])
+def test_a_save_killed_midway_leaves_an_orphan_that_the_next_save_or_load_removes(tmp_path, next_use):
+    path = tmp_path / "p1.safetensors"
+    filled_memory().save(path, "tok-abc")
+    before = path.read_bytes()
+    root = Path(__file__).resolve().parent.parent
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_SAVE, str(path)], cwd=root, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout.readline().strip() == "writing"
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+    orphans = list(tmp_path.glob(".p1.safetensors.*.tmp"))
+    assert len(orphans) == 1 and path.read_bytes() == before  # the killed save never replaced the file
+    if next_use == "save":
+        filled_memory().save(path, "tok-abc")
+    else:
+        assert len(PersistentMemory.load(path, "tok-abc", 20, 3)) == len(filled_memory())
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_orphans_are_told_from_saves_in_progress(tmp_path):
+    path = tmp_path / "p1.safetensors"
+    dead_pid = _ended_process_id()
+    in_progress = tmp_path / f".p1.safetensors.{os.getpid()}-abc.tmp"  # this process: still saving
+    dead = tmp_path / f".p1.safetensors.{dead_pid}-abc.tmp"  # its writer is gone
+    old = tmp_path / ".p1.safetensors.k2j3h4.tmp"  # an older name without a pid, an hour old
+    other = tmp_path / ".p2.safetensors.1-abc.tmp"  # another file's sibling
+    for file in (in_progress, dead, old, other):
+        file.write_bytes(b"x")
+    os.utime(old, (time.time() - 2 * ORPHAN_AGE_S,) * 2)
+    assert sorted(remove_orphans(path)) == sorted([dead, old])
+    assert in_progress.exists() and other.exists()
+
+
+def _ended_process_id() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait(timeout=30)
+    return process.pid
 
 
 # ------------------------------------------------------------------------------------- recycling keys

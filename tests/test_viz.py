@@ -223,3 +223,51 @@ def test_plot_labels_escape_tags():
     traces = _node_traces(viz.tree_figure(step))
     suffix = next(t for t in traces if t.name == "suffix")
     assert list(suffix.text) == ["&lt;/s&gt;"]
+
+
+HOSTILE = '<img src="http://127.0.0.1:9/x"><a href="http://evil">x</a>'
+
+
+def _figure_strings(figure) -> list[str]:
+    """Every string plotly would render from ``figure``: names, texts, hovers, templates, titles."""
+    found = []
+
+    def walk(value):
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+
+    walk(figure.to_plotly_json())
+    return found
+
+
+def test_names_from_a_trace_are_escaped_in_legends_hovers_and_titles():
+    # a replayed trace can name any source or method: no tag of it may reach plotly's HTML renderer
+    steps = _steps()
+    step = steps[1]
+    step.method = HOSTILE
+    step.nodes[0].sources = [HOSTILE]
+    step.nodes[0].contributions = {HOSTILE: 0.9}
+    step.nodes[2].text = HOSTILE
+    step.new_sources = [HOSTILE, "ctx2", "target"]
+    step.fused_at_root[0].contributions = {HOSTILE: 0.4}
+    step.fused_at_root[0].text = HOSTILE
+    figures = [viz.tree_figure(step, root_text=HOSTILE), viz.fused_figure(step), viz.passes_figure(steps)]
+    step.fused_at_root = []
+    figures.append(viz.fused_figure(step))
+    strings = [s for figure in figures for s in _figure_strings(figure)]
+    assert any("&lt;img" in s for s in strings), "the hostile names should be shown, escaped"
+    assert not [s for s in strings if "<img" in s or "<a " in s]
+
+
+def test_a_deep_chain_lays_out_without_recursion():
+    chain = [_node(i, i - 1, 1, "a", i + 1, ["ctx3"], {"ctx3": 0.5}, i < 3) for i in range(5000)]
+    root, places = viz.tree_layout(chain)
+    assert len(places) == 5000 and places[4999].x == 5000 and root.y == places[4999].y == 0
+    step = StepRecord(1, 4, "recap", nodes=chain, accepted_ids=[0, 1, 2])
+    assert sum(len(t.x) for t in _node_traces(viz.tree_figure(step))) == 5000
