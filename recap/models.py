@@ -7,7 +7,8 @@ verbs:
 - ``prefill(inputs)``: one pass over the prompt -> a `RequestState` (KV cache, positions) and logits
   at the prompt's text positions;
 - ``forward_tree(state, pending, tree)``: ONE pass over ``[pending committed tokens] + [tree nodes]``
-  with an additive float 4-D mask (each node sees the cache, the pending tokens and its own ancestors)
+  with an additive float 4-D mask (each node sees the cache, the pending tokens and its own ancestors;
+  sliding-window layers only those within the window, in the form the model takes: `AttentionLayout`)
   and explicit position ids (``cached + pending - 1 + depth``; for Qwen2/2.5-VL the 3-row mRoPE ids
   shifted by this request's ``rope_deltas``) -> logits ``(P + N, vocab)``;
 - ``commit(state, pending, accepted_nodes)``: keep the accepted nodes' KV entries (gather into place,
@@ -21,6 +22,7 @@ request, never read from the model (``model.model.rope_deltas`` is stale state f
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -57,6 +59,53 @@ _VISION_SPECIAL_TOKENS = {
     "llava": ("<image>",),
     "idefics3": ("<image>", "<fake_token_around_image>", "<global-img>"),
 }
+
+
+@dataclass(frozen=True)
+class AttentionLayout:
+    """How the text model masks its layers, read from its config the way its modeling code reads it.
+
+    ``window``: the sliding window W, or ``None``: a query at sequence index q sees the keys at
+    indices k with ``q - k < W`` (transformers' ``sliding_window_overlay``: ``kv_idx > q_idx - W``).
+    ``layer_types``: the mask keys the model looks up when given a dict of masks
+    (``"full_attention"`` / ``"sliding_attention"``: Qwen2/3, Qwen2-VL text, Gemma2/3, SmolLM3 take
+    ``mask[config.layer_types[i]]`` per layer, so an all-sliding model looks up only one key), or
+    ``None`` for models that apply one mask to every layer and cannot take a dict (Llama, Gemma,
+    Mistral, Phi-3: sliding on every layer whenever ``sliding_window`` is set).
+    """
+
+    window: int | None
+    layer_types: frozenset[str] | None
+
+    @classmethod
+    def of(cls, text_config: Any) -> AttentionLayout:
+        """The layout of ``text_config``; raises ``ValueError`` for masks a tree cannot mirror."""
+        if getattr(text_config, "use_bidirectional_attention", False) or not getattr(
+            text_config, "is_causal", True
+        ):
+            raise ValueError("the model uses bidirectional attention; greedy decoding needs a causal model")
+        # Only a declared field counts: Llama's config keeps a stray ``sliding_window`` key from a
+        # config file as an attribute, but its modeling code never builds a window.
+        window = (
+            getattr(text_config, "sliding_window", None) if _declares(text_config, "sliding_window") else None
+        )
+        layer_types = getattr(text_config, "layer_types", None)
+        if not layer_types:
+            return cls(int(window) if window else None, None)
+        kinds = frozenset(layer_types)
+        if not kinds <= {"full_attention", "sliding_attention"}:
+            unknown = ", ".join(sorted(kinds - {"full_attention", "sliding_attention"}))
+            raise ValueError(f"unsupported attention layer type(s): {unknown}")
+        if "sliding_attention" in kinds and not window:
+            raise ValueError("the config has sliding-attention layers but no sliding_window")
+        return cls(int(window) if "sliding_attention" in kinds else None, kinds)
+
+
+def _declares(config: Any, name: str) -> bool:
+    """Whether ``config``'s class declares the setting ``name`` (not just holds it from a file)."""
+    if dataclasses.is_dataclass(config):
+        return name in {field.name for field in dataclasses.fields(config)}
+    return hasattr(type(config), name)
 
 
 def default_device() -> str:
@@ -109,7 +158,7 @@ class TargetModel:
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.eos_ids = self._eos_ids()
         self.excluded_ids = self._vision_token_ids()
-        self._sliding_window = self._sliding_window_size()
+        self.attention = AttentionLayout.of(self.text_config)
         self._pieces: dict[int, str] = {}
 
     # ------------------------------------------------------------------------------------- loading
@@ -190,11 +239,6 @@ class TargetModel:
         if self.family == "idefics3":  # tile markers such as <row_1_col_2>
             ids.update(int(i) for t, i in vocab.items() if t.startswith("<row_") and t.endswith(">"))
         return frozenset(ids)
-
-    def _sliding_window_size(self) -> int | None:
-        layer_types = getattr(self.text_config, "layer_types", None) or ()
-        window = getattr(self.text_config, "sliding_window", None)
-        return int(window) if window and "sliding_attention" in layer_types else None
 
     def fingerprint(self) -> str:
         """Identifies the tokenizer (vocabulary + special tokens): saved memories must match it."""
@@ -302,19 +346,14 @@ class TargetModel:
         positions = np.concatenate([past + np.arange(n_pending), past + n_pending - 1 + tree.depths])
         input_ids = torch.tensor([[*pending, *tree.tokens]], dtype=torch.long, device=self.device)
         position_ids = torch.as_tensor(positions, dtype=torch.long, device=self.device)[None]
-        mask: Any = None  # a plain chain of pending tokens: the model's own causal mask is exact
-        if n_nodes or self._sliding_window is not None:
+        mask: Any = None  # a plain chain of pending tokens: the model's own (windowed) causal mask is exact
+        if n_nodes:
             # Visibility among the new tokens; everything already cached is visible to all of them.
             new = np.zeros((n_pending + n_nodes, n_pending + n_nodes), dtype=bool)
             new[:n_pending, :n_pending] = np.tri(n_pending, dtype=bool)
             new[n_pending:, :n_pending] = True
             new[n_pending:, n_pending:] = tree.ancestor_mask()
-            mask = self._additive(new, past)
-            if self._sliding_window is not None:
-                key_positions = np.concatenate([np.arange(past), positions])
-                in_window = positions[:, None] - key_positions[None, :] < self._sliding_window
-                visible = np.concatenate([np.ones((len(positions), past), dtype=bool), new], axis=1)
-                mask = {"full_attention": mask, "sliding_attention": self._additive(visible & in_window, 0)}
+            mask = self._tree_masks(new, past, positions)
         if state.rope_deltas is not None:
             position_ids = (position_ids + state.rope_deltas)[None].expand(3, 1, -1)
         out = self.model(
@@ -326,6 +365,27 @@ class TargetModel:
         )
         state.cached = past + n_pending + n_nodes
         return out.logits[0].float()
+
+    def _tree_masks(self, new: np.ndarray, past: int, positions: np.ndarray) -> Any:
+        """The 4-D mask(s) the text model takes for ``new`` (visibility among the new tokens).
+
+        One tensor for models that mask every layer alike (windowed when the model has a window);
+        a dict keyed by the config's layer types for models that look masks up per layer.
+        """
+        layout = self.attention
+        full = windowed = None
+        if layout.window is not None:
+            # Sequence indices, as in sequential decoding: a node sits at its path's position.
+            key_positions = np.concatenate([np.arange(past), positions])
+            in_window = positions[:, None] - key_positions[None, :] < layout.window
+            visible = np.concatenate([np.ones((len(positions), past), dtype=bool), new], axis=1)
+            windowed = self._additive(visible & in_window, 0)
+        if layout.window is None or "full_attention" in (layout.layer_types or ()):
+            full = self._additive(new, past)
+        if layout.layer_types is None:
+            return windowed if windowed is not None else full
+        masks = {"full_attention": full, "sliding_attention": windowed}
+        return {kind: masks[kind] for kind in layout.layer_types}
 
     def _additive(self, visible: np.ndarray, past: int) -> torch.Tensor:
         """Additive mask ``(1, 1, T, past + K)`` from bool visibility ``(T, K)`` of the last K keys.

@@ -223,3 +223,51 @@ def test_teacher_forced_greedy_reproduces_the_greedy_answer(arch):
     images = images_for(target)
     answer = reference_greedy(target, PROMPTS["short"], images, 12)
     assert target.teacher_forced_greedy(images, PROMPTS["short"], answer) == answer
+
+
+@pytest.mark.parametrize(
+    ("model_type", "settings", "window", "mask_keys"),
+    [
+        # One mask for every layer; a dict of masks would not be understood.
+        ("llama", {}, None, None),
+        ("llama", {"sliding_window": 8}, None, None),  # a stray key: Llama's code never windows
+        ("mistral", {"sliding_window": 8}, 8, None),
+        ("mistral", {"sliding_window": None}, None, None),
+        ("phi3", {"sliding_window": 2047}, 2047, None),
+        ("phi3", {}, None, None),
+        # A dict of masks looked up per layer by config.layer_types.
+        ("qwen2", {"use_sliding_window": False, "sliding_window": 8}, None, {"full_attention"}),
+        (
+            "qwen2",
+            {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1, "num_hidden_layers": 3},
+            8,
+            {"full_attention", "sliding_attention"},
+        ),
+        ("gemma2", {"sliding_window": 5}, 5, {"full_attention", "sliding_attention"}),
+        ("gemma3_text", {"sliding_window": 5, "num_hidden_layers": 2}, 5, {"sliding_attention"}),
+    ],
+)
+def test_attention_layout_mirrors_each_family(model_type, settings, window, mask_keys):
+    from transformers import AutoConfig
+
+    from recap.models import AttentionLayout
+
+    layout = AttentionLayout.of(AutoConfig.for_model(model_type, **settings))
+    assert layout.window == window
+    assert layout.layer_types == (frozenset(mask_keys) if mask_keys is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "settings", "message"),
+    [
+        ("gemma3_text", {"use_bidirectional_attention": True}, "bidirectional"),
+        ("qwen2", {"layer_types": ["full_attention", "chunked_attention"]}, "chunked_attention"),
+    ],
+)
+def test_attention_layout_refuses_masks_a_tree_cannot_mirror(model_type, settings, message):
+    from transformers import AutoConfig
+
+    from recap.models import AttentionLayout
+
+    with pytest.raises(ValueError, match=message):
+        AttentionLayout.of(AutoConfig.for_model(model_type, num_hidden_layers=2, **settings))

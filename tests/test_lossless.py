@@ -45,3 +45,18 @@ def test_every_drafter_is_lossless(arch, method):
         drafter = rt.drafter(method, persistent=persistent, successors=successors)
         result = generate(rt.target, drafter, prompt, images, 32)
         assert tuple(result.tokens) == truth(arch, prompt, seed), (arch, method, prompt)
+
+
+@pytest.mark.parametrize("method", ["ar", "pld", "tr", "recap"])
+@pytest.mark.parametrize("arch", ["mistral", "phi3"])
+def test_sliding_window_without_layer_types(arch, method):
+    # Issue 10's reproducer: windows of 8 tokens declared only by config.sliding_window; 40 new
+    # tokens run far past the window, so a tree mask without it changes the output.
+    rt = runtime(arch)
+    assert rt.target.attention.window == 8 and rt.target.attention.layer_types is None
+    prompt = "the cat sat on the mat and looked at the dog"
+    expected = reference_greedy(rt.target, prompt, [], 40)
+    result = generate(
+        rt.target, rt.drafter(method, persistent=PersistentMemory(rt.target.vocab_size)), prompt, [], 40
+    )
+    assert result.tokens == expected

@@ -43,6 +43,8 @@ ARCHITECTURES = (
     "llama",
     "qwen2",
     "gemma3_text",
+    "mistral",
+    "phi3",
     "llava",
     "llava_next",
     "qwen2_vl",
@@ -153,18 +155,33 @@ def build(arch: str, attn: str = "sdpa", seed: int = 0) -> TargetModel:
     return TargetModel(model.eval(), processor, name=f"tiny-{arch}")
 
 
+#: Config extras per text family. Every sliding window is shorter than the tests' contexts, and each
+#: family keeps its own way of declaring one: per-layer ``layer_types`` (Qwen2, Gemma3) or a bare
+#: ``sliding_window`` for every layer (Mistral, Phi-3). Larger initial weights make attention peaked
+#: enough that a wrong window changes the greedy tokens, not only the logits.
+TEXT_EXTRAS: dict[str, dict] = {
+    "qwen2": {"use_sliding_window": True, "sliding_window": 7, "max_window_layers": 1},
+    "gemma3_text": {
+        "sliding_window": 6,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "head_dim": 8,
+    },
+    "mistral": {"sliding_window": 8, "initializer_range": 0.2},
+    "phi3": {"sliding_window": 8, "initializer_range": 0.2},
+}
+
+
 def _text(model_type: str):
     def builder(attn: str):
         from transformers import AutoConfig, AutoModelForCausalLM
 
         tokenizer = make_tokenizer("text")
-        extra = (
-            {"sliding_window": 6, "layer_types": ["sliding_attention", "full_attention"], "head_dim": 8}
-            if model_type == "gemma3_text"
-            else {}
-        )
         config = AutoConfig.for_model(
-            model_type, **_llama_text(len(tokenizer), **extra), eos_token_id=tokenizer.eos_token_id
+            model_type,
+            **_llama_text(len(tokenizer), **TEXT_EXTRAS.get(model_type, {})),
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=None,
         )
         config._attn_implementation = attn
         return AutoModelForCausalLM.from_config(config, attn_implementation=attn), tokenizer
@@ -313,6 +330,8 @@ _BUILDERS = {
     "llama": _text("llama"),
     "qwen2": _text("qwen2"),
     "gemma3_text": _text("gemma3_text"),
+    "mistral": _text("mistral"),
+    "phi3": _text("phi3"),
     "llava": _llava,
     "llava_next": _llava_next,
     "qwen2_vl": _qwen_vl("qwen2_vl"),
