@@ -108,6 +108,15 @@ def _declares(config: Any, name: str) -> bool:
     return hasattr(type(config), name)
 
 
+def supported_attention(model_class: type | None, requested: str) -> str:
+    """``requested``, unless ``model_class`` cannot run it: Gemma2 refuses ``sdpa`` (it soft-caps
+    attention scores, which sdpa cannot), so it gets ``eager``, which takes the same additive mask."""
+    if requested == "sdpa" and model_class is not None and not getattr(model_class, "_supports_sdpa", True):
+        log.info("%s does not support sdpa attention; using eager", model_class.__name__)
+        return "eager"
+    return requested
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -195,6 +204,9 @@ class TargetModel:
             if model_type in VISION_FAMILIES
             else transformers.AutoModelForCausalLM
         )
+        # config class -> model class, as from_pretrained resolves it
+        model_class = auto._model_mapping.get(type(config), None)
+        attn_implementation = supported_attention(model_class, attn_implementation)
         log.info("loading %s (%s) on %s in %s", name_or_path, model_type, device, torch_dtype)
         try:
             model = auto.from_pretrained(

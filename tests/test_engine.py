@@ -271,3 +271,24 @@ def test_attention_layout_refuses_masks_a_tree_cannot_mirror(model_type, setting
 
     with pytest.raises(ValueError, match=message):
         AttentionLayout.of(AutoConfig.for_model(model_type, num_hidden_layers=2, **settings))
+
+
+def test_gemma2_asked_for_sdpa_loads_with_eager(tmp_path, caplog):
+    # transformers refuses sdpa for Gemma2 (soft-capped scores); loading falls back to eager, says so
+    # in the log, and stays lossless.
+    import logging
+
+    from recap.models import TargetModel
+
+    built = tiny("gemma2", "sdpa")
+    assert built.model.config._attn_implementation == "eager"
+    built.model.save_pretrained(tmp_path)
+    built.tokenizer.save_pretrained(tmp_path)
+    with caplog.at_level(logging.INFO, logger="recap.models"):
+        loaded = TargetModel.load(str(tmp_path), device="cpu", dtype="float32")
+    assert loaded.model.config._attn_implementation == "eager"
+    assert "does not support sdpa attention; using eager" in caplog.text
+    truth = reference_greedy(loaded, PROMPTS["short"], [], 40)
+    assert truth == reference_greedy(built, PROMPTS["short"], [], 40)
+    result = generate(loaded, OracleDrafter(truth, loaded.vocab_size), PROMPTS["short"], [], 40)
+    assert result.tokens == truth and result.summary.mat > 1.5

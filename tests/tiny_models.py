@@ -13,7 +13,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import BatchFeature, PreTrainedTokenizerFast
 
-from recap.models import TargetModel
+from recap.models import TargetModel, supported_attention
 
 SPECIALS = [
     "<|endoftext|>",
@@ -45,6 +45,7 @@ ARCHITECTURES = (
     "gemma3_text",
     "mistral",
     "phi3",
+    "gemma2",
     "llava",
     "llava_next",
     "qwen2_vl",
@@ -166,6 +167,7 @@ TEXT_EXTRAS: dict[str, dict] = {
         "layer_types": ["sliding_attention", "full_attention"],
         "head_dim": 8,
     },
+    "gemma2": {"sliding_window": 6, "head_dim": 8},  # layer_types default to sliding, full, ...
     "mistral": {"sliding_window": 8, "initializer_range": 0.2},
     "phi3": {"sliding_window": 8, "initializer_range": 0.2},
 }
@@ -183,7 +185,8 @@ def _text(model_type: str):
             pad_token_id=tokenizer.pad_token_id,
             bos_token_id=None,
         )
-        config._attn_implementation = attn
+        # The same choice as TargetModel.load: Gemma2 asked for sdpa runs eager.
+        attn = supported_attention(AutoModelForCausalLM._model_mapping[type(config)], attn)
         return AutoModelForCausalLM.from_config(config, attn_implementation=attn), tokenizer
 
     return builder
@@ -332,6 +335,7 @@ _BUILDERS = {
     "gemma3_text": _text("gemma3_text"),
     "mistral": _text("mistral"),
     "phi3": _text("phi3"),
+    "gemma2": _text("gemma2"),
     "llava": _llava,
     "llava_next": _llava_next,
     "qwen2_vl": _qwen_vl("qwen2_vl"),
