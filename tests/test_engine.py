@@ -185,6 +185,8 @@ def test_step_records_describe_the_run():
     [
         ("", 8, "prompt is empty"),
         ("   ", 8, "prompt is empty"),
+        ("\n\t \n", 8, "prompt is empty"),
+        (None, 8, "prompt is empty"),
         ("x" * 5000, 8, "prompt is too long"),
         ("hi", 0, "max_new_tokens"),
         ("hi", 10**9, "max_new_tokens"),
