@@ -12,8 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-import torch
-from conftest import images_for, noise_image, reference_greedy, tiny
+from conftest import check_tree_logits, images_for, noise_image, random_tree, reference_greedy, tiny
 from tiny_models import ARCHITECTURES, VISION_ARCHITECTURES
 
 from recap.decode import generate, generate_steps
@@ -22,54 +21,6 @@ from recap.drafters.base import Observation, RequestInfo
 from recap.tree import DraftTree
 
 PROMPTS = {"short": "the cat is", "long": "describe the image. " * 6 + "what colour is the square?"}
-
-
-def random_tree(rng: np.random.Generator, vocab: int, size: int, max_children: int = 3) -> DraftTree:
-    """A random tree of ``size`` nodes (random parents, random tokens, unique siblings)."""
-    tree = DraftTree()
-    while len(tree) < size:
-        parent = int(rng.integers(-1, len(tree))) if len(tree) else -1
-        if len(tree.children(parent)) < max_children:
-            tree.add(int(rng.integers(0, vocab)), parent)
-    return tree
-
-
-def full_forward_last_logits(target, prompt: str, images, continuation: Sequence[int]) -> torch.Tensor:
-    """Logits after ``prompt + continuation`` by one ordinary forward without any cache or tree."""
-    inputs = target.prepare(images, prompt)
-    extra = torch.tensor([list(continuation)], dtype=torch.long, device=inputs["input_ids"].device)
-    inputs["input_ids"] = torch.cat([inputs["input_ids"], extra], dim=1)
-    for key in ("attention_mask", "mm_token_type_ids"):
-        if key in inputs:
-            inputs[key] = torch.cat([inputs[key], torch.full_like(extra, int(key == "attention_mask"))], 1)
-    with torch.inference_mode():
-        return target.model(**inputs).logits[0, -1].float()
-
-
-def check_tree_logits(target, prompt: str, images, atol: float = 1e-4) -> None:
-    """Every node of three random trees (with commits of random paths in between) has the logits of a
-    plain full forward over its path; so does the root (the last pending token)."""
-    rng = np.random.default_rng(len(prompt))
-    inputs = target.prepare(images, prompt)
-    state, logits = target.prefill(inputs, [inputs["input_ids"].shape[1] - 1])
-    committed = [int(logits[-1].argmax())]
-    pending = [committed[0]]
-    # Three rounds: verify a random tree, check every node, then commit a random path of it so the
-    # next round runs after a gather + crop of the cache.
-    for size in (9, 16, 5):
-        tree = random_tree(rng, target.vocab_size, size)
-        tree_logits = target.forward_tree(state, pending, tree).float()
-        for node in range(len(tree)):
-            expected = full_forward_last_logits(target, prompt, images, committed + tree.path(node))
-            assert torch.allclose(tree_logits[len(pending) + node], expected, atol=atol), (target.name, node)
-        root = full_forward_last_logits(target, prompt, images, committed)
-        assert torch.allclose(tree_logits[len(pending) - 1], root, atol=atol)
-        leaf = int(rng.integers(0, len(tree)))
-        accepted = tree.path_nodes(leaf)
-        target.commit(state, len(tree), accepted)
-        bonus = int(rng.integers(0, target.vocab_size))
-        committed += [*tree.path(leaf), bonus]
-        pending = [bonus]
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
