@@ -9,20 +9,20 @@ verbs:
 - ``forward_tree(state, pending, tree)``: ONE pass over ``[pending committed tokens] + [tree nodes]``
   with an additive float 4-D mask (each node sees the cache, the pending tokens and its own ancestors;
   sliding-window layers only those within the window, in the form the model takes: `AttentionLayout`)
-  and explicit position ids (``cached + pending - 1 + depth``; for Qwen2/2.5-VL the 3-row mRoPE ids
-  shifted by this request's ``rope_deltas``) -> logits ``(P + N, vocab)``;
+  and explicit position ids (sequence index ``cached + pending - 1 + depth``, numbered by the family's
+  position scheme: as is, or for Qwen2/2.5-VL the 3-row mRoPE ids shifted by this request's rope
+  delta) -> logits ``(P + N, vocab)``;
 - ``commit(state, pending, accepted_nodes)``: keep the accepted nodes' KV entries (gather into place,
   then crop the rest).
 
 Why an additive float mask: with ``eager`` attention a bool 4-D mask is silently wrong, and
 ``flash_attention_2`` cannot express a tree at all. Why explicit positions: without them LLaVA and
-Idefics3 silently use sequential positions and Qwen2.5-VL crashes. ``rope_deltas`` is computed per
-request, never read from the model (``model.model.rope_deltas`` is stale state from earlier calls).
+Idefics3 silently use sequential positions and Qwen2.5-VL crashes. What differs between families
+(prompting, image tokens, position scheme, attention layout) lives in `recap.families`, one row each.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import time
@@ -35,77 +35,10 @@ import numpy as np
 import torch
 from PIL import Image
 
+from recap.families import AttentionLayout, family_of
 from recap.tree import DraftTree
 
 log = logging.getLogger(__name__)
-
-#: model_type -> family. Families decide prompting and positions.
-VISION_FAMILIES = {
-    "qwen2_5_vl": "qwen_vl",
-    "qwen2_vl": "qwen_vl",
-    "llava": "llava",
-    "llava_next": "llava",
-    "idefics3": "idefics3",
-    "smolvlm": "idefics3",
-}
-TEXT_MODEL_TYPES = frozenset(
-    {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "smollm3", "phi3"}
-)
-SUPPORTED = sorted(VISION_FAMILIES) + sorted(TEXT_MODEL_TYPES)
-
-#: Special tokens that stand for image content (never used as drafting keys), by family.
-_VISION_SPECIAL_TOKENS = {
-    "qwen_vl": ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>", "<|vision_pad|>"),
-    "llava": ("<image>",),
-    "idefics3": ("<image>", "<fake_token_around_image>", "<global-img>"),
-}
-
-
-@dataclass(frozen=True)
-class AttentionLayout:
-    """How the text model masks its layers, read from its config the way its modeling code reads it.
-
-    ``window``: the sliding window W, or ``None``: a query at sequence index q sees the keys at
-    indices k with ``q - k < W`` (transformers' ``sliding_window_overlay``: ``kv_idx > q_idx - W``).
-    ``layer_types``: the mask keys the model looks up when given a dict of masks
-    (``"full_attention"`` / ``"sliding_attention"``: Qwen2/3, Qwen2-VL text, Gemma2/3, SmolLM3 take
-    ``mask[config.layer_types[i]]`` per layer, so an all-sliding model looks up only one key), or
-    ``None`` for models that apply one mask to every layer and cannot take a dict (Llama, Gemma,
-    Mistral, Phi-3: sliding on every layer whenever ``sliding_window`` is set).
-    """
-
-    window: int | None
-    layer_types: frozenset[str] | None
-
-    @classmethod
-    def of(cls, text_config: Any) -> AttentionLayout:
-        """The layout of ``text_config``; raises ``ValueError`` for masks a tree cannot mirror."""
-        if getattr(text_config, "use_bidirectional_attention", False) or not getattr(
-            text_config, "is_causal", True
-        ):
-            raise ValueError("the model uses bidirectional attention; greedy decoding needs a causal model")
-        # Only a declared field counts: Llama's config keeps a stray ``sliding_window`` key from a
-        # config file as an attribute, but its modeling code never builds a window.
-        window = (
-            getattr(text_config, "sliding_window", None) if _declares(text_config, "sliding_window") else None
-        )
-        layer_types = getattr(text_config, "layer_types", None)
-        if not layer_types:
-            return cls(int(window) if window else None, None)
-        kinds = frozenset(layer_types)
-        if not kinds <= {"full_attention", "sliding_attention"}:
-            unknown = ", ".join(sorted(kinds - {"full_attention", "sliding_attention"}))
-            raise ValueError(f"unsupported attention layer type(s): {unknown}")
-        if "sliding_attention" in kinds and not window:
-            raise ValueError("the config has sliding-attention layers but no sliding_window")
-        return cls(int(window) if "sliding_attention" in kinds else None, kinds)
-
-
-def _declares(config: Any, name: str) -> bool:
-    """Whether ``config``'s class declares the setting ``name`` (not just holds it from a file)."""
-    if dataclasses.is_dataclass(config):
-        return name in {field.name for field in dataclasses.fields(config)}
-    return hasattr(type(config), name)
 
 
 def supported_attention(model_class: type | None, requested: str) -> str:
@@ -136,12 +69,13 @@ def parse_dtype(name: str | torch.dtype | None, device: str) -> torch.dtype:
 
 @dataclass
 class RequestState:
-    """Per-request model state. ``cached``: KV entries in ``cache`` (== positions for non-mRoPE models)."""
+    """Per-request model state. ``cached``: KV entries in ``cache`` (== the next sequence index);
+    ``position_offset``: what the family's position scheme adds after the prompt (mRoPE's delta)."""
 
     cache: Any
     cached: int
     input_ids: list[int]
-    rope_deltas: torch.Tensor | None = None
+    position_offset: torch.Tensor | None = None
 
 
 class TargetModel:
@@ -153,14 +87,9 @@ class TargetModel:
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.name = name
         self.model_type = model.config.model_type
-        if self.model_type in VISION_FAMILIES:
-            self.family = VISION_FAMILIES[self.model_type]
-        elif self.model_type in TEXT_MODEL_TYPES:
-            self.family = "text"
-        else:
-            raise ValueError(
-                f"unsupported architecture {self.model_type!r}; supported: {', '.join(SUPPORTED)}"
-            )
+        #: The family-table row (prompting, image tokens, position scheme); ``family`` is its name.
+        self.family_spec = family_of(self.model_type)
+        self.family = self.family_spec.name
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.text_config = model.config.get_text_config()
@@ -197,13 +126,8 @@ class TargetModel:
         except (OSError, ValueError) as error:
             raise ValueError(f"cannot load model {name_or_path!r}: {_first_line(error)}") from None
         model_type = config.model_type
-        if model_type not in VISION_FAMILIES and model_type not in TEXT_MODEL_TYPES:
-            raise ValueError(f"unsupported architecture {model_type!r}; supported: {', '.join(SUPPORTED)}")
-        auto = (
-            transformers.AutoModelForImageTextToText
-            if model_type in VISION_FAMILIES
-            else transformers.AutoModelForCausalLM
-        )
+        vision = family_of(model_type).vision
+        auto = transformers.AutoModelForImageTextToText if vision else transformers.AutoModelForCausalLM
         # config class -> model class, as from_pretrained resolves it
         model_class = auto._model_mapping.get(type(config), None)
         attn_implementation = supported_attention(model_class, attn_implementation)
@@ -212,7 +136,7 @@ class TargetModel:
             model = auto.from_pretrained(
                 name_or_path, dtype=torch_dtype, attn_implementation=attn_implementation, **extra
             ).to(device)
-            if model_type in VISION_FAMILIES:
+            if vision:
                 processor = transformers.AutoProcessor.from_pretrained(name_or_path)
             else:
                 processor = transformers.AutoTokenizer.from_pretrained(name_or_path, **extra)
@@ -245,11 +169,12 @@ class TargetModel:
             if isinstance(value, int):
                 ids.add(value)
         vocab = self.tokenizer.get_vocab() if hasattr(self.tokenizer, "get_vocab") else {}
-        for token in _VISION_SPECIAL_TOKENS.get(self.family, ()):
+        for token in self.family_spec.image_tokens:
             if token in vocab:
                 ids.add(int(vocab[token]))
-        if self.family == "idefics3":  # tile markers such as <row_1_col_2>
-            ids.update(int(i) for t, i in vocab.items() if t.startswith("<row_") and t.endswith(">"))
+        prefix = self.family_spec.image_token_prefix
+        if prefix:  # tile markers such as <row_1_col_2>
+            ids.update(int(i) for t, i in vocab.items() if t.startswith(prefix) and t.endswith(">"))
         return frozenset(ids)
 
     def fingerprint(self) -> str:
@@ -276,7 +201,7 @@ class TargetModel:
     # ----------------------------------------------------------------------------------- prefill
     def prepare(self, images: Sequence[Image.Image], prompt: str) -> dict[str, torch.Tensor]:
         """Apply the chat template and processor to one prompt with 0+ images -> model inputs (batch 1)."""
-        if self.family == "text":
+        if not self.family_spec.vision:
             if images:
                 raise ValueError(
                     f"{self.name} is a text-only model: remove the image or choose a vision model"
@@ -311,40 +236,15 @@ class TargetModel:
         input_ids = inputs["input_ids"]
         length = int(input_ids.shape[1])
         kwargs = dict(inputs)
-        rope_deltas = None
-        if self.family == "qwen_vl":
-            kwargs["position_ids"], rope_deltas = self._mrope_positions(inputs)
-        else:
-            kwargs["position_ids"] = torch.arange(length, device=self.device)[None]
+        kwargs["position_ids"], offset = self.family_spec.positions.prompt(self.model, inputs)
         # A cache built without a config holds every layer in full; sliding windows are applied by masks.
         cache = DynamicCache()
         keep_index = torch.as_tensor(list(keep), dtype=torch.long, device=self.device)
         out = self.model(**kwargs, cache=cache, use_cache=True, logits_to_keep=keep_index)
         state = RequestState(
-            cache=cache, cached=length, input_ids=input_ids[0].tolist(), rope_deltas=rope_deltas
+            cache=cache, cached=length, input_ids=input_ids[0].tolist(), position_offset=offset
         )
         return state, out.logits[0].float()
-
-    def _mrope_positions(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """3-row mRoPE position ids for the prompt and this request's rope delta (computed, not cached)."""
-        input_ids = inputs["input_ids"]
-        if inputs.get("image_grid_thw") is None and inputs.get("video_grid_thw") is None:
-            positions = torch.arange(input_ids.shape[1], device=self.device)[None, None].expand(3, 1, -1)
-            return positions, torch.zeros(1, 1, dtype=torch.long, device=self.device)
-        token_types = inputs.get("mm_token_type_ids")
-        if token_types is None:  # older processors do not return it; without it positions are wrong
-            config = self.model.config
-            token_types = (input_ids == config.image_token_id).int()
-            if getattr(config, "video_token_id", None) is not None:
-                token_types = token_types + 2 * (input_ids == config.video_token_id).int()
-        positions, deltas = self.model.model.get_rope_index(
-            input_ids,
-            mm_token_type_ids=token_types,
-            image_grid_thw=inputs.get("image_grid_thw"),
-            video_grid_thw=inputs.get("video_grid_thw"),
-            attention_mask=inputs.get("attention_mask"),
-        )
-        return positions, deltas.reshape(1, 1).to(self.device)
 
     # ----------------------------------------------------------------------------- tree verification
     @torch.inference_mode()
@@ -366,8 +266,7 @@ class TargetModel:
             new[n_pending:, :n_pending] = True
             new[n_pending:, n_pending:] = tree.ancestor_mask()
             mask = self._tree_masks(new, past, positions)
-        if state.rope_deltas is not None:
-            position_ids = (position_ids + state.rope_deltas)[None].expand(3, 1, -1)
+        position_ids = self.family_spec.positions.extend(position_ids, state.position_offset)
         out = self.model(
             input_ids=input_ids,
             attention_mask=mask,
@@ -451,8 +350,7 @@ class TargetModel:
             inputs["mm_token_type_ids"] = torch.cat(
                 [inputs["mm_token_type_ids"], torch.zeros_like(forced)], 1
             )
-        if self.family == "qwen_vl":
-            inputs["position_ids"], _ = self._mrope_positions(inputs)
+        inputs["position_ids"], _ = self.family_spec.positions.prompt(self.model, inputs)
         keep = torch.arange(length - 1, length - 1 + len(answer), device=self.device)
         logits = self.model(**inputs, use_cache=False, logits_to_keep=keep).logits[0]
         return logits.argmax(-1).tolist()

@@ -203,7 +203,7 @@ def test_teacher_forced_greedy_reproduces_the_greedy_answer(arch):
 def test_attention_layout_mirrors_each_family(model_type, settings, window, mask_keys):
     from transformers import AutoConfig
 
-    from recap.models import AttentionLayout
+    from recap.families import AttentionLayout
 
     layout = AttentionLayout.of(AutoConfig.for_model(model_type, **settings))
     assert layout.window == window
@@ -220,7 +220,7 @@ def test_attention_layout_mirrors_each_family(model_type, settings, window, mask
 def test_attention_layout_refuses_masks_a_tree_cannot_mirror(model_type, settings, message):
     from transformers import AutoConfig
 
-    from recap.models import AttentionLayout
+    from recap.families import AttentionLayout
 
     with pytest.raises(ValueError, match=message):
         AttentionLayout.of(AutoConfig.for_model(model_type, num_hidden_layers=2, **settings))
