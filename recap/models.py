@@ -50,6 +50,20 @@ def supported_attention(model_class: type | None, requested: str) -> str:
     return requested
 
 
+def input_device(model: Any) -> torch.device:
+    """The device that runs the input embedding, where every input tensor must be placed.
+
+    On one device that is the embedding weight's device. A model dispatched by accelerate
+    (``device_map="auto"``) may hold the embedding offloaded (its weight on the meta device); accelerate
+    then runs it on the map's first accelerator, or on the CPU when the map has none.
+    """
+    device = model.get_input_embeddings().weight.device
+    if device.type != "meta":
+        return device
+    placed = [d for d in getattr(model, "hf_device_map", {}).values() if d not in ("cpu", "disk")]
+    return torch.device(placed[0] if placed else "cpu")
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -90,7 +104,8 @@ class TargetModel:
         #: The family-table row (prompting, image tokens, position scheme); ``family`` is its name.
         self.family_spec = family_of(self.model_type)
         self.family = self.family_spec.name
-        self.device = next(model.parameters()).device
+        #: Where inputs, masks and positions go: the input embedding's device (see `input_device`).
+        self.device = input_device(model)
         self.dtype = next(model.parameters()).dtype
         self.text_config = model.config.get_text_config()
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
@@ -108,8 +123,18 @@ class TargetModel:
         dtype: str | torch.dtype | None = None,
         attn_implementation: str = "sdpa",
         gguf_file: str | None = None,
+        device_map: str | None = None,
+        max_memory: dict[int | str, int | str] | None = None,
+        offload_folder: str | None = None,
     ) -> TargetModel:
-        """Load by hub id or local directory. Raises ``ValueError`` with a readable reason on failure."""
+        """Load by hub id or local directory. Raises ``ValueError`` with a readable reason on failure.
+
+        ``device_map=None`` (default) puts the whole model on ``device``. ``device_map="auto"`` lets
+        accelerate place it for a model one device cannot hold: split across the visible GPUs, the
+        rest offloaded to CPU memory (and to ``offload_folder`` on disk if that is short too);
+        ``max_memory`` caps each device (``{0: "20GiB", "cpu": "60GiB"}``, e.g. to leave room for
+        the KV cache). Inputs then go to the input embedding's device (`input_device`).
+        """
         import transformers
         from transformers import AutoConfig
 
@@ -118,9 +143,18 @@ class TargetModel:
         looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
         if looks_local and not Path(name_or_path).expanduser().is_dir():
             raise ValueError(f"model directory not found: {name_or_path}")
+        if device_map not in (None, "auto"):
+            raise ValueError(f"device_map must be 'auto' or left unset, got {device_map!r}")
+        if device_map and device:
+            raise ValueError("give either a device or device_map='auto', not both")
         device = device or default_device()
         torch_dtype = parse_dtype(dtype, device)
         extra = {"gguf_file": gguf_file} if gguf_file else {}
+        placement = (
+            {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
+            if device_map
+            else {}
+        )
         try:
             config = AutoConfig.from_pretrained(name_or_path, **extra)
         except (OSError, ValueError) as error:
@@ -131,11 +165,14 @@ class TargetModel:
         # config class -> model class, as from_pretrained resolves it
         model_class = auto._model_mapping.get(type(config), None)
         attn_implementation = supported_attention(model_class, attn_implementation)
-        log.info("loading %s (%s) on %s in %s", name_or_path, model_type, device, torch_dtype)
+        where = "device_map=auto" if device_map else device
+        log.info("loading %s (%s) on %s in %s", name_or_path, model_type, where, torch_dtype)
         try:
             model = auto.from_pretrained(
-                name_or_path, dtype=torch_dtype, attn_implementation=attn_implementation, **extra
-            ).to(device)
+                name_or_path, dtype=torch_dtype, attn_implementation=attn_implementation, **extra, **placement
+            )
+            if not device_map:
+                model = model.to(device)
             if vision:
                 processor = transformers.AutoProcessor.from_pretrained(name_or_path)
             else:
@@ -239,7 +276,9 @@ class TargetModel:
         kwargs["position_ids"], offset = self.family_spec.positions.prompt(self.model, inputs)
         # A cache built without a config holds every layer in full; sliding windows are applied by masks.
         cache = DynamicCache()
-        keep_index = torch.as_tensor(list(keep), dtype=torch.long, device=self.device)
+        # On the CPU: the final hidden states may sit on another device than the inputs (device_map),
+        # and a CPU index selects from a tensor on any device.
+        keep_index = torch.as_tensor(list(keep), dtype=torch.long)
         out = self.model(**kwargs, cache=cache, use_cache=True, logits_to_keep=keep_index)
         state = RequestState(
             cache=cache, cached=length, input_ids=input_ids[0].tolist(), position_offset=offset
@@ -318,11 +357,12 @@ class TargetModel:
         """
         base = state.cached - n_nodes
         if list(accepted) != list(range(len(accepted))):
-            source = torch.as_tensor([base + n for n in accepted], dtype=torch.long, device=self.device)
+            source = torch.as_tensor([base + n for n in accepted], dtype=torch.long)
             target = slice(base, base + len(accepted))
-            for layer in state.cache.layers:
-                layer.keys[:, :, target] = layer.keys.index_select(2, source)
-                layer.values[:, :, target] = layer.values.index_select(2, source)
+            for layer in state.cache.layers:  # each layer's cache lives on its layer's device
+                index = source.to(layer.keys.device)
+                layer.keys[:, :, target] = layer.keys.index_select(2, index)
+                layer.values[:, :, target] = layer.values.index_select(2, index)
         drop = n_nodes - len(accepted)
         if drop:
             state.cache.crop(-drop)
@@ -351,7 +391,7 @@ class TargetModel:
                 [inputs["mm_token_type_ids"], torch.zeros_like(forced)], 1
             )
         inputs["position_ids"], _ = self.family_spec.positions.prompt(self.model, inputs)
-        keep = torch.arange(length - 1, length - 1 + len(answer), device=self.device)
+        keep = torch.arange(length - 1, length - 1 + len(answer))  # on the CPU, as in `prefill`
         logits = self.model(**inputs, use_cache=False, logits_to_keep=keep).logits[0]
         return logits.argmax(-1).tolist()
 

@@ -73,3 +73,60 @@ def test_prompt_is_used_exactly_as_given(arch, prompt, method):
     assert expected != reference_greedy(rt.target, prompt.strip(), images, 16)
     drafter = rt.drafter(method, persistent=PersistentMemory(rt.target.vocab_size))
     assert generate(rt.target, drafter, prompt, images, 16).tokens == expected
+
+
+@functools.cache
+def saved(arch: str, folder: str) -> str:
+    target = tiny(arch)
+    target.model.save_pretrained(folder)
+    target.processor.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "placement",
+    [
+        {"device_map": "auto"},  # one device: accelerate places everything on it
+        # Offloaded: weights live on disk and accelerate's hooks bring them in for every pass.
+        {"device_map": "auto", "max_memory": {"cpu": "100KB"}, "offload": True},
+    ],
+    ids=["auto", "auto-disk-offload"],
+)
+@pytest.mark.parametrize("arch", ["llava", "mistral"])
+def test_device_map_auto_is_lossless(arch, placement, tmp_path_factory):
+    from conftest import check_tree_logits
+
+    from recap.models import TargetModel
+
+    folder = saved(arch, str(tmp_path_factory.mktemp(arch)))
+    options = {k: v for k, v in placement.items() if k != "offload"}
+    if placement.get("offload"):
+        options["offload_folder"] = str(tmp_path_factory.mktemp("offload"))
+    target = TargetModel.load(folder, dtype="float32", **options)
+    offloaded = "disk" in getattr(target.model, "hf_device_map", {}).values()
+    assert offloaded == bool(placement.get("offload"))
+    if offloaded and arch == "llava":  # its embedding went to disk: inputs go where accelerate runs it
+        assert target.model.get_input_embeddings().weight.device.type == "meta"
+    assert target.device.type == "cpu"
+    images = [] if target.family == "text" else [noise_image(0)]
+    prompt = "the cat sat on the mat and looked at the dog"
+    expected = reference_greedy(tiny(arch), prompt, images, 32)
+    rt = Runtime(target)
+    for method in ("ar", "pld", "tr", "recap"):
+        drafter = rt.drafter(method, persistent=PersistentMemory(target.vocab_size))
+        assert generate(target, drafter, prompt, images, 32).tokens == expected, method
+    check_tree_logits(target, prompt, images)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"device_map": "balanced"}, "device_map must be 'auto'"),
+        ({"device_map": "auto", "device": "cpu"}, "either a device or device_map"),
+    ],
+)
+def test_device_map_refuses_what_it_does_not_support(options, message, tmp_path):
+    from recap.models import TargetModel
+
+    with pytest.raises(ValueError, match=message):
+        TargetModel.load(str(tmp_path), **options)
