@@ -97,9 +97,10 @@ def load_image(source: str | Path | Image.Image, max_pixels: int = MAX_IMAGE_PIX
 
 
 def check_prompt(prompt: str | None, max_chars: int = MAX_PROMPT_CHARS) -> str:
-    """Return the stripped prompt, or raise if it is empty or longer than ``max_chars``."""
-    text = (prompt or "").strip()
-    if not text:
+    """Return the prompt exactly as given (a trailing newline changes the model's answer, so nothing
+    is stripped); raise if it is empty, whitespace only, or longer than ``max_chars``."""
+    text = prompt if isinstance(prompt, str) else ""
+    if not text.strip():
         raise ValueError("the prompt is empty: type a question or instruction")
     if len(text) > max_chars:
         raise ValueError(f"the prompt is too long ({len(text)} characters; limit {max_chars})")

@@ -7,16 +7,18 @@ verbs:
 - ``prefill(inputs)``: one pass over the prompt -> a `RequestState` (KV cache, positions) and logits
   at the prompt's text positions;
 - ``forward_tree(state, pending, tree)``: ONE pass over ``[pending committed tokens] + [tree nodes]``
-  with an additive float 4-D mask (each node sees the cache, the pending tokens and its own ancestors)
-  and explicit position ids (``cached + pending - 1 + depth``; for Qwen2/2.5-VL the 3-row mRoPE ids
-  shifted by this request's ``rope_deltas``) -> logits ``(P + N, vocab)``;
+  with an additive float 4-D mask (each node sees the cache, the pending tokens and its own ancestors;
+  sliding-window layers only those within the window, in the form the model takes: `AttentionLayout`)
+  and explicit position ids (sequence index ``cached + pending - 1 + depth``, numbered by the family's
+  position scheme: as is, or for Qwen2/2.5-VL the 3-row mRoPE ids shifted by this request's rope
+  delta) -> logits ``(P + N, vocab)``;
 - ``commit(state, pending, accepted_nodes)``: keep the accepted nodes' KV entries (gather into place,
   then crop the rest).
 
 Why an additive float mask: with ``eager`` attention a bool 4-D mask is silently wrong, and
 ``flash_attention_2`` cannot express a tree at all. Why explicit positions: without them LLaVA and
-Idefics3 silently use sequential positions and Qwen2.5-VL crashes. ``rope_deltas`` is computed per
-request, never read from the model (``model.model.rope_deltas`` is stale state from earlier calls).
+Idefics3 silently use sequential positions and Qwen2.5-VL crashes. What differs between families
+(prompting, image tokens, position scheme, attention layout) lives in `recap.families`, one row each.
 """
 
 from __future__ import annotations
@@ -33,30 +35,33 @@ import numpy as np
 import torch
 from PIL import Image
 
+from recap.families import AttentionLayout, family_of
 from recap.tree import DraftTree
 
 log = logging.getLogger(__name__)
 
-#: model_type -> family. Families decide prompting and positions.
-VISION_FAMILIES = {
-    "qwen2_5_vl": "qwen_vl",
-    "qwen2_vl": "qwen_vl",
-    "llava": "llava",
-    "llava_next": "llava",
-    "idefics3": "idefics3",
-    "smolvlm": "idefics3",
-}
-TEXT_MODEL_TYPES = frozenset(
-    {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "smollm3", "phi3"}
-)
-SUPPORTED = sorted(VISION_FAMILIES) + sorted(TEXT_MODEL_TYPES)
 
-#: Special tokens that stand for image content (never used as drafting keys), by family.
-_VISION_SPECIAL_TOKENS = {
-    "qwen_vl": ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>", "<|vision_pad|>"),
-    "llava": ("<image>",),
-    "idefics3": ("<image>", "<fake_token_around_image>", "<global-img>"),
-}
+def supported_attention(model_class: type | None, requested: str) -> str:
+    """``requested``, unless ``model_class`` cannot run it: Gemma2 refuses ``sdpa`` (it soft-caps
+    attention scores, which sdpa cannot), so it gets ``eager``, which takes the same additive mask."""
+    if requested == "sdpa" and model_class is not None and not getattr(model_class, "_supports_sdpa", True):
+        log.info("%s does not support sdpa attention; using eager", model_class.__name__)
+        return "eager"
+    return requested
+
+
+def input_device(model: Any) -> torch.device:
+    """The device that runs the input embedding, where every input tensor must be placed.
+
+    On one device that is the embedding weight's device. A model dispatched by accelerate
+    (``device_map="auto"``) may hold the embedding offloaded (its weight on the meta device); accelerate
+    then runs it on the map's first accelerator, or on the CPU when the map has none.
+    """
+    device = model.get_input_embeddings().weight.device
+    if device.type != "meta":
+        return device
+    placed = [d for d in getattr(model, "hf_device_map", {}).values() if d not in ("cpu", "disk")]
+    return torch.device(placed[0] if placed else "cpu")
 
 
 def default_device() -> str:
@@ -78,12 +83,13 @@ def parse_dtype(name: str | torch.dtype | None, device: str) -> torch.dtype:
 
 @dataclass
 class RequestState:
-    """Per-request model state. ``cached``: KV entries in ``cache`` (== positions for non-mRoPE models)."""
+    """Per-request model state. ``cached``: KV entries in ``cache`` (== the next sequence index);
+    ``position_offset``: what the family's position scheme adds after the prompt (mRoPE's delta)."""
 
     cache: Any
     cached: int
     input_ids: list[int]
-    rope_deltas: torch.Tensor | None = None
+    position_offset: torch.Tensor | None = None
 
 
 class TargetModel:
@@ -95,21 +101,17 @@ class TargetModel:
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.name = name
         self.model_type = model.config.model_type
-        if self.model_type in VISION_FAMILIES:
-            self.family = VISION_FAMILIES[self.model_type]
-        elif self.model_type in TEXT_MODEL_TYPES:
-            self.family = "text"
-        else:
-            raise ValueError(
-                f"unsupported architecture {self.model_type!r}; supported: {', '.join(SUPPORTED)}"
-            )
-        self.device = next(model.parameters()).device
+        #: The family-table row (prompting, image tokens, position scheme); ``family`` is its name.
+        self.family_spec = family_of(self.model_type)
+        self.family = self.family_spec.name
+        #: Where inputs, masks and positions go: the input embedding's device (see `input_device`).
+        self.device = input_device(model)
         self.dtype = next(model.parameters()).dtype
         self.text_config = model.config.get_text_config()
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.eos_ids = self._eos_ids()
         self.excluded_ids = self._vision_token_ids()
-        self._sliding_window = self._sliding_window_size()
+        self.attention = AttentionLayout.of(self.text_config)
         self._pieces: dict[int, str] = {}
 
     # ------------------------------------------------------------------------------------- loading
@@ -121,8 +123,18 @@ class TargetModel:
         dtype: str | torch.dtype | None = None,
         attn_implementation: str = "sdpa",
         gguf_file: str | None = None,
+        device_map: str | None = None,
+        max_memory: dict[int | str, int | str] | None = None,
+        offload_folder: str | None = None,
     ) -> TargetModel:
-        """Load by hub id or local directory. Raises ``ValueError`` with a readable reason on failure."""
+        """Load by hub id or local directory. Raises ``ValueError`` with a readable reason on failure.
+
+        ``device_map=None`` (default) puts the whole model on ``device``. ``device_map="auto"`` lets
+        accelerate place it for a model one device cannot hold: split across the visible GPUs, the
+        rest offloaded to CPU memory (and to ``offload_folder`` on disk if that is short too);
+        ``max_memory`` caps each device (``{0: "20GiB", "cpu": "60GiB"}``, e.g. to leave room for
+        the KV cache). Inputs then go to the input embedding's device (`input_device`).
+        """
         import transformers
         from transformers import AutoConfig
 
@@ -131,27 +143,37 @@ class TargetModel:
         looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
         if looks_local and not Path(name_or_path).expanduser().is_dir():
             raise ValueError(f"model directory not found: {name_or_path}")
+        if device_map not in (None, "auto"):
+            raise ValueError(f"device_map must be 'auto' or left unset, got {device_map!r}")
+        if device_map and device:
+            raise ValueError("give either a device or device_map='auto', not both")
         device = device or default_device()
         torch_dtype = parse_dtype(dtype, device)
         extra = {"gguf_file": gguf_file} if gguf_file else {}
+        placement = (
+            {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
+            if device_map
+            else {}
+        )
         try:
             config = AutoConfig.from_pretrained(name_or_path, **extra)
         except (OSError, ValueError) as error:
             raise ValueError(f"cannot load model {name_or_path!r}: {_first_line(error)}") from None
         model_type = config.model_type
-        if model_type not in VISION_FAMILIES and model_type not in TEXT_MODEL_TYPES:
-            raise ValueError(f"unsupported architecture {model_type!r}; supported: {', '.join(SUPPORTED)}")
-        auto = (
-            transformers.AutoModelForImageTextToText
-            if model_type in VISION_FAMILIES
-            else transformers.AutoModelForCausalLM
-        )
-        log.info("loading %s (%s) on %s in %s", name_or_path, model_type, device, torch_dtype)
+        vision = family_of(model_type).vision
+        auto = transformers.AutoModelForImageTextToText if vision else transformers.AutoModelForCausalLM
+        # config class -> model class, as from_pretrained resolves it
+        model_class = auto._model_mapping.get(type(config), None)
+        attn_implementation = supported_attention(model_class, attn_implementation)
+        where = "device_map=auto" if device_map else device
+        log.info("loading %s (%s) on %s in %s", name_or_path, model_type, where, torch_dtype)
         try:
             model = auto.from_pretrained(
-                name_or_path, dtype=torch_dtype, attn_implementation=attn_implementation, **extra
-            ).to(device)
-            if model_type in VISION_FAMILIES:
+                name_or_path, dtype=torch_dtype, attn_implementation=attn_implementation, **extra, **placement
+            )
+            if not device_map:
+                model = model.to(device)
+            if vision:
                 processor = transformers.AutoProcessor.from_pretrained(name_or_path)
             else:
                 processor = transformers.AutoTokenizer.from_pretrained(name_or_path, **extra)
@@ -184,17 +206,13 @@ class TargetModel:
             if isinstance(value, int):
                 ids.add(value)
         vocab = self.tokenizer.get_vocab() if hasattr(self.tokenizer, "get_vocab") else {}
-        for token in _VISION_SPECIAL_TOKENS.get(self.family, ()):
+        for token in self.family_spec.image_tokens:
             if token in vocab:
                 ids.add(int(vocab[token]))
-        if self.family == "idefics3":  # tile markers such as <row_1_col_2>
-            ids.update(int(i) for t, i in vocab.items() if t.startswith("<row_") and t.endswith(">"))
+        prefix = self.family_spec.image_token_prefix
+        if prefix:  # tile markers such as <row_1_col_2>
+            ids.update(int(i) for t, i in vocab.items() if t.startswith(prefix) and t.endswith(">"))
         return frozenset(ids)
-
-    def _sliding_window_size(self) -> int | None:
-        layer_types = getattr(self.text_config, "layer_types", None) or ()
-        window = getattr(self.text_config, "sliding_window", None)
-        return int(window) if window and "sliding_attention" in layer_types else None
 
     def fingerprint(self) -> str:
         """Identifies the tokenizer (vocabulary + special tokens): saved memories must match it."""
@@ -220,7 +238,7 @@ class TargetModel:
     # ----------------------------------------------------------------------------------- prefill
     def prepare(self, images: Sequence[Image.Image], prompt: str) -> dict[str, torch.Tensor]:
         """Apply the chat template and processor to one prompt with 0+ images -> model inputs (batch 1)."""
-        if self.family == "text":
+        if not self.family_spec.vision:
             if images:
                 raise ValueError(
                     f"{self.name} is a text-only model: remove the image or choose a vision model"
@@ -255,40 +273,17 @@ class TargetModel:
         input_ids = inputs["input_ids"]
         length = int(input_ids.shape[1])
         kwargs = dict(inputs)
-        rope_deltas = None
-        if self.family == "qwen_vl":
-            kwargs["position_ids"], rope_deltas = self._mrope_positions(inputs)
-        else:
-            kwargs["position_ids"] = torch.arange(length, device=self.device)[None]
+        kwargs["position_ids"], offset = self.family_spec.positions.prompt(self.model, inputs)
         # A cache built without a config holds every layer in full; sliding windows are applied by masks.
         cache = DynamicCache()
-        keep_index = torch.as_tensor(list(keep), dtype=torch.long, device=self.device)
+        # On the CPU: the final hidden states may sit on another device than the inputs (device_map),
+        # and a CPU index selects from a tensor on any device.
+        keep_index = torch.as_tensor(list(keep), dtype=torch.long)
         out = self.model(**kwargs, cache=cache, use_cache=True, logits_to_keep=keep_index)
         state = RequestState(
-            cache=cache, cached=length, input_ids=input_ids[0].tolist(), rope_deltas=rope_deltas
+            cache=cache, cached=length, input_ids=input_ids[0].tolist(), position_offset=offset
         )
         return state, out.logits[0].float()
-
-    def _mrope_positions(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """3-row mRoPE position ids for the prompt and this request's rope delta (computed, not cached)."""
-        input_ids = inputs["input_ids"]
-        if inputs.get("image_grid_thw") is None and inputs.get("video_grid_thw") is None:
-            positions = torch.arange(input_ids.shape[1], device=self.device)[None, None].expand(3, 1, -1)
-            return positions, torch.zeros(1, 1, dtype=torch.long, device=self.device)
-        token_types = inputs.get("mm_token_type_ids")
-        if token_types is None:  # older processors do not return it; without it positions are wrong
-            config = self.model.config
-            token_types = (input_ids == config.image_token_id).int()
-            if getattr(config, "video_token_id", None) is not None:
-                token_types = token_types + 2 * (input_ids == config.video_token_id).int()
-        positions, deltas = self.model.model.get_rope_index(
-            input_ids,
-            mm_token_type_ids=token_types,
-            image_grid_thw=inputs.get("image_grid_thw"),
-            video_grid_thw=inputs.get("video_grid_thw"),
-            attention_mask=inputs.get("attention_mask"),
-        )
-        return positions, deltas.reshape(1, 1).to(self.device)
 
     # ----------------------------------------------------------------------------- tree verification
     @torch.inference_mode()
@@ -302,21 +297,15 @@ class TargetModel:
         positions = np.concatenate([past + np.arange(n_pending), past + n_pending - 1 + tree.depths])
         input_ids = torch.tensor([[*pending, *tree.tokens]], dtype=torch.long, device=self.device)
         position_ids = torch.as_tensor(positions, dtype=torch.long, device=self.device)[None]
-        mask: Any = None  # a plain chain of pending tokens: the model's own causal mask is exact
-        if n_nodes or self._sliding_window is not None:
+        mask: Any = None  # a plain chain of pending tokens: the model's own (windowed) causal mask is exact
+        if n_nodes:
             # Visibility among the new tokens; everything already cached is visible to all of them.
             new = np.zeros((n_pending + n_nodes, n_pending + n_nodes), dtype=bool)
             new[:n_pending, :n_pending] = np.tri(n_pending, dtype=bool)
             new[n_pending:, :n_pending] = True
             new[n_pending:, n_pending:] = tree.ancestor_mask()
-            mask = self._additive(new, past)
-            if self._sliding_window is not None:
-                key_positions = np.concatenate([np.arange(past), positions])
-                in_window = positions[:, None] - key_positions[None, :] < self._sliding_window
-                visible = np.concatenate([np.ones((len(positions), past), dtype=bool), new], axis=1)
-                mask = {"full_attention": mask, "sliding_attention": self._additive(visible & in_window, 0)}
-        if state.rope_deltas is not None:
-            position_ids = (position_ids + state.rope_deltas)[None].expand(3, 1, -1)
+            mask = self._tree_masks(new, past, positions)
+        position_ids = self.family_spec.positions.extend(position_ids, state.position_offset)
         out = self.model(
             input_ids=input_ids,
             attention_mask=mask,
@@ -326,6 +315,27 @@ class TargetModel:
         )
         state.cached = past + n_pending + n_nodes
         return out.logits[0].float()
+
+    def _tree_masks(self, new: np.ndarray, past: int, positions: np.ndarray) -> Any:
+        """The 4-D mask(s) the text model takes for ``new`` (visibility among the new tokens).
+
+        One tensor for models that mask every layer alike (windowed when the model has a window);
+        a dict keyed by the config's layer types for models that look masks up per layer.
+        """
+        layout = self.attention
+        full = windowed = None
+        if layout.window is not None:
+            # Sequence indices, as in sequential decoding: a node sits at its path's position.
+            key_positions = np.concatenate([np.arange(past), positions])
+            in_window = positions[:, None] - key_positions[None, :] < layout.window
+            visible = np.concatenate([np.ones((len(positions), past), dtype=bool), new], axis=1)
+            windowed = self._additive(visible & in_window, 0)
+        if layout.window is None or "full_attention" in (layout.layer_types or ()):
+            full = self._additive(new, past)
+        if layout.layer_types is None:
+            return windowed if windowed is not None else full
+        masks = {"full_attention": full, "sliding_attention": windowed}
+        return {kind: masks[kind] for kind in layout.layer_types}
 
     def _additive(self, visible: np.ndarray, past: int) -> torch.Tensor:
         """Additive mask ``(1, 1, T, past + K)`` from bool visibility ``(T, K)`` of the last K keys.
@@ -347,11 +357,12 @@ class TargetModel:
         """
         base = state.cached - n_nodes
         if list(accepted) != list(range(len(accepted))):
-            source = torch.as_tensor([base + n for n in accepted], dtype=torch.long, device=self.device)
+            source = torch.as_tensor([base + n for n in accepted], dtype=torch.long)
             target = slice(base, base + len(accepted))
-            for layer in state.cache.layers:
-                layer.keys[:, :, target] = layer.keys.index_select(2, source)
-                layer.values[:, :, target] = layer.values.index_select(2, source)
+            for layer in state.cache.layers:  # each layer's cache lives on its layer's device
+                index = source.to(layer.keys.device)
+                layer.keys[:, :, target] = layer.keys.index_select(2, index)
+                layer.values[:, :, target] = layer.values.index_select(2, index)
         drop = n_nodes - len(accepted)
         if drop:
             state.cache.crop(-drop)
@@ -379,9 +390,8 @@ class TargetModel:
             inputs["mm_token_type_ids"] = torch.cat(
                 [inputs["mm_token_type_ids"], torch.zeros_like(forced)], 1
             )
-        if self.family == "qwen_vl":
-            inputs["position_ids"], _ = self._mrope_positions(inputs)
-        keep = torch.arange(length - 1, length - 1 + len(answer), device=self.device)
+        inputs["position_ids"], _ = self.family_spec.positions.prompt(self.model, inputs)
+        keep = torch.arange(length - 1, length - 1 + len(answer))  # on the CPU, as in `prefill`
         logits = self.model(**inputs, use_cache=False, logits_to_keep=keep).logits[0]
         return logits.argmax(-1).tolist()
 

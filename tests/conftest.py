@@ -1,10 +1,12 @@
-"""Shared fixtures: tiny models of every architecture (cached per session), images, the oracle drafter."""
+"""Shared helpers: tiny models of every architecture (cached per session), images, transformers' greedy
+reference, and the tree-logits check (every node against an ordinary forward over its path)."""
 
 from __future__ import annotations
 
 import functools
 import os
 import sys
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -15,6 +17,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 torch.set_num_threads(1)  # faster than 2 threads on this shared 2-core machine, and deterministic
 
 from tiny_models import build  # noqa: E402
+
+from recap.tree import DraftTree  # noqa: E402
 
 
 @functools.cache
@@ -46,6 +50,62 @@ def reference_greedy(target, prompt: str, images, max_new_tokens: int, eos_ids=N
             min_new_tokens=0,
         )
     return out[0, inputs["input_ids"].shape[1] :].tolist()
+
+
+def random_tree(
+    rng: np.random.Generator,
+    vocab: int,
+    size: int,
+    max_children: int = 3,
+    exclude: frozenset[int] = frozenset(),
+) -> DraftTree:
+    """A random tree of ``size`` nodes (random parents, random tokens not in ``exclude``, unique siblings)."""
+    tree = DraftTree()
+    while len(tree) < size:
+        parent = int(rng.integers(-1, len(tree))) if len(tree) else -1
+        token = int(rng.integers(0, vocab))
+        if len(tree.children(parent)) < max_children and token not in exclude:
+            tree.add(token, parent)
+    return tree
+
+
+def full_forward_last_logits(target, prompt: str, images, continuation: Sequence[int]) -> torch.Tensor:
+    """Logits after ``prompt + continuation`` by one ordinary forward without any cache or tree."""
+    inputs = target.prepare(images, prompt)
+    extra = torch.tensor([list(continuation)], dtype=torch.long, device=inputs["input_ids"].device)
+    inputs["input_ids"] = torch.cat([inputs["input_ids"], extra], dim=1)
+    for key in ("attention_mask", "mm_token_type_ids"):
+        if key in inputs:
+            inputs[key] = torch.cat([inputs[key], torch.full_like(extra, int(key == "attention_mask"))], 1)
+    with torch.inference_mode():
+        return target.model(**inputs).logits[0, -1].float()
+
+
+def check_tree_logits(target, prompt: str, images, atol: float = 1e-4) -> None:
+    """Every node of three random trees (with commits of random paths in between) has the logits of a
+    plain full forward over its path; so does the root (the last pending token)."""
+    rng = np.random.default_rng(len(prompt))
+    inputs = target.prepare(images, prompt)
+    state, logits = target.prefill(inputs, [inputs["input_ids"].shape[1] - 1])
+    committed = [int(logits[-1].argmax())]
+    pending = [committed[0]]
+    # Three rounds: verify a random tree, check every node, then commit a random path of it so the
+    # next round runs after a gather + crop of the cache.
+    for size in (9, 16, 5):
+        # Image placeholder tokens are left out: the reference forward would look for their images.
+        tree = random_tree(rng, target.vocab_size, size, exclude=target.excluded_ids)
+        tree_logits = target.forward_tree(state, pending, tree).float()
+        for node in range(len(tree)):
+            expected = full_forward_last_logits(target, prompt, images, committed + tree.path(node))
+            assert torch.allclose(tree_logits[len(pending) + node], expected, atol=atol), (target.name, node)
+        root = full_forward_last_logits(target, prompt, images, committed)
+        assert torch.allclose(tree_logits[len(pending) - 1], root, atol=atol)
+        leaf = int(rng.integers(0, len(tree)))
+        accepted = tree.path_nodes(leaf)
+        target.commit(state, len(tree), accepted)
+        bonus = int(rng.choice(sorted(set(range(target.vocab_size)) - target.excluded_ids)))
+        committed += [*tree.path(leaf), bonus]
+        pending = [bonus]
 
 
 @pytest.fixture

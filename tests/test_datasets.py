@@ -50,7 +50,8 @@ def test_jsonl_with_relative_images_and_text_only_lines(image_dir):
     )
     samples = load_dataset(str(path))
     assert [s.id for s in samples] == ["first", "set/3", "set/4"]
-    assert samples[0].prompt == "What is this?" and samples[0].meta == {"answer": "noise"}
+    assert samples[0].prompt == "  What is this?  "  # kept as given, like every prompt
+    assert samples[0].meta == {"answer": "noise"}
     assert [len(s.images) for s in samples] == [1, 0, 2]
     assert samples[0].images[0].mode == "RGB" and samples[0].images[0].size == (40, 52)
     assert len(load_dataset(path, limit=2)) == 2

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-import torch
-from conftest import images_for, noise_image, reference_greedy, tiny
+from conftest import check_tree_logits, images_for, noise_image, random_tree, reference_greedy, tiny
 from tiny_models import ARCHITECTURES, VISION_ARCHITECTURES
 
 from recap.decode import generate, generate_steps
@@ -22,54 +21,6 @@ from recap.drafters.base import Observation, RequestInfo
 from recap.tree import DraftTree
 
 PROMPTS = {"short": "the cat is", "long": "describe the image. " * 6 + "what colour is the square?"}
-
-
-def random_tree(rng: np.random.Generator, vocab: int, size: int, max_children: int = 3) -> DraftTree:
-    """A random tree of ``size`` nodes (random parents, random tokens, unique siblings)."""
-    tree = DraftTree()
-    while len(tree) < size:
-        parent = int(rng.integers(-1, len(tree))) if len(tree) else -1
-        if len(tree.children(parent)) < max_children:
-            tree.add(int(rng.integers(0, vocab)), parent)
-    return tree
-
-
-def full_forward_last_logits(target, prompt: str, images, continuation: Sequence[int]) -> torch.Tensor:
-    """Logits after ``prompt + continuation`` by one ordinary forward without any cache or tree."""
-    inputs = target.prepare(images, prompt)
-    extra = torch.tensor([list(continuation)], dtype=torch.long, device=inputs["input_ids"].device)
-    inputs["input_ids"] = torch.cat([inputs["input_ids"], extra], dim=1)
-    for key in ("attention_mask", "mm_token_type_ids"):
-        if key in inputs:
-            inputs[key] = torch.cat([inputs[key], torch.full_like(extra, int(key == "attention_mask"))], 1)
-    with torch.inference_mode():
-        return target.model(**inputs).logits[0, -1].float()
-
-
-def check_tree_logits(target, prompt: str, images, atol: float = 1e-4) -> None:
-    """Every node of three random trees (with commits of random paths in between) has the logits of a
-    plain full forward over its path; so does the root (the last pending token)."""
-    rng = np.random.default_rng(len(prompt))
-    inputs = target.prepare(images, prompt)
-    state, logits = target.prefill(inputs, [inputs["input_ids"].shape[1] - 1])
-    committed = [int(logits[-1].argmax())]
-    pending = [committed[0]]
-    # Three rounds: verify a random tree, check every node, then commit a random path of it so the
-    # next round runs after a gather + crop of the cache.
-    for size in (9, 16, 5):
-        tree = random_tree(rng, target.vocab_size, size)
-        tree_logits = target.forward_tree(state, pending, tree).float()
-        for node in range(len(tree)):
-            expected = full_forward_last_logits(target, prompt, images, committed + tree.path(node))
-            assert torch.allclose(tree_logits[len(pending) + node], expected, atol=atol), (target.name, node)
-        root = full_forward_last_logits(target, prompt, images, committed)
-        assert torch.allclose(tree_logits[len(pending) - 1], root, atol=atol)
-        leaf = int(rng.integers(0, len(tree)))
-        accepted = tree.path_nodes(leaf)
-        target.commit(state, len(tree), accepted)
-        bonus = int(rng.integers(0, target.vocab_size))
-        committed += [*tree.path(leaf), bonus]
-        pending = [bonus]
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -185,6 +136,8 @@ def test_step_records_describe_the_run():
     [
         ("", 8, "prompt is empty"),
         ("   ", 8, "prompt is empty"),
+        ("\n\t \n", 8, "prompt is empty"),
+        (None, 8, "prompt is empty"),
         ("x" * 5000, 8, "prompt is too long"),
         ("hi", 0, "max_new_tokens"),
         ("hi", 10**9, "max_new_tokens"),
@@ -223,3 +176,72 @@ def test_teacher_forced_greedy_reproduces_the_greedy_answer(arch):
     images = images_for(target)
     answer = reference_greedy(target, PROMPTS["short"], images, 12)
     assert target.teacher_forced_greedy(images, PROMPTS["short"], answer) == answer
+
+
+@pytest.mark.parametrize(
+    ("model_type", "settings", "window", "mask_keys"),
+    [
+        # One mask for every layer; a dict of masks would not be understood.
+        ("llama", {}, None, None),
+        ("llama", {"sliding_window": 8}, None, None),  # a stray key: Llama's code never windows
+        ("mistral", {"sliding_window": 8}, 8, None),
+        ("mistral", {"sliding_window": None}, None, None),
+        ("phi3", {"sliding_window": 2047}, 2047, None),
+        ("phi3", {}, None, None),
+        # A dict of masks looked up per layer by config.layer_types.
+        ("qwen2", {"use_sliding_window": False, "sliding_window": 8}, None, {"full_attention"}),
+        (
+            "qwen2",
+            {"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1, "num_hidden_layers": 3},
+            8,
+            {"full_attention", "sliding_attention"},
+        ),
+        ("gemma2", {"sliding_window": 5}, 5, {"full_attention", "sliding_attention"}),
+        ("gemma3_text", {"sliding_window": 5, "num_hidden_layers": 2}, 5, {"sliding_attention"}),
+    ],
+)
+def test_attention_layout_mirrors_each_family(model_type, settings, window, mask_keys):
+    from transformers import AutoConfig
+
+    from recap.families import AttentionLayout
+
+    layout = AttentionLayout.of(AutoConfig.for_model(model_type, **settings))
+    assert layout.window == window
+    assert layout.layer_types == (frozenset(mask_keys) if mask_keys is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "settings", "message"),
+    [
+        ("gemma3_text", {"use_bidirectional_attention": True}, "bidirectional"),
+        ("qwen2", {"layer_types": ["full_attention", "chunked_attention"]}, "chunked_attention"),
+    ],
+)
+def test_attention_layout_refuses_masks_a_tree_cannot_mirror(model_type, settings, message):
+    from transformers import AutoConfig
+
+    from recap.families import AttentionLayout
+
+    with pytest.raises(ValueError, match=message):
+        AttentionLayout.of(AutoConfig.for_model(model_type, num_hidden_layers=2, **settings))
+
+
+def test_gemma2_asked_for_sdpa_loads_with_eager(tmp_path, caplog):
+    # transformers refuses sdpa for Gemma2 (soft-capped scores); loading falls back to eager, says so
+    # in the log, and stays lossless.
+    import logging
+
+    from recap.models import TargetModel
+
+    built = tiny("gemma2", "sdpa")
+    assert built.model.config._attn_implementation == "eager"
+    built.model.save_pretrained(tmp_path)
+    built.tokenizer.save_pretrained(tmp_path)
+    with caplog.at_level(logging.INFO, logger="recap.models"):
+        loaded = TargetModel.load(str(tmp_path), device="cpu", dtype="float32")
+    assert loaded.model.config._attn_implementation == "eager"
+    assert "does not support sdpa attention; using eager" in caplog.text
+    truth = reference_greedy(loaded, PROMPTS["short"], [], 40)
+    assert truth == reference_greedy(built, PROMPTS["short"], [], 40)
+    result = generate(loaded, OracleDrafter(truth, loaded.vocab_size), PROMPTS["short"], [], 40)
+    assert result.tokens == truth and result.summary.mat > 1.5

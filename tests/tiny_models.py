@@ -8,12 +8,13 @@ tokenizer, trained in milliseconds, serves every family; its special tokens cove
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import BatchFeature, PreTrainedTokenizerFast
 
-from recap.models import TargetModel
+from recap.models import TargetModel, supported_attention
 
 SPECIALS = [
     "<|endoftext|>",
@@ -43,6 +44,9 @@ ARCHITECTURES = (
     "llama",
     "qwen2",
     "gemma3_text",
+    "mistral",
+    "phi3",
+    "gemma2",
     "llava",
     "llava_next",
     "qwen2_vl",
@@ -99,13 +103,13 @@ def _llama_text(vocab: int, **extra) -> dict:
     )
 
 
-def _clip_vision(image_size: int = 32) -> dict:
+def _clip_vision(draw: Draw) -> dict:
     return dict(
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=1,
+        num_hidden_layers=draw.vision_layers,
         num_attention_heads=2,
-        image_size=image_size,
+        image_size=draw.image_size,
         patch_size=8,
         projection_dim=32,
     )
@@ -145,81 +149,140 @@ class TinyQwenVLProcessor:
         return BatchFeature(out)
 
 
-def build(arch: str, attn: str = "sdpa", seed: int = 0) -> TargetModel:
-    """A tiny fp32 model of architecture ``arch`` (one of `ARCHITECTURES`) with its processor."""
+@dataclass
+class Draw:
+    """One configuration of a family, as overrides of the fixed tiny settings (``Draw()`` = those).
+
+    ``text``: the text config's sizes, rope and windows (``None``: the family's fixed tiny settings);
+    ``backbone``: the text model type inside LLaVA-style models; the rest shape the vision side:
+    CLIP/SigLIP input size (patches of 8 pixels), encoder depth, LLaVA's feature layer and whether
+    it keeps the CLS feature, Idefics3's pixel shuffle and tiling, Qwen-VL's pixel budget.
+    """
+
+    text: dict | None = None
+    backbone: str = "llama"
+    image_size: int = 32
+    vision_layers: int = 1
+    feature_strategy: str = "default"
+    feature_layer: int = -1
+    scale_factor: int = 2
+    image_splitting: bool = False
+    max_pixels: int = 112 * 112
+
+
+def build(arch: str, attn: str = "sdpa", seed: int = 0, draw: Draw | None = None) -> TargetModel:
+    """A tiny fp32 model of architecture ``arch`` (a key of `BUILDERS`) with its processor."""
     torch.manual_seed(seed)
-    builder = _BUILDERS[arch]
-    model, processor = builder(attn)
-    return TargetModel(model.eval(), processor, name=f"tiny-{arch}")
+    model, processor = BUILDERS[arch](attn, draw or Draw())
+    name = f"tiny-{arch}" if draw is None else f"random-{arch}-{seed}"
+    return TargetModel(model.eval(), processor, name=name)
+
+
+#: Config extras per text family. Every sliding window is shorter than the tests' contexts, and each
+#: family keeps its own way of declaring one: per-layer ``layer_types`` (Qwen2, Gemma3) or a bare
+#: ``sliding_window`` for every layer (Mistral, Phi-3). Larger initial weights make attention peaked
+#: enough that a wrong window changes the greedy tokens, not only the logits.
+TEXT_EXTRAS: dict[str, dict] = {
+    "qwen2": {"use_sliding_window": True, "sliding_window": 7, "max_window_layers": 1},
+    "gemma3_text": {
+        "sliding_window": 6,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "head_dim": 8,
+    },
+    "gemma2": {"sliding_window": 6, "head_dim": 8},  # layer_types default to sliding, full, ...
+    "mistral": {"sliding_window": 8, "initializer_range": 0.2},
+    "phi3": {"sliding_window": 8, "initializer_range": 0.2},
+}
+
+
+def _text_config(vocab: int, model_type: str, draw: Draw) -> dict:
+    """Text-config settings: the draw's, or the fixed tiny ones of ``model_type``."""
+    if draw.text is not None:
+        return {**_llama_text(vocab), **draw.text}
+    return _llama_text(vocab, **TEXT_EXTRAS.get(model_type, {}))
 
 
 def _text(model_type: str):
-    def builder(attn: str):
+    def builder(attn: str, draw: Draw):
         from transformers import AutoConfig, AutoModelForCausalLM
 
         tokenizer = make_tokenizer("text")
-        extra = (
-            {"sliding_window": 6, "layer_types": ["sliding_attention", "full_attention"], "head_dim": 8}
-            if model_type == "gemma3_text"
-            else {}
-        )
         config = AutoConfig.for_model(
-            model_type, **_llama_text(len(tokenizer), **extra), eos_token_id=tokenizer.eos_token_id
+            model_type,
+            **_text_config(len(tokenizer), model_type, draw),
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=None,
         )
-        config._attn_implementation = attn
+        # The same choice as TargetModel.load: Gemma2 asked for sdpa runs eager.
+        attn = supported_attention(AutoModelForCausalLM._model_mapping[type(config)], attn)
         return AutoModelForCausalLM.from_config(config, attn_implementation=attn), tokenizer
 
     return builder
 
 
-def _llava(attn: str):
+def _backbone(tokenizer: PreTrainedTokenizerFast, draw: Draw) -> dict:
+    """The text config inside a LLaVA-style or Idefics3 model."""
+    return dict(
+        model_type=draw.backbone,
+        **_text_config(len(tokenizer), draw.backbone, draw),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+
+
+def _clip_processor_args(draw: Draw) -> dict:
+    edge = draw.image_size
+    return dict(size={"shortest_edge": edge}, crop_size={"height": edge, "width": edge})
+
+
+def _llava(attn: str, draw: Draw):
     from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
     tokenizer = make_tokenizer("llava")
     config = LlavaConfig(
-        vision_config=dict(model_type="clip_vision_model", **_clip_vision()),
-        text_config=dict(model_type="llama", **_llama_text(len(tokenizer))),
+        vision_config=dict(model_type="clip_vision_model", **_clip_vision(draw)),
+        text_config=_backbone(tokenizer, draw),
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
-        vision_feature_select_strategy="default",
-        vision_feature_layer=-1,
+        vision_feature_select_strategy=draw.feature_strategy,
+        vision_feature_layer=draw.feature_layer,
         eos_token_id=tokenizer.eos_token_id,
     )
-    image_processor = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+    image_processor = CLIPImageProcessorPil(**_clip_processor_args(draw))
     processor = LlavaProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
         patch_size=8,
-        vision_feature_select_strategy="default",
+        vision_feature_select_strategy=draw.feature_strategy,
         chat_template=tokenizer.chat_template,
         num_additional_image_tokens=1,
     )
     return LlavaForConditionalGeneration._from_config(config, attn_implementation=attn), processor
 
 
-def _llava_next(attn: str):
+def _llava_next(attn: str, draw: Draw):
     from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration, LlavaNextProcessor
     from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
 
     tokenizer = make_tokenizer("llava")
-    pinpoints = [[32, 32], [32, 64], [64, 32]]
+    edge = draw.image_size
+    pinpoints = [[edge, edge], [edge, 2 * edge], [2 * edge, edge]]
     config = LlavaNextConfig(
-        vision_config=dict(model_type="clip_vision_model", **_clip_vision()),
-        text_config=dict(model_type="llama", **_llama_text(len(tokenizer))),
+        vision_config=dict(model_type="clip_vision_model", **_clip_vision(draw)),
+        text_config=_backbone(tokenizer, draw),
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
         image_grid_pinpoints=pinpoints,
-        vision_feature_select_strategy="default",
-        vision_feature_layer=-1,
+        vision_feature_select_strategy=draw.feature_strategy,
+        vision_feature_layer=draw.feature_layer,
         eos_token_id=tokenizer.eos_token_id,
     )
-    image_processor = LlavaNextImageProcessorPil(
-        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}, image_grid_pinpoints=pinpoints
-    )
+    image_processor = LlavaNextImageProcessorPil(**_clip_processor_args(draw), image_grid_pinpoints=pinpoints)
     processor = LlavaNextProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
         patch_size=8,
-        vision_feature_select_strategy="default",
+        vision_feature_select_strategy=draw.feature_strategy,
         chat_template=tokenizer.chat_template,
         num_additional_image_tokens=1,
     )
@@ -227,22 +290,23 @@ def _llava_next(attn: str):
 
 
 def _qwen_vl(model_type: str):
-    def builder(attn: str):
+    def builder(attn: str, draw: Draw):
         from transformers import AutoConfig, AutoModelForImageTextToText
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
         tokenizer = make_tokenizer("qwen_vl")
         ids = tokenizer.convert_tokens_to_ids
+        mrope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]}
         text = dict(
             model_type=model_type.replace("_vl", "_vl_text"),
             eos_token_id=tokenizer.eos_token_id,
             bos_token_id=None,
-            **_llama_text(len(tokenizer)),
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2]},
+            **{**_llama_text(len(tokenizer), rope_parameters=mrope), **(draw.text or {})},
         )
+        hidden = text["hidden_size"]  # the vision merger projects onto the text width
         vision = dict(
-            depth=1,
-            hidden_size=32,
+            depth=draw.vision_layers,
+            hidden_size=hidden if model_type == "qwen2_vl" else 32,
             num_heads=2,
             patch_size=14,
             spatial_merge_size=2,
@@ -250,7 +314,9 @@ def _qwen_vl(model_type: str):
             in_channels=3,
         )
         if model_type == "qwen2_5_vl":
-            vision.update(intermediate_size=64, out_hidden_size=32, fullatt_block_indexes=[0], window_size=56)
+            vision.update(
+                intermediate_size=64, out_hidden_size=hidden, fullatt_block_indexes=[0], window_size=56
+            )
         else:
             vision.update(embed_dim=32, mlp_ratio=2)
         config = AutoConfig.for_model(
@@ -264,7 +330,7 @@ def _qwen_vl(model_type: str):
             eos_token_id=tokenizer.eos_token_id,
         )
         image_processor = Qwen2VLImageProcessorPil(
-            min_pixels=56 * 56, max_pixels=112 * 112, patch_size=14, merge_size=2, temporal_patch_size=2
+            min_pixels=56 * 56, max_pixels=draw.max_pixels, patch_size=14, merge_size=2, temporal_patch_size=2
         )
         model = AutoModelForImageTextToText.from_config(config, attn_implementation=attn)
         return model, TinyQwenVLProcessor(tokenizer, image_processor)
@@ -273,7 +339,7 @@ def _qwen_vl(model_type: str):
 
 
 def _idefics3(model_type: str):
-    def builder(attn: str):
+    def builder(attn: str, draw: Draw):
         from transformers import AutoConfig, AutoModelForImageTextToText, Idefics3Processor
         from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
@@ -283,25 +349,28 @@ def _idefics3(model_type: str):
             vision_config=dict(
                 hidden_size=32,
                 intermediate_size=64,
-                num_hidden_layers=1,
+                num_hidden_layers=draw.vision_layers,
                 num_attention_heads=2,
-                image_size=32,
+                image_size=draw.image_size,
                 patch_size=8,
             ),
-            text_config=dict(model_type="llama", **_llama_text(len(tokenizer))),
+            text_config=_backbone(tokenizer, draw),
             image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
-            scale_factor=2,
+            scale_factor=draw.scale_factor,
             eos_token_id=tokenizer.eos_token_id,
         )
+        edge = draw.image_size
         image_processor = Idefics3ImageProcessorPil(
-            do_image_splitting=False, size={"longest_edge": 32}, max_image_size={"longest_edge": 32}
+            do_image_splitting=draw.image_splitting,
+            size={"longest_edge": 2 * edge if draw.image_splitting else edge},
+            max_image_size={"longest_edge": edge},
         )
-        # SmolVLM's own processor needs num2words and a torchvision video processor; without image
-        # splitting it lays the prompt out as Idefics3's does, which is what the model sees here.
+        # SmolVLM's own processor needs num2words and a torchvision video processor; Idefics3's lays the
+        # prompt out with the same image tokens per tile, which is what the model counts.
         processor = Idefics3Processor(
             image_processor=image_processor,
             tokenizer=tokenizer,
-            image_seq_len=4,
+            image_seq_len=(draw.image_size // 8 // draw.scale_factor) ** 2,
             chat_template=tokenizer.chat_template,
         )
         return AutoModelForImageTextToText.from_config(config, attn_implementation=attn), processor
@@ -309,10 +378,18 @@ def _idefics3(model_type: str):
     return builder
 
 
-_BUILDERS = {
+#: arch -> builder(attn, draw) -> (model, processor). Beyond `ARCHITECTURES`, the other supported text
+#: families, which the random-configuration suite draws.
+BUILDERS = {
     "llama": _text("llama"),
+    "qwen3": _text("qwen3"),
+    "gemma": _text("gemma"),
+    "smollm3": _text("smollm3"),
     "qwen2": _text("qwen2"),
     "gemma3_text": _text("gemma3_text"),
+    "mistral": _text("mistral"),
+    "phi3": _text("phi3"),
+    "gemma2": _text("gemma2"),
     "llava": _llava,
     "llava_next": _llava_next,
     "qwen2_vl": _qwen_vl("qwen2_vl"),
