@@ -12,7 +12,10 @@ Two pieces, both independent of how the tree was drafted:
   renormalised ``p``; and so on. If no child is accepted, the bonus token is drawn from what is left
   of ``p`` (the *residual*). The token committed at each position is therefore distributed exactly as
   ``p`` whatever the children are: it is the same as drawing one token from ``p`` and looking it up
-  among the children. So the output distribution equals the target's, for any drafter.
+  among the children. So the output distribution equals the target's, for any drafter. We implement
+it that way round (one uniform draw per committed position, turned into a token through ``p``'s
+cumulative distribution, then looked up among the children), which adds a property the sequential
+form lacks: a seeded run commits the same tokens whichever drafter ran, autoregressive included.
 
 Temperature 0 means greedy: callers keep the greedy path (`recap.verify.accept_greedy`) for it.
 
@@ -140,34 +143,27 @@ class SampledAcceptance(Acceptance):
     draws: tuple[PositionDraw, ...] = field(default=())
 
 
-def choose_among(
-    p: np.ndarray, children: Sequence[int], rng: np.random.Generator
-) -> tuple[int | None, int, PositionDraw]:
-    """The one-step rule at a position with distribution ``p`` (1-D, sums to 1) and child tokens.
+def choose_among(p: np.ndarray, children: Sequence[int], u: float) -> tuple[int | None, int, PositionDraw]:
+    """The one-step rule at a position with distribution ``p`` (1-D) and child tokens, given ``u``.
 
-    Returns ``(index of the accepted child or None, committed token, PositionDraw)``. Children are
-    tried in order: child ``c`` is accepted with probability ``p(c) / m``, where ``m`` is the mass
-    not yet removed by earlier rejections; if none is accepted the token is drawn from the residual
-    ``p`` restricted to non-children. Exact: the committed token is distributed as ``p``.
+    ``u`` is one uniform draw in [0, 1). The committed token is the one whose interval of the
+    cumulative distribution (in vocabulary order) contains ``u``: a draw from ``p`` that does not
+    depend on the children. It is then looked up among them. Seen from the children this is the
+    sequential rule of the module docstring: ``c1`` is accepted with probability ``p(c1)``, ``c2``
+    (given ``c1`` was rejected) with ``p(c2) / (1 - p(c1))``, ..., else the token comes from the
+    residual. Because the token does not depend on the tree, a seeded run commits the same tokens
+    whatever the drafter proposed (the same as autoregressive sampling with that seed).
+
+    Returns ``(index of the accepted child or None, committed token, PositionDraw)``.
     """
-    remaining = 1.0
-    tried: list[tuple[int, float]] = []
-    removed: list[int] = []
-    for index, token in enumerate(children):
-        mass = float(p[token])
-        tried.append((int(token), mass))
-        if mass > 0.0 and remaining > 0.0 and rng.random() * remaining < mass:
-            return index, int(token), PositionDraw(tuple(tried), int(token), residual=False)
-        remaining -= mass
-        removed.append(int(token))
-    residual = np.array(p, dtype=np.float64, copy=True)
-    residual[removed] = 0.0
-    total = residual.sum()
-    if total <= 0.0:  # every token with mass was a (rejected) child: only rounding can get here
-        residual = np.array(p, dtype=np.float64, copy=True)
-        total = residual.sum()
-    token = int(rng.choice(len(residual), p=residual / total))
-    return None, token, PositionDraw(tuple(tried), token, residual=True)
+    cumulative = np.cumsum(p, dtype=np.float64)
+    token = int(np.searchsorted(cumulative, u * cumulative[-1], side="right"))
+    token = min(token, len(p) - 1)
+    tried = tuple((int(c), float(p[c])) for c in children)
+    for index, child in enumerate(children):
+        if int(child) == token:
+            return index, token, PositionDraw(tried[: index + 1], token, residual=False)
+    return None, token, PositionDraw(tried, token, residual=True)
 
 
 def accept_sampled(
@@ -179,6 +175,8 @@ def accept_sampled(
     (row 0) or at node ``row - 1``; it is asked only for the rows the walk visits (at most depth + 1),
     so a caller never materialises ``len(tree) + 1`` full-vocabulary rows. The committed tokens are
     the accepted nodes' tokens plus the last visited position's token (drawn from its residual).
+    Each visited position consumes exactly one uniform draw from ``rng`` and commits one token, so
+    the committed tokens depend on the seed and the target alone, never on the tree.
     """
     children: dict[int, list[int]] = {}
     for node, parent in enumerate(tree.parents):
@@ -189,7 +187,7 @@ def accept_sampled(
     while True:
         kids = children.get(position, [])
         p = distribution(position + 1)
-        chosen, token, draw = choose_among(p, [tree.tokens[c] for c in kids], rng)
+        chosen, token, draw = choose_among(p, [tree.tokens[c] for c in kids], float(rng.random()))
         draws.append(draw)
         if chosen is None:
             tokens = (*(tree.tokens[n] for n in nodes), token)

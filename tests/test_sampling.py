@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
+from conftest import tiny
 from transformers.generation.logits_process import (
     LogitsProcessorList,
     TemperatureLogitsWarper,
@@ -15,6 +17,9 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from recap.decode import generate
+from recap.memory import PersistentMemory
+from recap.runtime import Runtime
 from recap.sampling import SamplingSettings, accept_sampled, choose_among, processed_probs
 from recap.tree import DraftTree
 
@@ -97,7 +102,7 @@ def test_one_step_rule_commits_tokens_distributed_as_p(case):
     counts = np.zeros(7)
     accepted_children = 0
     for _ in range(n):
-        chosen, token, draw = choose_among(p, children, rng)
+        chosen, token, draw = choose_among(p, children, float(rng.random()))
         counts[token] += 1
         accepted_children += chosen is not None
         assert draw.residual == (chosen is None) and draw.token == token
@@ -113,7 +118,7 @@ def test_residual_draw_never_returns_a_rejected_child():
     p = np.array([0.5, 0.3, 0.2])
     rng = np.random.default_rng(0)
     for _ in range(2000):
-        chosen, token, draw = choose_among(p, [1, 2], rng)
+        chosen, token, draw = choose_among(p, [1, 2], float(rng.random()))
         if chosen is None:
             assert token == 0 and draw.tried == ((1, 0.3), (2, 0.2))
 
@@ -122,7 +127,7 @@ def test_a_child_with_zero_probability_is_never_accepted():
     p = np.array([0.0, 1.0])
     rng = np.random.default_rng(1)
     for _ in range(500):
-        chosen, token, _ = choose_among(p, [0], rng)
+        chosen, token, _ = choose_among(p, [0], float(rng.random()))
         assert chosen is None and token == 1
 
 
@@ -164,3 +169,114 @@ def test_seeded_runs_are_reproducible():
     rows = np.random.default_rng(0).dirichlet(np.ones(3), size=3)
     first = [accept_sampled(tree, lambda r: rows[r], SamplingSettings(0.7, seed=5).generator()) for _ in "ab"]
     assert first[0] == first[1]
+
+
+# ------------------------------------------------------------------------------------ end to end
+@functools.cache
+def _exact_joint(settings: SamplingSettings, prompt: str) -> dict[tuple[int, int], float]:
+    """P(first two tokens) of the tiny text model under ``settings``, from its logits (no sampling)."""
+    target = tiny("llama")
+    inputs = target.prepare([], prompt)
+    with torch.inference_mode():
+        first = processed_probs(target.model(**inputs).logits[0, -1:], settings)[0]
+        joint = {}
+        for t1 in torch.nonzero(first).flatten().tolist():
+            ids = torch.cat([inputs["input_ids"], torch.tensor([[t1]])], 1)
+            second = processed_probs(target.model(input_ids=ids).logits[0, -1:], settings)[0]
+            for t2 in torch.nonzero(second).flatten().tolist():
+                joint[t1, t2] = float(first[t1] * second[t2])
+    return joint
+
+
+def _within_bound(counts: Counter, exact: dict, n: int) -> list:
+    """Cells whose empirical frequency is more than 5 standard deviations from the exact one."""
+    bad = [
+        (cell, counts[cell] / n, p) for cell, p in exact.items() if abs(counts[cell] / n - p) > _bound(p, n)
+    ]
+    bad += [(cell, counts[cell] / n, 0.0) for cell in counts if cell not in exact]
+    return bad
+
+
+@pytest.mark.slow
+def test_speculative_sampling_draws_the_first_tokens_like_generate():
+    settings = SamplingSettings(temperature=0.9, top_k=4, top_p=0.95)
+    prompt = "the cat sat on the mat and"
+    exact = _exact_joint(settings, prompt)
+    target = tiny("llama")
+    runtime = Runtime(target)
+    persistent = PersistentMemory(target.vocab_size)  # shared across runs, so drafts get accepted
+    n = 2500
+    ours: Counter = Counter()
+    drafted = 0
+    for seed in range(n):
+        run = SamplingSettings(settings.temperature, settings.top_k, settings.top_p, seed=seed)
+        result = generate(
+            target, runtime.drafter("recap", budget=8, persistent=persistent), prompt, [], 2, sampling=run
+        )
+        ours[tuple(result.tokens)] += 1
+        drafted += sum(s.accepted_len for s in result.steps)
+    assert not _within_bound(ours, exact, n)
+    assert drafted > n // 4  # the tree really served tokens, not only the residual
+    # transformers' own sampler agrees with the same exact distribution (same settings, thousands of seeds).
+    inputs = target.prepare([], prompt)
+    theirs: Counter = Counter()
+    with torch.inference_mode():
+        for seed in range(n):
+            torch.manual_seed(seed)
+            out = target.model.generate(
+                **inputs, max_new_tokens=2, min_new_tokens=2, pad_token_id=0, **settings.generate_kwargs()
+            )
+            theirs[tuple(out[0, -2:].tolist())] += 1
+    assert not _within_bound(theirs, exact, n)
+
+
+@pytest.mark.parametrize("method", ["pld", "tr", "recap", "recap-no-context"])
+def test_a_seed_gives_every_drafter_the_same_tokens_as_autoregressive_sampling(method):
+    # One uniform draw per committed position, through the target's distribution: the tree decides
+    # how many passes it takes, never which tokens come out.
+    target = tiny("llama")
+    runtime = Runtime(target)
+    persistent = PersistentMemory(target.vocab_size)
+    for seed, prompt in [(3, "the cat is"), (4, "the cat is"), (5, "the dog and the cat")]:
+        sampling = SamplingSettings(temperature=0.8, top_p=0.9, seed=seed)
+        drafter = runtime.drafter(method, persistent=persistent)
+        ours = generate(target, drafter, prompt, [], 24, sampling=sampling).tokens
+        assert ours == generate(target, runtime.drafter("ar"), prompt, [], 24, sampling=sampling).tokens
+
+
+def test_seeds_differ():
+    target = tiny("llama")
+    runs = {
+        tuple(
+            generate(
+                target,
+                Runtime(target).drafter("ar"),
+                "the cat is",
+                [],
+                12,
+                sampling=SamplingSettings(temperature=1.0, seed=seed),
+            ).tokens
+        )
+        for seed in range(4)
+    }
+    assert len(runs) > 1
+
+
+def test_a_uniform_draw_commits_the_same_token_whatever_the_children():
+    p = np.random.default_rng(9).dirichlet(np.ones(6))
+    for u in np.linspace(0, 0.999, 41):
+        tokens = {choose_among(p, children, float(u))[1] for children in ([], [2], [5, 0, 3], [1, 2, 3, 4])}
+        assert len(tokens) == 1
+
+
+def test_sampling_records_each_positions_draw():
+    target = tiny("llama")
+    sampling = SamplingSettings(temperature=1.0, seed=0)
+    steps = generate(target, Runtime(target).drafter("tr"), "the cat is", [], 16, sampling=sampling).steps
+    for step in steps[1:]:
+        assert step.draws and len(step.draws) >= step.accepted_len
+        for draw in step.draws:
+            assert all(0.0 <= p <= 1.0 for _, p in draw["tried"])
+        last = step.draws[-1]
+        if step.bonus_token is not None:
+            assert last["token"] == step.bonus_token and last["residual"]
