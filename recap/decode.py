@@ -21,6 +21,14 @@ from PIL import Image
 from recap.drafters.base import Drafter, Observation, RequestInfo
 from recap.inputs import check_max_new_tokens, check_prompt
 from recap.models import TargetModel
+from recap.sampling import (
+    GREEDY,
+    SampledAcceptance,
+    SamplingSettings,
+    accept_sampled,
+    choose_among,
+    processed_probs,
+)
 from recap.trace import FusedRecord, NodeRecord, RunSummary, RunTrace, StepRecord, summarize
 from recap.tree import DraftTree
 from recap.verify import Acceptance, accept_greedy, truncate
@@ -48,11 +56,15 @@ def generate_steps(
     images: Sequence[Image.Image] = (),
     max_new_tokens: int = 128,
     method: str | None = None,
+    sampling: SamplingSettings = GREEDY,
 ) -> Iterator[StepRecord]:
-    """Greedy generation with tree verification; yields a `StepRecord` after every target pass.
+    """Generation with tree verification; yields a `StepRecord` after every target pass.
 
-    The output equals ``model.generate(do_sample=False)`` token for token (in float32), whatever the
-    drafter proposes: a drafted token is kept only where it equals the target's own argmax.
+    Greedy (``sampling.temperature == 0``, the default): the output equals
+    ``model.generate(do_sample=False)`` token for token (in float32), whatever the drafter proposes:
+    a drafted token is kept only where it equals the target's own argmax. Sampling: every committed
+    token is distributed exactly as ``generate(do_sample=True)`` with the same temperature, top-k and
+    top-p would draw it (`recap.sampling.accept_sampled`); a seeded run is reproducible.
     """
     prompt = check_prompt(prompt)
     check_max_new_tokens(max_new_tokens)
@@ -67,7 +79,11 @@ def generate_steps(
     keep = [i for i, t in enumerate(prompt_ids[:last]) if t not in target.excluded_ids] if k else []
     keep.append(last)
     state, logits = target.prefill(inputs, keep)
-    first = int(logits[-1].argmax())
+    rng = None if sampling.greedy else sampling.generator()
+    if rng is None:
+        first = int(logits[-1].argmax())
+    else:
+        first = choose_among(_distribution(logits[-1], sampling), (), float(rng.random()))[1]
     verify_ms = _ms_since(start)
 
     start = time.perf_counter()
@@ -104,12 +120,19 @@ def generate_steps(
         start = time.perf_counter()
         logits = target.forward_tree(state, pending, tree)
         tree_logits = logits[len(pending) - 1 :]
-        greedy = tree_logits.argmax(-1).tolist()
-        acceptance = accept_greedy(tree, greedy)
+        draws = None
+        if rng is None:
+            greedy = tree_logits.argmax(-1).tolist()
+            acceptance = accept_greedy(tree, greedy)
+            root_token = greedy[0]
+            root_prob = float(torch.softmax(tree_logits[0], -1)[root_token])
+        else:
+            acceptance, root_prob = _verify_sampled(tree, tree_logits, sampling, rng)
+            draws = [_draw_record(d) for d in acceptance.draws]
+            root_token = acceptance.draws[0].token
         acceptance, finished = truncate(acceptance, target.eos_ids, max_new_tokens - generated)
         target.commit(state, len(tree), acceptance.nodes)
         topk_ids, topk_probs = _topk(logits, k)
-        root_prob = float(torch.softmax(tree_logits[0], -1)[greedy[0]])
         verify_ms = _ms_since(start)
 
         # 4. Recycle: the drafter learns from every computed position, rejected nodes included.
@@ -126,13 +149,14 @@ def generate_steps(
             method,
             tree,
             acceptance,
-            greedy[0],
+            root_token,
             root_prob,
             {"draft_ms": draft_ms, "verify_ms": verify_ms, "update_ms": update_ms},
         )
         context.extend(acceptance.tokens)
         generated += len(acceptance.tokens)
         pending = [acceptance.tokens[-1]]
+        record.draws = draws
         if finished:
             record.finished = True
             record.finish_reason = _reason(acceptance.tokens[-1], target)
@@ -146,11 +170,40 @@ def generate(
     images: Sequence[Image.Image] = (),
     max_new_tokens: int = 128,
     method: str | None = None,
+    sampling: SamplingSettings = GREEDY,
 ) -> GenerationResult:
     """Run `generate_steps` to the end and collect the result."""
-    steps = list(generate_steps(target, drafter, prompt, images, max_new_tokens, method))
+    steps = list(generate_steps(target, drafter, prompt, images, max_new_tokens, method, sampling))
     tokens = [t for s in steps for t in s.new_tokens]
     return GenerationResult(tokens, target.decode(tokens), steps, summarize(steps))
+
+
+def _verify_sampled(
+    tree: DraftTree, tree_logits: torch.Tensor, sampling: SamplingSettings, rng: np.random.Generator
+) -> tuple[SampledAcceptance, float]:
+    """Sampling acceptance of ``tree`` (rows: root, then nodes) and the root token's probability.
+
+    Only the rows the walk visits are turned into distributions (at most depth + 1 of them).
+    """
+    rows: dict[int, np.ndarray] = {}
+
+    def distribution(row: int) -> np.ndarray:
+        if row not in rows:
+            rows[row] = _distribution(tree_logits[row], sampling)
+        return rows[row]
+
+    acceptance = accept_sampled(tree, distribution, rng)
+    return acceptance, float(rows[0][acceptance.draws[0].token])
+
+
+def _distribution(logits: torch.Tensor, sampling: SamplingSettings) -> np.ndarray:
+    """The target's processed next-token distribution at one position, as float64 numpy."""
+    return processed_probs(logits[None], sampling)[0].cpu().numpy()
+
+
+def _draw_record(draw) -> dict:
+    """A `PositionDraw` as plain JSON data for the step record."""
+    return {"tried": [[t, p] for t, p in draw.tried], "token": draw.token, "residual": draw.residual}
 
 
 def _topk(logits: torch.Tensor, k: int) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -68,6 +68,9 @@ class StepRecord:
     finished: bool = False
     finish_reason: str | None = None
     image_sensitive: list[bool] | None = None
+    #: Sampling only: per verified position (root first), the children tried with the target's
+    #: probability of each, the committed token, and whether it was drawn from the residual.
+    draws: list[dict[str, Any]] | None = None
 
     @property
     def accepted_len(self) -> int:

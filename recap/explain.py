@@ -1,0 +1,112 @@
+"""One step of decoding in plain words: what a teacher reads aloud beside the tree.
+
+`explain_step` turns a `StepRecord` into two or three sentences: how many nodes each memory proposed,
+the accepted path, where the first rejection happened (what the draft said, with its fused
+probability when the drafter has one, and what the target chose instead), and the bonus token.
+Plain text (no markup): the studio escapes it like any other text.
+
+Example (a step whose tree held "red" (ctx3) and "blue" (persistent) under the root, and whose
+target chose "red" and then " circle")::
+
+    Step 4: the drafter proposed 2 nodes (ctx3 1, persistent 1). The target accepted 1: «red».
+    After it the draft ended; the target added the bonus token «␣circle». 2 tokens in this pass.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from recap.trace import NodeRecord, StepRecord
+
+#: Sources that are memories with a fused distribution (their nodes have a fused probability).
+_FUSED_SOURCES = frozenset({"ctx3", "ctx2", "persistent"})
+_SOURCE_ORDER = ("ctx3", "ctx2", "persistent", "suffix", "suffix tree", "template", "lookup")
+
+
+def quote(text: str) -> str:
+    """A token's text between «», with spaces and line breaks made visible (␣, ↵)."""
+    return "«" + text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") + "»"
+
+
+def explain_step(step: StepRecord) -> str:
+    """Two or three plain sentences about one pass (see the module docstring)."""
+    if step.step == 0:
+        first = quote(step.new_texts[0]) if step.new_texts else "the first token"
+        return (
+            f"Step 0 is the prefill: the target read the image and the prompt in one pass and chose "
+            f"{first} itself. Nothing can be drafted before the first token exists."
+        )
+    head = f"Step {step.step}: "
+    nodes = step.nodes
+    if not nodes:
+        text = _texts(step.new_texts)
+        return (
+            head + "the drafter proposed nothing (no memory knew this context), so the pass "
+            f"produced one token, {text}, exactly like plain decoding."
+        )
+    sentences = [head + f"the drafter proposed {_count(len(nodes), 'node')} ({_by_source(nodes)})."]
+    accepted = [n for n in step.accepted_ids if 0 <= n < len(nodes)]
+    accepted_texts = [nodes[n].text for n in accepted]
+    if accepted:
+        sentences.append(f"The target accepted {len(accepted)}: {_texts(accepted_texts)}.")
+    else:
+        sentences.append("The target accepted none of them.")
+    sentences.append(_after(step, accepted))
+    total = len(step.new_tokens)
+    sentences.append(f"{_count(total, 'token')} in this pass.")
+    if step.finished:
+        sentences.append(_finish(step.finish_reason))
+    return " ".join(sentences)
+
+
+def _after(step: StepRecord, accepted: list[int]) -> str:
+    """Where the walk stopped: the first rejection (draft vs target), or the end of the tree."""
+    nodes = step.nodes
+    parent = accepted[-1] if accepted else -1
+    children = [n for n in nodes if n.parent == parent]
+    where = "After it" if accepted else "At the first position"
+    if step.bonus_token is None:  # cut by the end of sequence or the length limit
+        return f"{where} the run stopped before a bonus token."
+    bonus = quote(step.new_texts[-1]) if step.new_texts else "a token"
+    if not children:
+        return f"{where} the draft ended; the target added the bonus token {bonus}."
+    best = max(children, key=lambda n: (n.score, -n.id))
+    said = f"the draft said {quote(best.text)}"
+    probability = _fused_probability(best)
+    if probability is not None:
+        said += f" (fused probability {probability:.2f})"
+    others = len(children) - 1
+    if others:
+        said += f" and {_count(others, 'other option')}"
+    return f"{where} {said}; the target chose {bonus}, which became the bonus token."
+
+
+def _fused_probability(node: NodeRecord) -> float | None:
+    """A memory node's fused probability given its parent (its sources' shares add up to it)."""
+    if not _FUSED_SOURCES.intersection(node.contributions):
+        return None
+    return float(sum(node.contributions.values()))
+
+
+def _by_source(nodes: list[NodeRecord]) -> str:
+    counts: Counter = Counter(source for node in nodes for source in node.sources)
+    ordered = sorted(counts, key=lambda s: (_SOURCE_ORDER.index(s) if s in _SOURCE_ORDER else 99, s))
+    parts = ", ".join(f"{source} {counts[source]}" for source in ordered)
+    shared = sum(len(node.sources) > 1 for node in nodes)
+    if shared:
+        parts += f"; {_count(shared, 'node')} proposed by several"
+    return parts
+
+
+def _texts(texts: list[str]) -> str:
+    return " ".join(quote(t) for t in texts) if texts else "nothing"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _finish(reason: str | None) -> str:
+    if reason == "eos":
+        return "The target ended the answer here."
+    return "The run reached its token limit here."
