@@ -296,9 +296,29 @@ def _check_step(step: Any, where: str) -> None:
     accepted = step.get("accepted_ids", [])
     if any(not 0 <= a < len(nodes) for a in accepted) or len(set(accepted)) != len(accepted):
         raise ValueError(f"not a RECAP trace: {where}: 'accepted_ids' must name distinct nodes of the step")
+    draws = step.get("draws")
+    if draws is not None:
+        _check_draws(draws, where)
     lengths = {len(step.get(name, [])) for name in ("new_tokens", "new_texts", "new_sources")}
     if len(lengths) > 1:
         raise ValueError(f"not a RECAP trace: {where}: new_tokens, new_texts, new_sources differ in length")
+
+
+def _check_draws(draws: Any, where: str) -> None:
+    """Sampling draws: a list of ``{"tried": [[token, p], ...], "token": id, "residual": bool}``."""
+    if not isinstance(draws, list) or len(draws) > MAX_NODES_PER_STEP:
+        raise ValueError(f"not a RECAP trace: {where}, 'draws' must be a list")
+    for i, draw in enumerate(draws):
+        here = f"{where}, draw {i}"
+        _check_record(draw, {"token": "token", "residual": "bool"}, here)
+        tried = draw.get("tried")
+        if not isinstance(tried, list) or len(tried) > MAX_NODES_PER_STEP:
+            raise ValueError(f"not a RECAP trace: {here}, 'tried' must be a list")
+        for pair in tried:
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ValueError(f"not a RECAP trace: {here}, 'tried' holds [token, probability] pairs")
+            _check_value(pair[0], "token", here)
+            _check_value(pair[1], "number", here)
 
 
 def _check_record(record: Any, fields: dict[str, _FieldKind], where: str) -> None:

@@ -14,6 +14,7 @@ from conftest import noise_image, tiny
 from recap.config import RecapConfig
 from recap.decode import generate
 from recap.runtime import Runtime
+from recap.sampling import SamplingSettings
 from recap.trace import MAX_TRACE_BYTES, MAX_TRACE_STEPS, RunTrace, check_trace_data
 
 
@@ -36,6 +37,17 @@ def test_real_runs_round_trip(method):
     text = result.trace({"method": method}).to_json()
     loaded = RunTrace.from_json(text)
     assert loaded.tokens == result.tokens and loaded.to_json() == text
+
+
+def test_a_sampled_run_round_trips_with_its_draws():
+    target = tiny("llava")
+    sampling = SamplingSettings(temperature=0.8, seed=1)
+    result = generate(
+        target, Runtime(target).drafter("tr"), "the cat is", [noise_image(1)], 16, sampling=sampling
+    )
+    loaded = RunTrace.from_json(result.trace({"method": "tr"}).to_json())
+    assert [s.draws for s in loaded.steps] == [s.draws for s in result.steps]
+    assert any(s.draws for s in loaded.steps)
 
 
 def _step_with_nodes(data: dict) -> dict:
@@ -88,6 +100,12 @@ def _mutate(data: dict, case: str) -> dict | list | str:
         data["version"] = 99
     elif case == "long token text":
         nodes[0]["text"] = "x" * 5000
+    elif case == "draws not list":
+        step["draws"] = {"token": 1}
+    elif case == "draw pair":
+        step["draws"] = [{"tried": [[1, 0.5, 9]], "token": 1, "residual": False}]
+    elif case == "draw residual":
+        step["draws"] = [{"tried": [], "token": 1, "residual": "<b>yes</b>"}]
     return data
 
 
@@ -115,6 +133,9 @@ def _mutate(data: dict, case: str) -> dict | list | str:
         ("top list", "'steps' list"),
         ("newer version", "newer than this RECAP"),
         ("long token text", "at most 1000 characters"),
+        ("draws not list", "'draws' must be a list"),
+        ("draw pair", "[token, probability] pairs"),
+        ("draw residual", "'residual' must be true or false"),
     ],
 )
 def test_malformed_traces_are_refused_with_the_reason(recorded, case, message):
