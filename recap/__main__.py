@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from recap.inputs import check_max_new_tokens, check_prompt, load_image
+from recap.options import add_model_options, add_sampling_options, load_runtime, sampling_settings
 
 log = logging.getLogger("recap.cli")
 
@@ -25,23 +26,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m recap", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     gen = commands.add_parser("generate", help="answer one prompt (with an image) and report the decoding")
-    gen.add_argument(
-        "--model",
-        default=str(EMBEDDED_MODEL),
-        help="hub id or local directory (default: the embedded tiny model)",
-    )
-    gen.add_argument("--gguf-file", default=None, help="GGUF file name inside --model (text models)")
     gen.add_argument("--image", action="append", default=[], help="image file (repeatable; omit for text)")
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--method", default=DEFAULT_METHOD, choices=METHODS)
     gen.add_argument("--max-new-tokens", type=int, default=128)
     gen.add_argument("--budget", default="auto", help="tree node budget: 'auto' (cost-aware) or a number")
-    gen.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
-    gen.add_argument(
-        "--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on GPU, fp32 on CPU)"
-    )
-    gen.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
-    gen.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     gen.add_argument(
         "--memory",
         default=None,
@@ -51,28 +40,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--json", default=None, metavar="OUT", help="write the run's step records to this file")
     gen.add_argument("-v", "--verbose", action="store_true")
+    add_model_options(gen, default_model=str(EMBEDDED_MODEL))
+    add_sampling_options(gen)
     return parser
 
 
 def _generate(args: argparse.Namespace) -> int:
-    import torch
-
     from recap.decode import generate
-    from recap.runtime import Runtime, parse_budget
+    from recap.runtime import parse_budget
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     prompt = check_prompt(args.prompt)
     check_max_new_tokens(args.max_new_tokens)
     budget = parse_budget(args.budget)
+    sampling = sampling_settings(args)
     images = [_image(path) for path in args.image]
-    runtime = Runtime.load(
-        args.model,
-        device=args.device,
-        dtype=args.dtype,
-        attn_implementation=args.attn,
-        gguf_file=args.gguf_file,
-    )
+    runtime = load_runtime(args)
     problems: list[str] = []  # reported after the answer, with exit code 2
     memory_file = Path(args.memory) if args.memory else None
     save_memory = memory_file is not None and args.method.startswith("recap")
@@ -86,7 +68,9 @@ def _generate(args: argparse.Namespace) -> int:
             log.warning("%s; the file is left as it is and will not be overwritten", error)
             save_memory = False
     drafter = runtime.drafter(args.method, budget=budget)
-    result = generate(runtime.target, drafter, prompt, images, args.max_new_tokens, method=args.method)
+    result = generate(
+        runtime.target, drafter, prompt, images, args.max_new_tokens, method=args.method, sampling=sampling
+    )
     summary = result.summary
     # The answer first: a file that cannot be written below must not lose it.
     print(result.text, flush=True)
@@ -103,6 +87,10 @@ def _generate(args: argparse.Namespace) -> int:
             "max_new_tokens": args.max_new_tokens,
             "budget": args.budget,
             "dtype": str(runtime.target.dtype),
+            "temperature": sampling.temperature,
+            "top_k": sampling.top_k,
+            "top_p": sampling.top_p,
+            "seed": sampling.seed,
         }
         try:
             result.trace(settings).save(args.json)

@@ -56,7 +56,35 @@ def test_generate_prints_answer_and_summary_and_writes_trace(capsys, model_dir, 
     trace = RunTrace.load(trace_file)
     assert trace.settings["method"] == "recap"
     assert len(trace.tokens) == 12 and trace.steps[0].step == 0
-    assert out.strip() == trace.text.strip() or trace.text.strip() in out
+    assert out == trace.text + "\n"  # the answer, exactly, and nothing else on stdout
+
+
+def test_seeded_sampling_is_reproducible_and_recorded(capsys, model_dir, image_file, tmp_path):
+    args = ["--model", model_dir, "--image", image_file, "--prompt", "the cat is", "--max-new-tokens", 16]
+    sampled = [*args, "--temperature", "0.8", "--top-p", "0.9", "--seed", "7", "--method", "tr"]
+    first = run(capsys, *sampled, "--json", tmp_path / "a.json")
+    second = run(capsys, *sampled)
+    assert first[0] == second[0] == 0 and first[1] == second[1]
+    settings = RunTrace.load(tmp_path / "a.json").settings
+    assert (settings["temperature"], settings["top_p"], settings["seed"]) == (0.8, 0.9, 7)
+    greedy = run(capsys, *args, "--method", "tr")
+    assert greedy[1] == run(capsys, *args, "--method", "ar")[1]  # temperature 0 stays greedy
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--temperature", "-1", "--temperature"),
+        ("--temperature", "nan", "--temperature"),
+        ("--top-p", "0", "--top-p"),
+        ("--top-k", "-2", "--top-k"),
+        ("--seed", "-5", "--seed"),
+        ("--threads", "0", "--threads"),
+    ],
+)
+def test_absurd_sampling_and_model_options_are_one_line_errors(capsys, model_dir, option, value, message):
+    code, out, err = run(capsys, "--model", model_dir, "--prompt", "hi", option, value)
+    assert code == 2 and out == "" and err.startswith(f"error: {message}") and err.count("\n") == 1
 
 
 def test_memory_file_is_saved_and_reused(capsys, model_dir, image_file, tmp_path):
