@@ -11,10 +11,11 @@ import functools
 from dataclasses import dataclass
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer
 from transformers import BatchFeature, PreTrainedTokenizerFast
 
 from recap.models import TargetModel, supported_attention
+from tools.bpe import train_byte_level_bpe
 
 SPECIALS = [
     "<|endoftext|>",
@@ -69,14 +70,7 @@ def chat_template(image_markup: str) -> str:
 
 @functools.cache
 def _tokenizer_json() -> str:
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=340, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tokenizer.train_from_iterator(CORPUS * 5, trainer)
-    return tokenizer.to_str()
+    return train_byte_level_bpe(CORPUS * 5, 340, SPECIALS).to_str()
 
 
 def make_tokenizer(family: str = "text") -> PreTrainedTokenizerFast:

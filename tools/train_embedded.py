@@ -34,6 +34,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from recap import scenes
+from tools.bpe import train_byte_level_bpe
 
 logger = logging.getLogger(__name__)
 
@@ -106,19 +107,9 @@ def tokenizer_corpus(n_scenes: int = 3000, seed: int = 12345) -> list[str]:
 
 def build_tokenizer(vocab_size: int = VOCAB_SIZE):
     """A byte-level BPE ``PreTrainedTokenizerFast`` (any text tokenizes) with the chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(tokenizer_corpus(), trainer=trainer)
+    tok = train_byte_level_bpe(tokenizer_corpus(), vocab_size, SPECIAL_TOKENS)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=BOS,
