@@ -19,32 +19,16 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from recap.sensitivity import acceptance_split, token_sources
+from recap.drafters import is_recap_method
+from recap.sensitivity import split_against_reference, token_sources
 from recap.trace import NodeRecord, StepRecord, summarize
+from recap.tree import SOURCE_TABLE, main_source
 
-#: Colour of each source (Okabe-Ito palette: distinguishable with the common colour-vision deficiencies).
-SOURCE_COLORS: dict[str, str] = {
-    "ctx3": "#0072B2",
-    "ctx2": "#56B4E9",
-    "persistent": "#E69F00",
-    "suffix": "#009E73",
-    "template": "#CC79A7",
-    "lookup": "#D55E00",
-    "target": "#B8B8B8",
-    "unknown": "#7F7F7F",
-}
+#: Colour of each source (from `recap.tree.SOURCE_TABLE`, the one table of sources).
+SOURCE_COLORS: dict[str, str] = {s.name: s.color for s in SOURCE_TABLE}
 
 #: The legend text of each source (what a visitor reads next to the colour).
-SOURCE_LABELS: dict[str, str] = {
-    "ctx3": "ctx3 · 3-token context",
-    "ctx2": "ctx2 · 2-token context",
-    "persistent": "persistent · 1-token",
-    "suffix": "suffix match",
-    "template": "TR template",
-    "lookup": "prompt lookup",
-    "target": "target (bonus)",
-    "unknown": "unknown",
-}
+SOURCE_LABELS: dict[str, str] = {s.name: s.meaning for s in SOURCE_TABLE}
 
 #: Display names of the methods the studio offers.
 METHOD_LABELS: dict[str, str] = {
@@ -249,12 +233,6 @@ def _node_hover(node: NodeRecord) -> str:
     return "<br>".join(lines)
 
 
-def _main_source(node: NodeRecord) -> str:
-    if node.contributions:
-        return max(node.contributions, key=node.contributions.get)
-    return node.sources[0] if node.sources else "unknown"
-
-
 def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
     """The candidate tree of one step.
 
@@ -282,7 +260,7 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
     )
     by_source: dict[str, list[NodeRecord]] = {}
     for node in step.nodes:
-        by_source.setdefault(_main_source(node), []).append(node)
+        by_source.setdefault(main_source(node.sources, node.contributions), []).append(node)
     for source, nodes in by_source.items():
         figure.add_scatter(**_node_trace(source, nodes, places))
     _add_bonus(figure, step, places, root)
@@ -518,7 +496,7 @@ def _fused_title(step: StepRecord, target_label: str | None, has_bars: bool) -> 
     if not has_bars:
         if step.step == 0:
             return "fused distribution: none at the prefill pass"
-        if step.method.startswith("recap"):
+        if is_recap_method(step.method):
             return "fused distribution: the memories held nothing for this context yet"
         return f"fused distribution: {plot_name(method_label(step.method))} drafts without probabilities"
     title = "fused distribution at the root"
@@ -635,10 +613,17 @@ def compare_strip_html(
 
 # ---------------------------------------------------------------------------------- sensitivity
 def sensitivity_rows(runs: Mapping[str, Sequence[StepRecord]], flags: Sequence[bool]) -> list[list]:
-    """Per method: drafted/total tokens at image-sensitive and insensitive positions (not the first)."""
+    """Per method: drafted/total tokens at image-sensitive and insensitive positions (not the first).
+
+    ``flags`` mark the positions of the first run's answer (the reference the sensitivity pass
+    forced); a method is counted only where its answer agrees with it (`split_against_reference`).
+    """
+    if not runs:
+        return []
+    reference = _tokens(next(iter(runs.values())))
     rows = []
     for method, steps in runs.items():
-        split = acceptance_split(token_sources(steps), flags)
+        split = split_against_reference(_tokens(steps), token_sources(steps), reference, flags)
         rows.append(
             [
                 method_label(method),
