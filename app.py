@@ -46,7 +46,6 @@ import gradio as gr
 import torch
 from PIL import Image
 
-from recap import viz
 from recap.config import RecapConfig
 from recap.decode import generate_steps
 from recap.drafters.token_recycling import SuccessorMatrix
@@ -64,6 +63,8 @@ from recap.inputs import (
 from recap.memory import PersistentMemory
 from recap.runtime import EMBEDDED_MODEL, Runtime, parse_budget
 from recap.sensitivity import mark_steps, sensitive_flags
+from recap.studio import figures
+from recap.studio import render as viz
 from recap.trace import RunTrace, StepRecord
 
 log = logging.getLogger("recap.app")
@@ -764,7 +765,7 @@ def _step_view(steps: list[StepRecord], index: int) -> tuple:
     index = max(0, min(int(index), len(steps) - 1))
     step = steps[index]
     root_text = steps[index - 1].new_texts[-1] if index > 0 and steps[index - 1].new_texts else None
-    return viz.tree_figure(step, root_text=root_text), viz.fused_figure(step), viz.step_table(step)
+    return figures.tree_figure(step, root_text=root_text), figures.fused_figure(step), viz.step_table(step)
 
 
 def _wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state) -> None:
