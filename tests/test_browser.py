@@ -45,14 +45,15 @@ def _free_port() -> int:
 def studio():
     """``(url, demo)`` of a running studio: the embedded model when it ships, else the tiny LLaVA."""
     import app
-    from recap.runtime import Runtime
+    from recap.runtime import EMBEDDED_MODEL, Runtime
+    from recap.studio.environment import default_runtime_factory
 
     def factory(model_id: str) -> Runtime:
         if model_id == "tiny-llava":
             return Runtime(tiny("llava"))
-        return app.default_runtime_factory(model_id)
+        return default_runtime_factory(model_id)
 
-    embedded = (app.EMBEDDED_MODEL / "config.json").is_file()
+    embedded = (EMBEDDED_MODEL / "config.json").is_file()
     demo = app.build_demo(runtime_factory=factory, models=["embedded" if embedded else "tiny-llava"])
     port = _free_port()
     kwargs = {**app.launch_kwargs(), "server_name": "127.0.0.1", "server_port": port}
@@ -92,11 +93,11 @@ def test_example_run_shows_answer_tree_and_fused_distribution(studio, tmp_path):
             page.goto(studio_url)
             page.wait_for_selector("#run-button", timeout=60_000)
             # the second example (the first one is pre-filled): clicking it must fill the prompt
-            import app
+            from recap.studio.examples import examples
 
-            if len(app.examples()) < 2:
+            if len(examples()) < 2:
                 pytest.skip("assets/examples holds fewer than two examples")
-            expected = app.examples()[1][1]
+            expected = examples()[1][1]
             page.locator('#examples [data-testid="dataset-cell-1-0"]').click()
             page.wait_for_function(
                 "(text) => document.querySelector('#prompt textarea').value === text",

@@ -64,7 +64,7 @@ def _run_args(image, prompt, method, model=TINY, scope="per session", max_new=MA
     """The /run arguments: a fixed budget (the auto budget depends on timings, so trees would too)."""
     from gradio_client import handle_file
 
-    settings = [model, method, "fixed", 8, 8, 8, True, True, True, max_new, scope]
+    settings = [model, method, "fixed", 8, 8, 8, True, True, True, max_new, scope, 0.0, 0, 1.0, None]
     return [handle_file(str(image)), prompt, *settings, delay_ms]
 
 

@@ -275,3 +275,30 @@ def test_a_deep_chain_lays_out_without_recursion():
     assert len(places) == 5000 and places[4999].x == 5000 and root.y == places[4999].y == 0
     step = StepRecord(1, 4, "recap", nodes=chain, accepted_ids=[0, 1, 2])
     assert sum(len(t.x) for t in _node_traces(figures.tree_figure(step))) == 5000
+
+
+def test_step_words_explain_the_step_and_list_sampled_draws():
+    step = _steps()[1]
+    # position 1: child 7 accepted; position 2: child 8 accepted; position 3: child 10 rejected, the
+    # bonus 11 drawn from the residual
+    step.draws = [
+        {"tried": [[7, 0.61]], "token": 7, "residual": False},
+        {"tried": [[8, 0.3]], "token": 8, "residual": False},
+        {"tried": [[10, 0.05]], "token": 11, "residual": True},
+    ]
+    shown = render.step_words_html(step)
+    assert shown.startswith('<div class="recap-words"><p>Step 1: the drafter proposed 4 nodes')
+    assert "«a» p=0.610 ✓ accepted" in shown and "«d» p=0.050 ✗ rejected" in shown
+    assert shown.count("drawn from the residual") == 1 and "«e» <span" in shown
+    step.draws = None
+    assert "recap-draws" not in render.step_words_html(step)
+
+
+def test_step_words_escape_every_text_once():
+    step = _steps()[1]
+    step.nodes[0].text = "</s>"
+    step.new_texts = ["</s>", " b", "<b>&"]
+    step.draws = [{"tried": [[7, 0.5]], "token": 7, "residual": False}]
+    shown = render.step_words_html(step)
+    assert "&lt;/s&gt;" in shown and "&lt;b&gt;&amp;" in shown
+    assert "<b>" not in shown and "</s>" not in shown and "&amp;lt;" not in shown

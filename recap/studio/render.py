@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from recap.explain import explain_step
 from recap.sensitivity import split_against_reference, token_sources
 from recap.trace import StepRecord, summarize
 from recap.tree import SOURCE_TABLE
@@ -190,6 +191,48 @@ def step_table(step: StepRecord) -> list[list]:
         ["verify ms", round(timing.get("verify_ms", 0.0), 2)],
         ["update ms", round(timing.get("update_ms", 0.0), 2)],
     ]
+
+
+# ---------------------------------------------------------------------------------- step words
+def step_words_html(step: StepRecord | None, token_text: Mapping[int, str] | None = None) -> str:
+    """The step in plain words (`recap.explain.explain_step`), then, for a sampled step, each verified
+    position's draw: the children tried with the target's probability ``p`` of each (accepted or
+    rejected), and a mark on a token drawn from the residual. All text is escaped exactly once.
+
+    ``token_text``: texts of token ids (defaults to what the step itself names: nodes and new tokens).
+    """
+    if step is None:
+        return '<div class="recap-words"><p>Run a generation to see each step explained here.</p></div>'
+    words = f"<p>{html.escape(explain_step(step), quote=False)}</p>"
+    return f'<div class="recap-words">{words}{_draws_html(step, token_text)}</div>'
+
+
+def _draws_html(step: StepRecord, token_text: Mapping[int, str] | None) -> str:
+    if not step.draws:
+        return ""
+    texts = dict(token_text or {})
+    for node in step.nodes:
+        texts.setdefault(node.token, node.text)
+    for token, text in zip(step.new_tokens, step.new_texts):
+        texts.setdefault(token, text)
+
+    def name(token: int) -> str:
+        return html.escape(visible_token(texts.get(token, f"[{token}]"), spaces=True), quote=False)
+
+    rows = []
+    for position, draw in enumerate(step.draws):
+        tried = []
+        for token, p in draw.get("tried", []):
+            accepted = token == draw.get("token") and not draw.get("residual")
+            mark, cls = ("✓ accepted", "recap-accepted") if accepted else ("✗ rejected", "recap-rejected")
+            tried.append(f'<span class="{cls}">«{name(token)}» p={float(p):.3f} {mark}</span>')
+        outcome = f"«{name(draw.get('token'))}»"
+        if draw.get("residual"):
+            outcome += ' <span class="recap-residual">drawn from the residual</span>'
+        children = "; ".join(tried) or "no child drafted here"
+        rows.append(f"<tr><td>{position + 1}</td><td>{children}</td><td>{outcome}</td></tr>")
+    head = "<tr><th>position</th><th>children tried (target's p)</th><th>committed</th></tr>"
+    return f'<table class="recap-draws">{head}{"".join(rows)}</table>'
 
 
 # ------------------------------------------------------------------------------------- compare
