@@ -49,7 +49,7 @@ def build_demo(runtime_factory: RuntimeFactory | None = None, models: list[str] 
                 ui = layout.run_tab(models, studio.scopes)
             with gr.Tab("Compare", id="compare"):
                 cmp = layout.compare_tab()
-            with gr.Tab("Image sensitivity", id="sensitivity"):
+            with gr.Tab("Sensitivity", id="sensitivity"):  # short: four tab names fit a phone
                 sens = layout.sensitivity_tab()
             with gr.Tab("About", id="about"):
                 gr.Markdown(layout.ABOUT)

@@ -121,13 +121,22 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
     depth = max((n.depth for n in step.nodes), default=0) + 1
     title = f"step {step.step} · {len(step.nodes)} nodes drafted · {step.accepted_len} accepted"
     if step.step == 0:
-        title = "step 0 · prefill (no draft: the first token comes from the prompt pass)"
+        title = "step 0 · prefill<br>(no draft: the first token comes from the prompt pass)"
     elif not step.nodes:
-        title = f"step {step.step} · nothing drafted (one token from the target)"
+        title = f"step {step.step} · nothing drafted<br>(one token from the target)"
     figure.update_layout(
-        title={"text": title, "font": {"size": 13}},
-        height=int(min(1400, max(280, 120 + 34 * (_bottom_row(places, root) + 1)))),  # ~34 px per row
-        margin={"l": 10, "r": 10, "t": 80, "b": 30},
+        # the title under the panel's label, the legend under it: on a phone the legend wraps to three
+        # rows, which the top margin leaves room for
+        title={
+            "text": title,
+            "font": {"size": 13},
+            "y": 1,
+            "yref": "container",
+            "yanchor": "top",
+            "pad": {"t": 36},
+        },
+        height=int(min(1400, max(324, 164 + 34 * (_bottom_row(places, root) + 1)))),  # ~34 px per row
+        margin={"l": 10, "r": 10, "t": 124, "b": 30},
         xaxis={"dtick": 1, "tickprefix": "depth ", "range": [-0.8, depth + 0.6], "zeroline": False},
         # explicit range with room above the top row, so its labels are not clipped
         yaxis={"visible": False, "range": [_bottom_row(places, root) + 0.7, -1.0]},
@@ -291,8 +300,8 @@ def fused_figure(step: StepRecord, top: int = 10, target_text: str | None = None
     figure.update_layout(
         barmode="stack",
         title={"text": _fused_title(step, target_label, bool(fused)), "font": {"size": 13}},
-        height=max(240, 30 * len(order) + 110),
-        margin={"l": 10, "r": 10, "t": 40, "b": 30},
+        height=max(256, 30 * len(order) + 126),
+        margin={"l": 10, "r": 10, "t": 56, "b": 30},  # two title lines: they wrap nowhere on a phone
         xaxis={"title": "fused probability", "rangemode": "tozero"},
         yaxis={"categoryorder": "array", "categoryarray": order[::-1], "automargin": True},
         legend={"orientation": "h", "y": -0.25, "font": {"size": 10}},
@@ -316,8 +325,8 @@ def _no_fused_figure(step: StepRecord, target_label: str | None) -> go.Figure:
         )
     figure.update_layout(
         title={"text": _fused_title(step, target_label, False), "font": {"size": 13}},
-        height=150,
-        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        height=170,
+        margin={"l": 10, "r": 10, "t": 56, "b": 10},
         xaxis={"visible": False},
         yaxis={"visible": False},
         plot_bgcolor="white",
@@ -349,12 +358,12 @@ def _text_of(step: StepRecord, token: int) -> str:
 def _fused_title(step: StepRecord, target_label: str | None, has_bars: bool) -> str:
     if not has_bars:
         if step.step == 0:
-            return "fused distribution: none at the prefill pass"
+            return "fused distribution:<br>none at the prefill pass"
         if is_recap_method(step.method):
-            return "fused distribution: the memories held nothing for this context yet"
-        return f"fused distribution: {plot_name(method_label(step.method))} drafts without probabilities"
+            return "fused distribution:<br>the memories held nothing for this context yet"
+        return f"fused distribution:<br>{plot_name(method_label(step.method))} drafts without probabilities"
     title = "fused distribution at the root"
     if target_label is not None:
         chance = f" (p={step.target_prob:.2f})" if step.target_prob is not None else ""
-        title += f" · ★ target chose {target_label}{chance}"
+        title += f"<br>★ target chose {target_label}{chance}"
     return title

@@ -47,7 +47,7 @@ ABOUT = """
   actually chose), and the step's timings. With a temperature, each verified position lists the
   children tried with the target's probability `p` of each, and marks a token drawn from the residual.
 - **Compare**: the same input through every method, greedy; outputs are identical to greedy decoding (fp32).
-- **Image sensitivity**: tokens whose greedy prediction changes when the image is replaced.
+- **Sensitivity**: tokens whose greedy prediction changes when the image is replaced.
 - **Replay**: upload a downloaded run (below the answer) to inspect it without a model.
 
 ### Sampling
@@ -104,7 +104,7 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
                     label="Replay a run (JSON, no model)",
                     file_types=[".json"],
                     type="filepath",
-                    height=90,
+                    height=120,
                     elem_id="replay-file",
                 )
         with gr.Column(scale=4, min_width=320, elem_id="step-panel"):

@@ -229,7 +229,7 @@ def _draws_html(step: StepRecord, token_text: Mapping[int, str] | None) -> str:
         outcome = f"«{name(draw.get('token'))}»"
         if draw.get("residual"):
             outcome += ' <span class="recap-residual">drawn from the residual</span>'
-        children = "; ".join(tried) or "no child drafted here"
+        children = "".join(tried) or "no child drafted here"
         rows.append(f"<tr><td>{position + 1}</td><td>{children}</td><td>{outcome}</td></tr>")
     head = "<tr><th>position</th><th>children tried (target's p)</th><th>committed</th></tr>"
     return f'<table class="recap-draws">{head}{"".join(rows)}</table>'
