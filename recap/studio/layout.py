@@ -15,6 +15,7 @@ from recap.studio import render
 from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, model_label
 from recap.studio.examples import BLANK_IMAGE, examples, other_image_choices, photo_examples
 from recap.studio.validation import (
+    BUDGET_MODES,
     BUDGET_RANGE,
     DELAY_MS_RANGE,
     DEPTH_RANGE,
@@ -146,7 +147,7 @@ def _inputs(ui: dict[str, Any], models: list[str]) -> None:
 def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
     with gr.Row():
         ui["budget_mode"] = gr.Radio(
-            ["auto", "fixed"],
+            list(BUDGET_MODES),
             value="auto",
             label="Tree budget",
             info="auto: sized from the measured cost of a tree pass",
