@@ -13,6 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
+from recap.drafters import is_recap_method
 from recap.inputs import check_max_new_tokens, check_prompt, load_image
 from recap.options import add_model_options, add_sampling_options, load_runtime, sampling_settings
 
@@ -57,7 +58,7 @@ def _generate(args: argparse.Namespace) -> int:
     runtime = load_runtime(args)
     problems: list[str] = []  # reported after the answer, with exit code 2
     memory_file = Path(args.memory) if args.memory else None
-    save_memory = memory_file is not None and args.method.startswith("recap")
+    save_memory = memory_file is not None and is_recap_method(args.method)
     if memory_file is not None and memory_file.exists() and not memory_file.is_file():
         problems.append(f"--memory {memory_file} is a folder, not a file: nothing was loaded or saved")
         save_memory = False

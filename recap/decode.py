@@ -30,7 +30,7 @@ from recap.sampling import (
     processed_probs,
 )
 from recap.trace import FusedRecord, NodeRecord, RunSummary, RunTrace, StepRecord, summarize
-from recap.tree import DraftTree
+from recap.tree import DraftTree, main_source
 from recap.verify import Acceptance, accept_greedy, truncate
 
 log = logging.getLogger(__name__)
@@ -251,7 +251,7 @@ def _step_record(
         )
         for c in tree.root_candidates
     ]
-    sources = [_main_source(tree, n) for n in acceptance.nodes]
+    sources = [main_source(tree.sources[n], tree.contributions[n]) for n in acceptance.nodes]
     sources += ["target"] * (len(acceptance.tokens) - len(sources))
     has_bonus = len(acceptance.tokens) > len(acceptance.nodes)
     return StepRecord(
@@ -269,14 +269,6 @@ def _step_record(
         target_prob=root_prob,
         timing=timing,
     )
-
-
-def _main_source(tree: DraftTree, node: int) -> str:
-    """The source credited with a node: the largest contributor, else the first listed."""
-    shares = tree.contributions[node]
-    if shares:
-        return max(shares, key=shares.get)
-    return tree.sources[node][0] if tree.sources[node] else "unknown"
 
 
 def _reason(token: int, target: TargetModel) -> str:

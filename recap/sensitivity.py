@@ -74,6 +74,33 @@ def acceptance_split(sources: Sequence[str], flags: Sequence[bool]) -> Acceptanc
     return AcceptanceSplit(*counts)
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix of two token lists."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def split_against_reference(
+    tokens: Sequence[int], sources: Sequence[str], reference: Sequence[int], flags: Sequence[bool]
+) -> AcceptanceSplit:
+    """A method's acceptance split, counted only where its output agrees with ``reference``.
+
+    ``flags`` mark the positions of ``reference`` (the answer the sensitivity pass forced through the
+    target); past the first token where a method's output differs from it, its positions are not the
+    reference's, so they are left out. The benchmark and the studio both split this way.
+
+    Example: reference ``[5, 8, 2]``, flags ``[F, T, F]``; a method wrote ``[5, 8, 3]`` with sources
+    ``[target, ctx2, ctx3]`` -> only the first two positions count: 1/1 drafted at sensitive positions,
+    0/0 at insensitive ones (the first token never counts).
+    """
+    agree = common_prefix(tokens, reference)
+    return acceptance_split(list(sources)[:agree], list(flags)[:agree])
+
+
 def mark_steps(steps: Sequence[StepRecord], flags: Sequence[bool]) -> None:
     """Store each step's slice of ``flags`` in its ``image_sensitive`` field (for display and export)."""
     position = 0

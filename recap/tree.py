@@ -28,8 +28,44 @@ import numpy as np
 
 ROOT = -1
 
-#: Every source that may propose a node. ``target`` is reserved for bonus tokens in step records.
-SOURCES = ("ctx3", "ctx2", "persistent", "suffix", "template", "lookup", "test")
+
+@dataclass(frozen=True)
+class Source:
+    """What may propose a token: its name in trees and step records, a colour, and what it means."""
+
+    name: str
+    color: str
+    meaning: str
+
+
+#: The one table of sources, in display order. Drafters name their nodes' sources from it; ``target``
+#: marks a token the target produced itself (a bonus token), ``unknown`` a node with no source. Colours
+#: are the Okabe-Ito palette (distinguishable with the common colour-vision deficiencies); the studio's
+#: legend, renderers and the explanation text all read this table.
+SOURCE_TABLE: tuple[Source, ...] = (
+    Source("ctx3", "#0072B2", "ctx3 · 3-token context"),
+    Source("ctx2", "#56B4E9", "ctx2 · 2-token context"),
+    Source("persistent", "#E69F00", "persistent · 1-token"),
+    Source("suffix", "#009E73", "suffix match"),
+    Source("template", "#CC79A7", "TR template"),
+    Source("lookup", "#D55E00", "prompt lookup"),
+    Source("target", "#B8B8B8", "target (bonus)"),
+    Source("unknown", "#7F7F7F", "unknown"),
+)
+
+#: Every source name that may propose a node (``target`` and ``unknown`` are for step records only).
+SOURCES: tuple[str, ...] = tuple(s.name for s in SOURCE_TABLE if s.name not in ("target", "unknown"))
+
+
+def main_source(sources: Sequence[str], contributions: Mapping[str, float]) -> str:
+    """The source credited with a node: the largest contributor, else the first listed, else ``unknown``.
+
+    Example: ``main_source(("ctx2", "persistent"), {"ctx2": 0.1, "persistent": 0.3}) == "persistent"``.
+    """
+    if contributions:
+        return max(contributions, key=contributions.get)
+    return sources[0] if sources else "unknown"
+
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,15 @@ TINY = "tiny-llava"
 MISSING = "missing-org/missing-model"
 PROMPT = "the cat is"
 #: Output positions of the /run endpoint.
-ANSWER, STATUS = 0, 7
+ANSWER, STATUS, WORDS = 0, 7, 8  # the client leaves out the Download button
 
 
 def test_import_builds_nothing_and_loads_no_model():
     # A fresh interpreter: importing app must not build Blocks, load a model, or touch torch threads.
     code = (
         "import sys, app, recap.models as m\n"
-        "assert app._CACHE.loaded('embedded') is None\n"
+        "from recap.studio.serving import CACHE\n"
+        "assert CACHE.loaded('embedded') is None\n"
         "assert 'transformers.models.llava' not in sys.modules\n"
         "print('ok')\n"
     )
@@ -93,6 +94,10 @@ def _args(
     suffix=True,
     max_new=24,
     scope="per session",
+    temperature=0.0,
+    top_k=0,
+    top_p=1.0,
+    seed=None,
     delay_ms=0,
 ):
     from gradio_client import handle_file
@@ -111,6 +116,10 @@ def _args(
         suffix,
         max_new,
         scope,
+        temperature,
+        top_k,
+        top_p,
+        seed,
         delay_ms,
     ]
 
@@ -183,9 +192,14 @@ _RUN_JSON = [
     "6",
     '"per session"',
     "0",
+    "0",
+    "1",
+    "null",
+    "0",
 ]
 _FIELDS = ["image", "prompt", "model", "method", "budget_mode", "budget", "depth", "k"]
-_FIELDS += ["persistent", "context", "suffix", "max_new", "scope", "delay_ms"]
+_FIELDS += ["persistent", "context", "suffix", "max_new", "scope", "temperature", "top_k", "top_p", "seed"]
+_FIELDS += ["delay_ms"]
 
 
 @pytest.mark.parametrize(
@@ -207,6 +221,17 @@ _FIELDS += ["persistent", "context", "suffix", "max_new", "scope", "delay_ms"]
         ("max_new", "0", "max new tokens must be a whole number from 1 to 512"),
         ("max_new", "100000", "max new tokens must be a whole number from 1 to 512"),
         ("max_new", '"24"', "max new tokens must be a whole number"),
+        # sampling: the API bypasses the sliders
+        ("temperature", "NaN", "temperature must be a number from 0 to 2"),
+        ("temperature", "-1", "temperature must be a number from 0 to 2"),
+        ("temperature", '"hot"', "temperature must be a number"),
+        ("top_k", "1e9", "top-k must be a whole number from 0 to 1000"),
+        ("top_k", "2.5", "top-k must be a whole number"),
+        ("top_p", "0", "top-p must be a number from 0.01 to 1"),
+        ("top_p", "1.5", "top-p must be a number from 0.01 to 1"),
+        ("seed", "-1", "seed must be a whole number from 0 to 4294967295"),
+        ("seed", "1.5", "seed must be a whole number"),
+        ("seed", '"lucky"', "seed must be a whole number"),
         # choices and flags
         ("method", '"medusa"', "method must be one of"),
         ("method", "null", "method must be one of"),
@@ -317,23 +342,23 @@ def test_unusable_images_are_refused_without_server_paths(served, name, content,
 
 
 def test_huge_image_warns_and_continues(monkeypatch, tmp_path):
-    import app
     from recap.inputs import MAX_IMAGE_PIXELS
+    from recap.studio import validation
 
     warnings = []
-    monkeypatch.setattr(app.gr, "Warning", warnings.append)
+    monkeypatch.setattr(validation.gr, "Warning", warnings.append)
     big = tmp_path / "big.png"
     noise_image(1, size=(1500, 1000)).save(big)
-    image = app.read_image(str(big), needs_image=True)
+    image = validation.read_image(str(big), needs_image=True)
     assert image.width * image.height <= MAX_IMAGE_PIXELS
     assert warnings and "downscaled" in warnings[0]
 
 
 def test_display_delay_is_capped_per_run(served, monkeypatch):
-    import app
+    from recap.studio import validation
 
     # 24 steps at the slider's largest delay would sleep 12 s; the cap (here 0.2 s) bounds a run's hold
-    monkeypatch.setattr(app, "MAX_TOTAL_DELAY_S", 0.2)
+    monkeypatch.setattr(validation, "MAX_TOTAL_DELAY_S", 0.2)
     start = time.perf_counter()
     final = served.client.predict(*_args(served.image, method="ar", delay_ms=500), api_name="/run")
     assert final[STATUS].startswith("Done: 24 tokens")
@@ -341,14 +366,16 @@ def test_display_delay_is_capped_per_run(served, monkeypatch):
 
 
 def test_k_larger_than_the_vocabulary_is_refused():
-    import app
+    import gradio as gr
+
+    from recap.studio.serving import Studio
+    from recap.studio.validation import parse_settings
 
     small = SimpleNamespace(target=SimpleNamespace(vocab_size=4, family="text"))
-    studio = app.Studio(lambda model_id: small, ["small"])
-    settings = app.parse_settings(
-        ["small", "recap", "auto", 8, 8, 8, True, True, True, 8, "per session"], studio.models, studio.scopes
-    )
-    with pytest.raises(app.gr.Error, match=r"k must be at most the model's vocabulary size \(4\)"):
+    studio = Studio(lambda model_id: small, ["small"])
+    values = ["small", "recap", "auto", 8, 8, 8, True, True, True, 8, "per session", 0.0, 0, 1.0, None]
+    settings = parse_settings(values, studio.models, studio.scopes)
+    with pytest.raises(gr.Error, match=r"k must be at most the model's vocabulary size \(4\)"):
         studio.prepare(None, "hi", settings)
 
 
@@ -369,11 +396,11 @@ def test_other_endpoints_refuse_hostile_values(served, api, data, message):
 
 
 def test_step_index_is_checked(served):
-    import app
+    import gradio as gr
 
     state = {"trace": SimpleNamespace(steps=[object(), object()])}
     for bad in (float("nan"), float("inf"), "1", 7, -1):
-        with pytest.raises(app.gr.Error, match="step must be a whole number from 0 to 1"):
+        with pytest.raises(gr.Error, match="step must be a whole number from 0 to 1"):
             _scrub(served.demo)(state, bad)
 
 
@@ -382,18 +409,20 @@ def _scrub(demo):
 
 
 def test_reset_clears_only_this_sessions_memories(served):
-    import app
+    import gradio as gr
+
+    from recap.runtime import Runtime
 
     reset = next(fn.fn for fn in served.demo.fns.values() if fn.api_name == "reset")
-    shared = app.Runtime(tiny("llava")).persistent_memory()  # a shared memory is never touched here
+    shared = Runtime(tiny("llava")).persistent_memory()  # a shared memory is never touched here
     mine = {TINY: {"k": 8}, MISSING: {"k": 8}}
     infos = []
-    original = app.gr.Info
-    app.gr.Info = infos.append
+    original = gr.Info
+    gr.Info = infos.append
     try:
         left = reset(TINY, "per session", mine)
     finally:
-        app.gr.Info = original
+        gr.Info = original
     assert left == {MISSING: {"k": 8}} and "session" in infos[0] and len(shared) == 0
 
 
@@ -429,8 +458,9 @@ def test_an_api_clients_trace_goes_after_the_age_limit(monkeypatch, tmp_path):
     from gradio_client import Client
 
     import app
+    from recap.studio import exports
 
-    monkeypatch.setattr(app, "TRACE_MAX_AGE_S", 1)
+    monkeypatch.setattr(exports, "TRACE_MAX_AGE_S", 1)
     demo = app.build_demo(runtime_factory=_factory, models=[TINY])
     port = _free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
@@ -452,10 +482,10 @@ def test_an_api_clients_trace_goes_after_the_age_limit(monkeypatch, tmp_path):
 
 
 def test_trace_exports_are_per_session_and_pruned_by_age(tmp_path):
-    import app
+    from recap.studio.exports import TraceExports
     from recap.trace import RunTrace
 
-    exports = app.TraceExports(tmp_path / "traces", max_age_s=60)
+    exports = TraceExports(tmp_path / "traces", max_age_s=60)
     trace = RunTrace(settings={"method": "<b>recap</b>/../x"}, steps=[])
     first, second = exports.write("a", trace), exports.write("b", trace)
     assert first.parent != second.parent and first.name == "recap-run-brecapbx.json"
@@ -555,3 +585,35 @@ def test_html_in_a_replayed_trace_is_shown_as_text(served, tmp_path):
     status = replayed[7]
     assert "<img" not in status and "<a " not in status and "<form" not in status
     assert "&lt;img" in status and "\\[click\\]\\(http\\:\\/\\/evil\\)" in status
+
+
+def test_sampled_runs_are_seeded_exact_and_show_their_draws(served):
+    from recap.decode import generate
+    from recap.runtime import Runtime
+    from recap.sampling import SamplingSettings
+
+    sampled = {"temperature": 0.8, "top_k": 20, "top_p": 0.9, "seed": 3, "max_new": 12}
+    final = served.client.predict(*_args(served.image, **sampled), api_name="/run")
+    first = _download(served.client)
+    served.client.predict(*_args(served.image, **sampled), api_name="/run")
+    # a seeded run commits AR's seeded tokens whichever drafter ran (the library's exactness contract)
+    target = tiny("llava")
+    settings = SamplingSettings(0.8, 20, 0.9, 3)
+    expected = generate(
+        target, Runtime(target).drafter("ar"), PROMPT, [noise_image(0)], 12, sampling=settings
+    )
+    assert first.tokens == _download(served.client).tokens == expected.tokens
+    assert first.settings["temperature"] == 0.8 and first.settings["seed"] == 3
+    assert all(step.draws for step in first.steps[1:]), "every sampled pass records its draws"
+    assert "children tried (target's p)" in final[WORDS]
+    # Compare stays greedy, and says so when sampling is set
+    status, table, _strip = served.client.predict(*_args(served.image, **sampled)[:-1], api_name="/compare")
+    assert "Compare decodes greedily" in status
+    assert all(row[6] == "yes" for row in (table["data"] if isinstance(table, dict) else table))
+
+
+def test_greedy_runs_record_no_draws_and_explain_each_step(served):
+    final = served.client.predict(*_args(served.image, method="recap", max_new=8), api_name="/run")
+    trace = _download(served.client)
+    assert all(step.draws is None for step in trace.steps)
+    assert final[WORDS].startswith('<div class="recap-words"><p>Step ') and "recap-draws" not in final[WORDS]

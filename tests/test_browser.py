@@ -3,7 +3,8 @@ then downloads the run, replays a hostile copy of it and a broken one, and close
 
 Needs the Debian ``chromium`` package (``/usr/bin/chromium``) and the ``playwright`` Python package
 (never ``playwright install``: it downloads a browser). Skipped with the reason when either is missing.
-Screenshots go to pytest's tmp dir and, if set, to ``$RECAP_SCREENSHOT_DIR``.
+Screenshots go to pytest's tmp dir and, if set, to ``$RECAP_SCREENSHOT_DIR`` (the README's pictures in
+docs/screenshots/ are made this way: ``RECAP_SCREENSHOT_DIR=docs/screenshots pytest tests/test_browser.py``).
 """
 
 from __future__ import annotations
@@ -45,14 +46,15 @@ def _free_port() -> int:
 def studio():
     """``(url, demo)`` of a running studio: the embedded model when it ships, else the tiny LLaVA."""
     import app
-    from recap.runtime import Runtime
+    from recap.runtime import EMBEDDED_MODEL, Runtime
+    from recap.studio.environment import default_runtime_factory
 
     def factory(model_id: str) -> Runtime:
         if model_id == "tiny-llava":
             return Runtime(tiny("llava"))
-        return app.default_runtime_factory(model_id)
+        return default_runtime_factory(model_id)
 
-    embedded = (app.EMBEDDED_MODEL / "config.json").is_file()
+    embedded = (EMBEDDED_MODEL / "config.json").is_file()
     demo = app.build_demo(runtime_factory=factory, models=["embedded" if embedded else "tiny-llava"])
     port = _free_port()
     kwargs = {**app.launch_kwargs(), "server_name": "127.0.0.1", "server_port": port}
@@ -71,13 +73,13 @@ def _save(page, tmp_path: Path, name: str) -> Path:
     return path
 
 
-def _browser(playwright, tmp_path):
+def _browser(playwright, tmp_path, width: int = 1400):
     return playwright.chromium.launch_persistent_context(
-        str(tmp_path / "profile"),  # a fresh user-data-dir per run
+        str(tmp_path / f"profile-{width}"),  # a fresh user-data-dir per run
         executable_path=CHROMIUM,
         args=CHROMIUM_ARGS,
         headless=True,
-        viewport={"width": 1400, "height": 1000},
+        viewport={"width": width, "height": 1000},
         accept_downloads=True,
     )
 
@@ -92,11 +94,11 @@ def test_example_run_shows_answer_tree_and_fused_distribution(studio, tmp_path):
             page.goto(studio_url)
             page.wait_for_selector("#run-button", timeout=60_000)
             # the second example (the first one is pre-filled): clicking it must fill the prompt
-            import app
+            from recap.studio.examples import examples
 
-            if len(app.examples()) < 2:
+            if len(examples()) < 2:
                 pytest.skip("assets/examples holds fewer than two examples")
-            expected = app.examples()[1][1]
+            expected = examples()[1][1]
             page.locator('#examples [data-testid="dataset-cell-1-0"]').click()
             page.wait_for_function(
                 "(text) => document.querySelector('#prompt textarea').value === text",
@@ -206,5 +208,122 @@ def test_download_hostile_replay_and_errors_render_as_text(studio, tmp_path):
             while demo.trace_exports.sessions() and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert not demo.trace_exports.sessions() and not folder.exists()
+        finally:
+            context.close()
+
+
+#: Entities that would show as text if a renderer escaped something twice (or gradio once more).
+VISIBLE_ENTITIES = ("&lt;", "&gt;", "&amp;")
+#: Every panel of each tab whose text a visitor reads (plotly's SVG text included).
+PANELS = {
+    "run": (
+        "#status",
+        "#answer",
+        "#stats",
+        "#passes-plot",
+        "#step-words",
+        "#tree-plot",
+        "#fused-plot",
+        "#step-table",
+    ),
+    "compare": ("#compare-status", "#compare-table", "#compare-strip"),
+    "sensitivity": ("#sensitivity-status", "#sensitive-answer", "#sensitivity-table"),
+}
+
+
+def _entities_shown(page, tab: str) -> dict[str, list[str]]:
+    shown = {}
+    for selector in PANELS[tab]:
+        text = page.locator(selector).text_content() or ""
+        found = [e for e in VISIBLE_ENTITIES if e in text]
+        if found:
+            shown[selector] = found
+    return shown
+
+
+def _open_tab(page, name: str) -> None:
+    tab = page.get_by_role("tab", name=name)
+    if not tab.is_visible():  # gradio moved it into the "More tabs" menu
+        page.click('button[aria-label="More tabs"]')
+        page.locator(".overflow-dropdown button", has_text=name).click()
+    else:
+        tab.click()
+
+
+def _fits(page) -> bool:
+    """Nothing makes the page scroll sideways."""
+    return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+
+
+@pytest.mark.parametrize("width", [1500, 390])
+def test_every_tab_after_runs_of_each_method_shows_no_entity_and_fits(studio, tmp_path, width):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    studio_url, _ = studio
+    with sync_api.sync_playwright() as playwright:
+        context = _browser(playwright, tmp_path, width)
+        try:
+            page = context.new_page()
+            page.goto(studio_url)
+            page.wait_for_selector("#run-button", timeout=60_000)
+            # the first example is pre-filled; RECAP twice at the end, so that its persistent memory
+            # has seen the answer and the screenshot shows a tree
+            for label in ("Autoregressive", "Prompt lookup", "Token Recycling", "RECAP", "RECAP"):
+                page.locator("#method label", has_text=label).click()
+                page.click("#run-button")
+                # each step is shown for the display delay (60 ms), so "Generating" is seen first
+                page.wait_for_function(
+                    "!document.querySelector('#status').innerText.includes('Done')", timeout=30_000
+                )
+                page.wait_for_function(
+                    "document.querySelector('#status').innerText.includes('Done')", timeout=60_000
+                )
+                page.wait_for_selector("#tree-plot .js-plotly-plot", timeout=10_000)
+                page.wait_for_timeout(300)
+                assert not _entities_shown(page, "run"), f"{label}: an HTML entity shows as text"
+            assert page.locator("#step-words").inner_text().startswith("Step ")
+            # scrubbing updates the words beside the tree
+            number = page.locator("#step-slider input[type=number]")
+            number.fill("0")
+            number.press("Enter")
+            page.wait_for_function(
+                "document.querySelector('#step-words').innerText.startsWith('Step 0 is the prefill')",
+                timeout=10_000,
+            )
+            number.fill("1")
+            number.press("Enter")
+            page.wait_for_function(
+                "document.querySelector('#step-words').innerText.startsWith('Step 1:')", timeout=10_000
+            )
+            number.fill("3")
+            number.press("Enter")
+            page.wait_for_function(
+                "document.querySelector('#step-words').innerText.startsWith('Step 3:')", timeout=10_000
+            )
+            page.wait_for_timeout(500)
+            assert not _entities_shown(page, "run")
+            assert _fits(page), "the Run tab scrolls sideways"
+            _save(page, tmp_path, f"run-{width}.png")
+
+            _open_tab(page, "Compare")
+            page.click("#compare-button")
+            page.wait_for_function(
+                "document.querySelector('#compare-status').innerText.includes('Done')", timeout=120_000
+            )
+            assert not _entities_shown(page, "compare") and _fits(page)
+            _save(page, tmp_path, f"compare-{width}.png")
+
+            _open_tab(page, "Sensitivity")
+            page.click("#sensitivity-button")
+            page.wait_for_function(
+                "document.querySelector('#sensitivity-status').innerText.includes('image-sensitive')",
+                timeout=60_000,
+            )
+            assert not _entities_shown(page, "sensitivity") and _fits(page)
+            _save(page, tmp_path, f"sensitivity-{width}.png")
+
+            _open_tab(page, "About")
+            page.wait_for_timeout(300)
+            assert _fits(page)
+            _save(page, tmp_path, f"about-{width}.png")
         finally:
             context.close()

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import noise_image, tiny
 
-from recap import viz
+from recap.studio import render
 from recap.trace import RunTrace
 
 TINY = "tiny-llava"
@@ -64,7 +64,7 @@ def _run_args(image, prompt, method, model=TINY, scope="per session", max_new=MA
     """The /run arguments: a fixed budget (the auto budget depends on timings, so trees would too)."""
     from gradio_client import handle_file
 
-    settings = [model, method, "fixed", 8, 8, 8, True, True, True, max_new, scope]
+    settings = [model, method, "fixed", 8, 8, 8, True, True, True, max_new, scope, 0.0, 0, 1.0, None]
     return [handle_file(str(image)), prompt, *settings, delay_ms]
 
 
@@ -140,7 +140,7 @@ def test_concurrent_visitors_get_their_isolated_answers_and_only_their_own_draft
             assert alone[c][r].tokens == greedy.tokens, f"visitor {c} run {r}: alone differs from greedy"
             if (c, r) == CANCELLED:  # what it showed before the cancel is the start of the full answer
                 shown = together[c][r]
-                full = [text for text, _ in viz.highlighted_answer(alone[c][r].steps)]
+                full = [text for text, _ in render.highlighted_answer(alone[c][r].steps)]
                 assert 0 < len(shown) < len(full) and shown == full[: len(shown)]
                 continue
             assert together[c][r].tokens == alone[c][r].tokens, f"visitor {c} run {r}: answer differs"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recap import viz
+from recap.studio import figures, render
 from recap.trace import FusedRecord, NodeRecord, StepRecord
 
 
@@ -55,22 +55,22 @@ def _node_traces(figure):
 
 
 def test_tree_figure_draws_every_node_coloured_by_its_main_source():
-    figure = viz.tree_figure(_steps()[1], root_text="x")
+    figure = figures.tree_figure(_steps()[1], root_text="x")
     traces = _node_traces(figure)
     assert sum(len(t.x) for t in traces) == 4
     by_source = {t.name: t for t in traces}
     # node 0: ctx3 contributes most -> ctx3 colour, outlined in persistent's colour (mixed sources)
     ctx3 = by_source["ctx3"]
-    assert ctx3.marker.color == viz.SOURCE_COLORS["ctx3"] and list(ctx3.customdata) == [0]
-    assert ctx3.marker.line.color[0] == viz.SOURCE_COLORS["persistent"] and ctx3.marker.line.width[0] == 3
+    assert ctx3.marker.color == render.SOURCE_COLORS["ctx3"] and list(ctx3.customdata) == [0]
+    assert ctx3.marker.line.color[0] == render.SOURCE_COLORS["persistent"] and ctx3.marker.line.width[0] == 3
     suffix = by_source["suffix"]
-    assert suffix.marker.color == viz.SOURCE_COLORS["suffix"]
+    assert suffix.marker.color == render.SOURCE_COLORS["suffix"]
     assert suffix.marker.opacity[0] < 1  # rejected: faded
     assert "suffix: 100%" in suffix.hovertext[0] and "rejected" in suffix.hovertext[0]
 
 
 def test_tree_figure_highlights_the_accepted_path_and_the_bonus_token():
-    figure = viz.tree_figure(_steps()[1])
+    figure = figures.tree_figure(_steps()[1])
     path = _trace(figure, "accepted path")
     assert len([x for x in path.x if x is not None]) == 4  # two edges: root->a, a->b
     assert path.line.width > _trace(figure, "edges").line.width
@@ -86,25 +86,25 @@ def test_tree_figure_highlights_the_accepted_path_and_the_bonus_token():
 
 
 def test_tree_layout_puts_children_right_of_parents_and_rows_apart():
-    root, places = viz.tree_layout(_steps()[1].nodes)
+    root, places = figures.tree_layout(_steps()[1].nodes)
     assert root.x == 0 and [places[i].x for i in range(4)] == [1, 2, 1, 3]
     assert len({places[i].y for i in (2, 3)}) == 2
 
 
 def test_prefill_and_empty_steps_still_draw_the_root():
     steps = _steps()
-    figure = viz.tree_figure(steps[0])
+    figure = figures.tree_figure(steps[0])
     assert "prefill" in figure.layout.title.text and _trace(figure, "root").x == (0,)
     empty = StepRecord(2, 8, "ar", new_tokens=[3], new_texts=["z"], new_sources=["target"], bonus_token=3)
-    assert "nothing drafted" in viz.tree_figure(empty).layout.title.text
+    assert "nothing drafted" in figures.tree_figure(empty).layout.title.text
 
 
 def test_fused_figure_stacks_sources_and_marks_the_target_token():
-    figure = viz.fused_figure(_steps()[1])
+    figure = figures.fused_figure(_steps()[1])
     bars = {t.name: list(t.x) for t in figure.data if t.type == "bar"}
-    assert bars[viz.source_label("ctx3")] == pytest.approx([0.3, 0.0])
-    assert bars[viz.source_label("persistent")] == pytest.approx([0.1, 0.0])
-    assert bars[viz.source_label("suffix")] == pytest.approx([0.0, 0.2])
+    assert bars[render.source_label("ctx3")] == pytest.approx([0.3, 0.0])
+    assert bars[render.source_label("persistent")] == pytest.approx([0.1, 0.0])
+    assert bars[render.source_label("suffix")] == pytest.approx([0.0, 0.2])
     star = _trace(figure, "target's next token")
     assert list(star.y) == ["a [7]"] and star.x[0] == pytest.approx(0.4)
     assert "target chose a [7]" in figure.layout.title.text
@@ -114,7 +114,7 @@ def test_fused_figure_adds_a_row_when_the_drafter_missed_the_target_token():
     step = _steps()[1]
     step.target_token, step.new_tokens[0] = 42, 42
     step.new_texts[0] = "q"
-    figure = viz.fused_figure(step)
+    figure = figures.fused_figure(step)
     star = _trace(figure, "target's next token")
     assert list(star.y) == ["q [42]"] and star.x[0] == 0.0
     assert "q [42]" in figure.layout.yaxis.categoryarray
@@ -123,20 +123,20 @@ def test_fused_figure_adds_a_row_when_the_drafter_missed_the_target_token():
 def test_contributions_are_scaled_to_the_fused_probability():
     step = _steps()[1]
     step.fused_at_root = [FusedRecord(7, "a", 0.4, {"ctx3": 3.0, "ctx2": 1.0})]  # shares, not parts
-    bars = {t.name: t.x[0] for t in viz.fused_figure(step).data if t.type == "bar"}
+    bars = {t.name: t.x[0] for t in figures.fused_figure(step).data if t.type == "bar"}
     assert sum(bars.values()) == pytest.approx(0.4)
 
 
 def test_highlighted_answer_labels_every_token_by_source():
-    spans = viz.highlighted_answer(_steps())
+    spans = render.highlighted_answer(_steps())
     assert spans == [
-        ("x", viz.source_label("target")),
-        ("a", viz.source_label("ctx3")),
-        (" b", viz.source_label("ctx2")),
-        ("e", viz.source_label("target")),
+        ("x", render.source_label("target")),
+        ("a", render.source_label("ctx3")),
+        (" b", render.source_label("ctx2")),
+        ("e", render.source_label("target")),
     ]
-    assert viz.highlighted_answer(_steps(), upto=0) == spans[:1]
-    assert set(viz.highlight_color_map()) >= {label for _, label in spans}
+    assert render.highlighted_answer(_steps(), upto=0) == spans[:1]
+    assert set(render.highlight_color_map()) >= {label for _, label in spans}
 
 
 @pytest.mark.parametrize(
@@ -150,16 +150,16 @@ def test_highlighted_answer_labels_every_token_by_source():
     ],
 )
 def test_visible_token(piece, spaces, shown):
-    assert viz.visible_token(piece, spaces) == shown
+    assert render.visible_token(piece, spaces) == shown
 
 
 def test_step_table_and_stats():
-    rows = dict(viz.step_table(_steps()[1]))
+    rows = dict(render.step_table(_steps()[1]))
     assert (
         rows["nodes drafted"] == 4 and rows["accepted drafted tokens"] == 2 and rows["tokens committed"] == 3
     )
     assert rows["draft ms"] == 1.0 and rows["drafting sources"] == "ctx2, ctx3, persistent, suffix"
-    html = viz.stats_html(_steps())
+    html = render.stats_html(_steps())
     assert ">2<" in html and ">4<" in html and ">2.00<" in html  # passes, tokens, MAT
 
 
@@ -182,12 +182,12 @@ def test_compare_rows_and_strip():
         "recap": _run("recap", [1, 2, 3, 4], ["target", "ctx3", "persistent", "target"]),
         "pld": _run("pld", [1, 2, 9, 4], ["target", "lookup", "lookup", "target"]),
     }
-    rows = viz.compare_rows(runs, {"ar": 2.0, "recap": 1.0, "pld": 1.6})
+    rows = render.compare_rows(runs, {"ar": 2.0, "recap": 1.0, "pld": 1.6})
     assert rows[1] == ["RECAP", 1, 4, "4.00", "1.000", "2.00x", "yes"]
     assert rows[2][-1] == "NO" and rows[0][5] == "1.00x"
-    strip = viz.compare_strip_html(runs)
+    strip = render.compare_strip_html(runs)
     assert strip.count("<tr>") == 4  # header + one row per method
-    assert strip.count(f"background:{viz.SOURCE_COLORS['ctx3']}") == 2  # a cell and the legend chip
+    assert strip.count(f"background:{render.SOURCE_COLORS['ctx3']}") == 2  # a cell and the legend chip
     assert strip.count("≠") == 1  # PLD's third token differs from AR's
     assert "Prompt lookup" in strip and "2/4" in strip
 
@@ -195,22 +195,22 @@ def test_compare_rows_and_strip():
 def test_sensitivity_rows_and_answer():
     runs = {"recap": _run("recap", [1, 2, 3], ["target", "ctx2", "target"])}
     flags = [True, True, False]
-    assert viz.sensitivity_rows(runs, flags) == [["RECAP", "1/1 (100%)", "0/1 (0%)"]]
-    spans = viz.sensitivity_answer(runs["recap"], flags)
-    assert [label for _, label in spans] == [viz.SENSITIVE_LABEL, viz.SENSITIVE_LABEL, None]
+    assert render.sensitivity_rows(runs, flags) == [["RECAP", "1/1 (100%)", "0/1 (0%)"]]
+    spans = render.sensitivity_answer(runs["recap"], flags)
+    assert [label for _, label in spans] == [render.SENSITIVE_LABEL, render.SENSITIVE_LABEL, None]
 
 
 def test_passes_figure_stacks_tokens_by_source():
-    figure = viz.passes_figure(_steps())
+    figure = render.passes_figure(_steps())
     by_name = {t.name: list(t.y) for t in figure.data}
-    assert by_name[viz.source_label("target")] == [1, 1]
-    assert by_name[viz.source_label("ctx3")] == [0, 1]
+    assert by_name[render.source_label("target")] == [1, 1]
+    assert by_name[render.source_label("ctx3")] == [0, 1]
 
 
 def test_steps_without_a_fused_distribution_name_the_target_token():
     step = _steps()[1]
     step.method, step.fused_at_root = "tr", []
-    figure = viz.fused_figure(step)
+    figure = figures.fused_figure(step)
     assert not [t for t in figure.data if t.type == "bar"]
     assert "Token Recycling drafts without probabilities" in figure.layout.title.text
     assert "the target chose a [7]" in figure.layout.annotations[0].text
@@ -220,7 +220,7 @@ def test_plot_labels_escape_tags():
     # plotly reads HTML in labels: an end-of-sequence token "</s>" must show, not vanish as a tag
     step = _steps()[1]
     step.nodes[2].text = "</s>"
-    traces = _node_traces(viz.tree_figure(step))
+    traces = _node_traces(figures.tree_figure(step))
     suffix = next(t for t in traces if t.name == "suffix")
     assert list(suffix.text) == ["&lt;/s&gt;"]
 
@@ -257,17 +257,48 @@ def test_names_from_a_trace_are_escaped_in_legends_hovers_and_titles():
     step.new_sources = [HOSTILE, "ctx2", "target"]
     step.fused_at_root[0].contributions = {HOSTILE: 0.4}
     step.fused_at_root[0].text = HOSTILE
-    figures = [viz.tree_figure(step, root_text=HOSTILE), viz.fused_figure(step), viz.passes_figure(steps)]
+    drawn = [
+        figures.tree_figure(step, root_text=HOSTILE),
+        figures.fused_figure(step),
+        render.passes_figure(steps),
+    ]
     step.fused_at_root = []
-    figures.append(viz.fused_figure(step))
-    strings = [s for figure in figures for s in _figure_strings(figure)]
+    drawn.append(figures.fused_figure(step))
+    strings = [s for figure in drawn for s in _figure_strings(figure)]
     assert any("&lt;img" in s for s in strings), "the hostile names should be shown, escaped"
     assert not [s for s in strings if "<img" in s or "<a " in s]
 
 
 def test_a_deep_chain_lays_out_without_recursion():
     chain = [_node(i, i - 1, 1, "a", i + 1, ["ctx3"], {"ctx3": 0.5}, i < 3) for i in range(5000)]
-    root, places = viz.tree_layout(chain)
+    root, places = figures.tree_layout(chain)
     assert len(places) == 5000 and places[4999].x == 5000 and root.y == places[4999].y == 0
     step = StepRecord(1, 4, "recap", nodes=chain, accepted_ids=[0, 1, 2])
-    assert sum(len(t.x) for t in _node_traces(viz.tree_figure(step))) == 5000
+    assert sum(len(t.x) for t in _node_traces(figures.tree_figure(step))) == 5000
+
+
+def test_step_words_explain_the_step_and_list_sampled_draws():
+    step = _steps()[1]
+    # position 1: child 7 accepted; position 2: child 8 accepted; position 3: child 10 rejected, the
+    # bonus 11 drawn from the residual
+    step.draws = [
+        {"tried": [[7, 0.61]], "token": 7, "residual": False},
+        {"tried": [[8, 0.3]], "token": 8, "residual": False},
+        {"tried": [[10, 0.05]], "token": 11, "residual": True},
+    ]
+    shown = render.step_words_html(step)
+    assert shown.startswith('<div class="recap-words"><p>Step 1: the drafter proposed 4 nodes')
+    assert "«a» p=0.610 ✓ accepted" in shown and "«d» p=0.050 ✗ rejected" in shown
+    assert shown.count("drawn from the residual") == 1 and "«e» <span" in shown
+    step.draws = None
+    assert "recap-draws" not in render.step_words_html(step)
+
+
+def test_step_words_escape_every_text_once():
+    step = _steps()[1]
+    step.nodes[0].text = "</s>"
+    step.new_texts = ["</s>", " b", "<b>&"]
+    step.draws = [{"tried": [[7, 0.5]], "token": 7, "residual": False}]
+    shown = render.step_words_html(step)
+    assert "&lt;/s&gt;" in shown and "&lt;b&gt;&amp;" in shown
+    assert "<b>" not in shown and "</s>" not in shown and "&amp;lt;" not in shown

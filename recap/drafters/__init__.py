@@ -69,6 +69,11 @@ _FACTORIES: dict[str, Callable[..., Drafter]] = {
 METHODS: tuple[str, ...] = tuple(_FACTORIES)
 
 
+def is_recap_method(name: str) -> bool:
+    """Whether ``name`` is RECAP or one of its ablations (the methods with memories and a cost model)."""
+    return name == "recap" or name.startswith("recap-")
+
+
 def make_drafter(method: str, **options: Any) -> Drafter:
     """Build the drafter called ``method`` (one of `METHODS`); options it does not use are ignored."""
     try:
@@ -78,4 +83,12 @@ def make_drafter(method: str, **options: Any) -> Drafter:
     return factory(**options)
 
 
-__all__ = ["DEFAULT_METHOD", "METHODS", "Drafter", "Observation", "RequestInfo", "make_drafter"]
+__all__ = [
+    "DEFAULT_METHOD",
+    "METHODS",
+    "Drafter",
+    "Observation",
+    "RequestInfo",
+    "is_recap_method",
+    "make_drafter",
+]

@@ -1,0 +1,71 @@
+"""`build_demo`: the studio's Blocks, laid out (`layout`) and wired (`handlers`, `compare`,
+`sensitivity`). Building loads no model: a model loads on its first run (`serving.RuntimeCache`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from recap.studio import exports as exports_module
+from recap.studio import handlers, layout
+from recap.studio.compare import wire_compare
+from recap.studio.environment import (
+    configure_environment,
+    default_runtime_factory,
+    memory_scopes,
+    offered_models,
+)
+from recap.studio.examples import EXAMPLES_DIR
+from recap.studio.exports import TraceExports
+from recap.studio.sensitivity import wire_sensitivity
+from recap.studio.serving import RuntimeFactory, Studio
+from recap.studio.validation import setting_names
+
+#: Per-visitor state (memories, the last run) is freed after this long without a change.
+SESSION_TTL_S = 2 * 3600
+
+
+def build_demo(runtime_factory: RuntimeFactory | None = None, models: list[str] | None = None) -> gr.Blocks:
+    """Build the studio's Blocks (nothing is loaded until a visitor runs something).
+
+    ``runtime_factory(model_id) -> Runtime`` replaces the hub/disk loader (tests inject tiny models);
+    ``models`` replaces the offered model ids (the first is the default). The returned Blocks carry
+    ``trace_exports`` (where this demo's downloads are, for tests and operators).
+    """
+    configure_environment()
+    models = models or offered_models()
+    studio = Studio(runtime_factory or default_runtime_factory, models, scopes=memory_scopes())
+    # delete_cache: gradio's copies of uploads and downloads older than a day go, checked hourly
+    with gr.Blocks(title="RECAP Studio", delete_cache=(3600, 86400)) as demo:
+        # Per visitor, freed after SESSION_TTL_S without a change (and an hour after the tab closes).
+        session = gr.State({}, time_to_live=SESSION_TTL_S)  # this visitor's memories, by model id
+        run_state = gr.State(None, time_to_live=SESSION_TTL_S)  # {"trace": RunTrace, "image", ...}
+        compare_state = gr.State(None, time_to_live=SESSION_TTL_S)  # {"runs": {method: steps}, ...}
+        gr.Markdown(layout.HEADER, elem_id="recap-header")
+        with gr.Tabs():
+            with gr.Tab("Run", id="run"):
+                ui = layout.run_tab(models, studio.scopes)
+            with gr.Tab("Compare", id="compare"):
+                cmp = layout.compare_tab()
+            with gr.Tab("Sensitivity", id="sensitivity"):  # short: four tab names fit a phone
+                sens = layout.sensitivity_tab()
+            with gr.Tab("About", id="about"):
+                gr.Markdown(layout.ABOUT)
+        setting_inputs = [ui[name] for name in setting_names()]  # RunSettings' fields, in order
+        # An image must come from gradio's upload cache (where uploads and examples land) or the examples.
+        studio.upload_roots = [Path(ui["image"].GRADIO_CACHE), EXAMPLES_DIR]
+        exports = TraceExports(
+            Path(ui["download_file"].GRADIO_CACHE) / "recap-traces", max_age_s=exports_module.TRACE_MAX_AGE_S
+        )
+        handlers.wire_run(studio, ui, setting_inputs, session, run_state)
+        handlers.wire_scrub(ui, run_state)
+        handlers.wire_reset(studio, ui, session)
+        handlers.wire_download(ui, run_state, exports)
+        handlers.wire_replay(ui, run_state)
+        wire_compare(studio, ui, cmp, setting_inputs, session, compare_state)
+        wire_sensitivity(studio, ui, sens, run_state, compare_state)
+        demo.unload(handlers.forget_exports(exports))
+    demo.trace_exports = exports
+    return demo

@@ -1,0 +1,104 @@
+"""What the operator decides: environment variables, the models offered, and ``launch()`` options.
+
+Read here and nowhere else in the studio:
+
+- ``RECAP_MODEL``: the model selected by default (``embedded`` = the tiny model shipped in assets/);
+- ``RECAP_MODELS``: comma-separated extra hub ids / local directories to offer (the paper's models are
+  offered anyway when a GPU is present);
+- ``RECAP_OFFLINE``: if set, never contact the Hugging Face hub (``HF_HUB_OFFLINE=1``), so an unknown
+  id fails at once with a clear message instead of waiting on the network;
+- ``RECAP_DTYPE``: model dtype (float32/bfloat16/float16; default bf16 on GPU, fp32 on CPU);
+- ``RECAP_THREADS``: torch CPU threads (default 1: faster than 2 on small shared machines);
+- ``RECAP_CONCURRENCY``: runs served at once per event (default 4; a model still computes one pass at
+  a time: the passes of concurrent visitors interleave);
+- ``RECAP_SHARED_MEMORY``: if ``1``, visitors may also choose the process-wide persistent memory, which
+  every visitor of a model reads and writes (its drafts then show words from other visitors' answers).
+  Unset (the default), every browser session has its own memories and nothing else;
+- ``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT``: where to listen (default 127.0.0.1:7860).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import torch
+
+from recap.runtime import EMBEDDED_MODEL, Runtime
+
+ROOT = Path(__file__).resolve().parents[2]
+STATIC_DIR = ROOT / "assets" / "static"
+
+EMBEDDED_ID = "embedded"
+PAPER_MODELS = (
+    "Qwen/Qwen2.5-VL-7B-Instruct",
+    "Qwen/Qwen2.5-VL-3B-Instruct",
+    "llava-hf/llava-v1.6-vicuna-7b-hf",
+)
+SESSION_SCOPE, SHARED_SCOPE = "per session", "process-wide"
+
+
+def configure_environment() -> None:
+    """Apply ``RECAP_OFFLINE`` and ``RECAP_THREADS``. Idempotent; called by `build_demo`."""
+    if os.environ.get("RECAP_OFFLINE"):
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        import huggingface_hub.constants as hub_constants
+
+        # The hub library read the variable at import time (gradio imported it): update the constant too.
+        hub_constants.HF_HUB_OFFLINE = True
+    if not torch.cuda.is_available():
+        torch.set_num_threads(max(1, int(os.environ.get("RECAP_THREADS", "1"))))
+
+
+def offered_models() -> list[str]:
+    """Model ids for the dropdown: the embedded model, the paper's models on a GPU, ``RECAP_MODELS``."""
+    models = [EMBEDDED_ID]
+    if torch.cuda.is_available():
+        models += PAPER_MODELS
+    models += [m.strip() for m in os.environ.get("RECAP_MODELS", "").split(",") if m.strip()]
+    default = os.environ.get("RECAP_MODEL")
+    if default:
+        models.insert(0, default)
+    return list(dict.fromkeys(models))
+
+
+def default_runtime_factory(model_id: str) -> Runtime:
+    """Load ``model_id`` (``embedded`` = the model in assets/) on the default device and dtype."""
+    path = str(EMBEDDED_MODEL) if model_id == EMBEDDED_ID else model_id
+    if model_id == EMBEDDED_ID and not (EMBEDDED_MODEL / "config.json").is_file():
+        raise ValueError(
+            f"the embedded model is missing from {EMBEDDED_MODEL} "
+            "(train it with python -m tools.train_embedded)"
+        )
+    return Runtime.load(path, dtype=os.environ.get("RECAP_DTYPE"))
+
+
+def memory_scopes() -> tuple[str, ...]:
+    """Persistent-memory scopes visitors may choose: their session's, and the shared one only when the
+    operator sets ``RECAP_SHARED_MEMORY=1`` (a shared memory shows visitors each other's words)."""
+    shared = os.environ.get("RECAP_SHARED_MEMORY", "").strip().lower() in ("1", "true", "yes")
+    return (SESSION_SCOPE, SHARED_SCOPE) if shared else (SESSION_SCOPE,)
+
+
+def concurrency() -> int:
+    """Runs served at once per decoding event (``RECAP_CONCURRENCY``, default 4)."""
+    return int(os.environ.get("RECAP_CONCURRENCY", "4"))
+
+
+def model_label(model_id: str) -> str:
+    return "tiny-scenes-llava (embedded, CPU)" if model_id == EMBEDDED_ID else model_id
+
+
+def launch_kwargs() -> dict[str, Any]:
+    """Theme, CSS and address for ``launch()`` (in Gradio 6, theme and css belong there)."""
+    css_path = STATIC_DIR / "studio.css"
+    return {
+        "theme": gr.themes.Soft(primary_hue="blue"),
+        "css": css_path.read_text(encoding="utf-8") if css_path.is_file() else None,
+        "server_name": os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        "server_port": int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+        # uploads over this are refused by gradio itself (images are capped at 50 MiB, traces at 16 MiB)
+        "max_file_size": "50mb",
+    }

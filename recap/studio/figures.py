@@ -1,0 +1,369 @@
+"""Figures of one step for the studio's step panel: the candidate tree and the fused distribution.
+
+Pure functions from a `StepRecord` to a `plotly.graph_objects.Figure`; labels go through
+`recap.studio.render.plot_text` / `plot_name` (escaped once: plotly reads tags in labels).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from recap.drafters import is_recap_method
+from recap.studio.render import (
+    SOURCE_COLORS,
+    method_label,
+    plot_name,
+    plot_text,
+    source_color,
+    source_label,
+    visible_token,
+)
+from recap.trace import NodeRecord, StepRecord
+from recap.tree import main_source
+
+_FADED = 0.3  # opacity of rejected nodes: visible, but clearly not on the accepted path
+
+
+# ------------------------------------------------------------------------------------------- tree
+@dataclass(frozen=True)
+class _Placed:
+    """A tree node's position in the drawing: ``x`` = depth, ``y`` = row (leaves in DFS order)."""
+
+    x: float
+    y: float
+
+
+def tree_layout(nodes: Sequence[NodeRecord]) -> tuple[_Placed, dict[int, _Placed]]:
+    """Tidy layout: leaves take consecutive rows in depth-first order (best-scored child first),
+    each inner node sits at the mean row of its children. Returns the root's and every node's place.
+
+    Iterative (an explicit stack), so a chain thousands of nodes deep lays out like any other tree.
+    Nodes not reachable from the root (``parent == -1``) get no place.
+    """
+    children: dict[int, list[NodeRecord]] = {}
+    for node in nodes:
+        children.setdefault(node.parent, []).append(node)
+    for kids in children.values():
+        kids.sort(key=lambda n: (not n.accepted, -n.score, n.id))
+    rows: dict[int, float] = {}
+    depths = {-1: 0}
+    next_row = 0.0
+    stack = [(-1, False)]  # (node id, children already pushed)
+    while stack:
+        node_id, expanded = stack.pop()
+        kids = children.get(node_id, [])
+        if kids and not expanded:
+            stack.append((node_id, True))
+            for kid in reversed(kids):  # pushed last = visited first: best child on top
+                depths[kid.id] = depths[node_id] + 1
+                stack.append((kid.id, False))
+        elif kids:
+            rows[node_id] = sum(rows[kid.id] for kid in kids) / len(kids)
+        else:
+            rows[node_id], next_row = next_row, next_row + 1
+    places = {i: _Placed(depths[i], row) for i, row in rows.items() if i != -1}
+    return _Placed(0, rows[-1]), places
+
+
+def _node_hover(node: NodeRecord) -> str:
+    shares = node.contributions or {}
+    total = sum(shares.values())
+    lines = [
+        f"<b>{html.escape(visible_token(node.text, spaces=True))}</b>  (id {node.token})",
+        f"depth {node.depth} · score {node.score:.3g}",
+        "sources: " + ", ".join(plot_name(s) for s in node.sources or ["?"]),
+    ]
+    if total > 0:
+        lines += [
+            f"{plot_name(src)}: {100 * v / total:.0f}%"
+            for src, v in sorted(shares.items(), key=lambda kv: -kv[1])
+        ]
+    lines.append("accepted" if node.accepted else "rejected")
+    return "<br>".join(lines)
+
+
+def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
+    """The candidate tree of one step.
+
+    x = depth, nodes coloured by their main source (largest contribution); a node proposed by several
+    sources gets an outline in its second source's colour; the accepted path is drawn thick and its
+    nodes enlarged; rejected nodes are faded; the bonus token hangs off the path as a grey diamond.
+    Traces: ``edges``, ``accepted path``, ``root``, one trace per main source named after it (each
+    point's ``customdata`` is its node id), and ``bonus`` when the step has a bonus token.
+    """
+    root, places = tree_layout(step.nodes)
+    figure = go.Figure()
+    accepted = set(step.accepted_ids)
+    _add_edges(figure, step.nodes, places, root, accepted)
+    figure.add_scatter(
+        x=[root.x],
+        y=[root.y],
+        mode="markers+text",
+        name="root",
+        marker={"size": 16, "color": "#444", "symbol": "square"},
+        text=[plot_text(root_text) if root_text else "root"],
+        textposition="top center",
+        hovertext=["root: the last committed token"],
+        hoverinfo="text",
+        showlegend=False,
+    )
+    by_source: dict[str, list[NodeRecord]] = {}
+    for node in step.nodes:
+        by_source.setdefault(main_source(node.sources, node.contributions), []).append(node)
+    for source, nodes in by_source.items():
+        figure.add_scatter(**_node_trace(source, nodes, places))
+    _add_bonus(figure, step, places, root)
+    depth = max((n.depth for n in step.nodes), default=0) + 1
+    title = f"step {step.step} · {len(step.nodes)} nodes drafted · {step.accepted_len} accepted"
+    if step.step == 0:
+        title = "step 0 · prefill<br>(no draft: the first token comes from the prompt pass)"
+    elif not step.nodes:
+        title = f"step {step.step} · nothing drafted<br>(one token from the target)"
+    figure.update_layout(
+        # the title under the panel's label, the legend under it: on a phone the legend wraps to three
+        # rows, which the top margin leaves room for
+        title={
+            "text": title,
+            "font": {"size": 13},
+            "y": 1,
+            "yref": "container",
+            "yanchor": "top",
+            "pad": {"t": 36},
+        },
+        height=int(min(1400, max(324, 164 + 34 * (_bottom_row(places, root) + 1)))),  # ~34 px per row
+        margin={"l": 10, "r": 10, "t": 124, "b": 30},
+        xaxis={"dtick": 1, "tickprefix": "depth ", "range": [-0.8, depth + 0.6], "zeroline": False},
+        # explicit range with room above the top row, so its labels are not clipped
+        yaxis={"visible": False, "range": [_bottom_row(places, root) + 0.7, -1.0]},
+        # legend on top: below the plot it collides with the depth ticks when the figure is short
+        legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "font": {"size": 10}},
+        hovermode="closest",
+        plot_bgcolor="white",
+    )
+    return figure
+
+
+def _bottom_row(places: dict[int, _Placed], root: _Placed) -> float:
+    """The lowest row in use, counting the bonus token's own row below the tree."""
+    return max([p.y for p in places.values()] + [root.y]) + (1 if places else 0)
+
+
+def _add_edges(figure: go.Figure, nodes, places, root: _Placed, accepted: set[int]) -> None:
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    path_x: list[float | None] = []
+    path_y: list[float | None] = []
+    for node in nodes:
+        parent = root if node.parent == -1 else places[node.parent]
+        child = places[node.id]
+        on_path = node.id in accepted
+        (path_x if on_path else xs).extend([parent.x, child.x, None])
+        (path_y if on_path else ys).extend([parent.y, child.y, None])
+    figure.add_scatter(
+        x=xs,
+        y=ys,
+        mode="lines",
+        name="edges",
+        line={"color": "#cccccc", "width": 1},
+        hoverinfo="skip",
+        showlegend=False,
+    )
+    figure.add_scatter(
+        x=path_x,
+        y=path_y,
+        mode="lines",
+        name="accepted path",
+        line={"color": "#222222", "width": 4},
+        hoverinfo="skip",
+        showlegend=bool(path_x),
+    )
+
+
+def _node_trace(source: str, nodes: Sequence[NodeRecord], places) -> dict:
+    """Keyword arguments of the scatter trace of the nodes whose main source is ``source``."""
+    outlines, widths = [], []
+    for node in nodes:
+        others = [
+            s for s in sorted(node.contributions or {}, key=lambda s: -node.contributions[s]) if s != source
+        ]
+        others += [s for s in node.sources if s != source and s not in others]
+        outlines.append(source_color(others[0]) if others else "white")
+        widths.append(3 if others else 1)
+    return {
+        "x": [places[n.id].x for n in nodes],
+        "y": [places[n.id].y for n in nodes],
+        "mode": "markers+text",
+        "name": plot_name(
+            source
+        ),  # short: the panel is narrow, and long names wrap the legend over the title
+        "customdata": [n.id for n in nodes],
+        "marker": {
+            "color": source_color(source),
+            "size": [18 if n.accepted else 11 for n in nodes],
+            "opacity": [1.0 if n.accepted else _FADED for n in nodes],
+            "line": {"color": outlines, "width": widths},
+        },
+        "text": [plot_text(n.text) for n in nodes],
+        "textposition": "top center",
+        "textfont": {
+            "size": [12 if n.accepted else 9 for n in nodes],
+            "color": ["#111" if n.accepted else "#888" for n in nodes],
+        },
+        "hovertext": [_node_hover(n) for n in nodes],
+        "hoverinfo": "text",
+    }
+
+
+def _add_bonus(figure: go.Figure, step: StepRecord, places, root: _Placed) -> None:
+    if step.bonus_token is None or step.step == 0 or not step.new_texts:
+        return
+    anchor = places[step.accepted_ids[-1]] if step.accepted_ids else root
+    # A row of its own below the tree: at the anchor's row it would hide the rejected siblings there.
+    anchor_next = _Placed(anchor.x + 1, _bottom_row(places, root))
+    figure.add_scatter(
+        x=[anchor.x, anchor_next.x],
+        y=[anchor.y, anchor_next.y],
+        mode="lines",
+        line={"color": SOURCE_COLORS["target"], "width": 2, "dash": "dot"},
+        hoverinfo="skip",
+        showlegend=False,
+        name="bonus edge",
+    )
+    figure.add_scatter(
+        x=[anchor_next.x],
+        y=[anchor_next.y],
+        mode="markers+text",
+        name="bonus",
+        marker={
+            "size": 16,
+            "color": SOURCE_COLORS["target"],
+            "symbol": "diamond",
+            "line": {"color": "#222", "width": 2},
+        },
+        text=[plot_text(step.new_texts[-1])],
+        textposition="middle right",
+        hovertext=[
+            f"bonus token from the target: <b>{html.escape(visible_token(step.new_texts[-1], True))}</b>"
+        ],
+        hoverinfo="text",
+    )
+
+
+# ------------------------------------------------------------------------------------ fused bars
+def fused_figure(step: StepRecord, top: int = 10, target_text: str | None = None) -> go.Figure:
+    """The drafter's fused distribution at the root: horizontal bars, stacked by source contribution.
+
+    Each bar's segments are the sources' contributions (scaled to sum to the token's fused probability,
+    whatever scale the record uses). The target's actual next token is marked with a star (placed at 0
+    when the drafter did not have it among its top tokens) and named in the title.
+    """
+    fused = sorted(step.fused_at_root, key=lambda f: -f.prob)[:top]
+    figure = go.Figure()
+    labels = [_bar_label(f.text, f.token) for f in fused]
+    target_label = None
+    if step.target_token is not None:
+        known = [lbl for f, lbl in zip(fused, labels) if f.token == step.target_token]
+        text = target_text if target_text is not None else _text_of(step, step.target_token)
+        target_label = known[0] if known else _bar_label(text, step.target_token)
+    sources = [s for s in SOURCE_COLORS if any(s in f.contributions for f in fused)]
+    sources += sorted({s for f in fused for s in f.contributions} - set(sources))
+    for source in sources:
+        values = [_scaled(f.prob, f.contributions).get(source, 0.0) for f in fused]
+        figure.add_bar(
+            y=labels,
+            x=values,
+            orientation="h",
+            name=plot_name(source_label(source)),
+            marker_color=source_color(source),
+            hovertemplate="%{y}: %{x:.3f} from " + plot_name(source) + "<extra></extra>",
+        )
+    order = list(labels)
+    if not fused:
+        return _no_fused_figure(step, target_label)
+    if target_label is not None:
+        if target_label not in order:
+            order.append(target_label)
+        prob_here = next((f.prob for f, lbl in zip(fused, labels) if lbl == target_label), 0.0)
+        figure.add_scatter(
+            y=[target_label],
+            x=[prob_here],
+            mode="markers",
+            name="target's next token",
+            marker={"symbol": "star", "size": 16, "color": "#111", "line": {"color": "white", "width": 1}},
+            hovertemplate="the target chose %{y}<extra></extra>",
+        )
+    figure.update_layout(
+        barmode="stack",
+        title={"text": _fused_title(step, target_label, bool(fused)), "font": {"size": 13}},
+        height=max(256, 30 * len(order) + 126),
+        margin={"l": 10, "r": 10, "t": 56, "b": 30},  # two title lines: they wrap nowhere on a phone
+        xaxis={"title": "fused probability", "rangemode": "tozero"},
+        yaxis={"categoryorder": "array", "categoryarray": order[::-1], "automargin": True},
+        legend={"orientation": "h", "y": -0.25, "font": {"size": 10}},
+        plot_bgcolor="white",
+    )
+    return figure
+
+
+def _no_fused_figure(step: StepRecord, target_label: str | None) -> go.Figure:
+    """A small placeholder naming the target's token, for steps without a fused distribution."""
+    figure = go.Figure()
+    if target_label is not None and step.step > 0:
+        figure.add_annotation(
+            text=f"★ the target chose {target_label}",  # already escaped (a plot label)
+            showarrow=False,
+            x=0.5,
+            y=0.5,
+            xref="paper",
+            yref="paper",
+            font={"size": 14},
+        )
+    figure.update_layout(
+        title={"text": _fused_title(step, target_label, False), "font": {"size": 13}},
+        height=170,
+        margin={"l": 10, "r": 10, "t": 56, "b": 10},
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        plot_bgcolor="white",
+    )
+    return figure
+
+
+def _scaled(prob: float, contributions: Mapping[str, float]) -> dict[str, float]:
+    total = sum(contributions.values())
+    if total <= 0 or not math.isfinite(total):
+        return {}
+    return {s: prob * v / total for s, v in contributions.items()}
+
+
+def _bar_label(text: str, token: int) -> str:
+    return f"{plot_text(text)} [{token}]"
+
+
+def _text_of(step: StepRecord, token: int) -> str:
+    for node in step.nodes:
+        if node.token == token:
+            return node.text
+    for text, new in zip(step.new_texts, step.new_tokens):
+        if new == token:
+            return text
+    return "?"
+
+
+def _fused_title(step: StepRecord, target_label: str | None, has_bars: bool) -> str:
+    if not has_bars:
+        if step.step == 0:
+            return "fused distribution:<br>none at the prefill pass"
+        if is_recap_method(step.method):
+            return "fused distribution:<br>the memories held nothing for this context yet"
+        return f"fused distribution:<br>{plot_name(method_label(step.method))} drafts without probabilities"
+    title = "fused distribution at the root"
+    if target_label is not None:
+        chance = f" (p={step.target_prob:.2f})" if step.target_prob is not None else ""
+        title += f"<br>★ target chose {target_label}{chance}"
+    return title

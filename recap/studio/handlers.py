@@ -1,0 +1,297 @@
+"""The Run tab's events, one handler each: run (streamed), stop, scrub a step, reset memories,
+download the run, replay a downloaded one.
+
+Handlers are thin: values are checked by `recap.studio.validation` and `Studio`, decoding happens in
+`recap.decode`, pictures come from `recap.studio.render` / `figures`. Each ``wire_*`` function defines
+its handler as a closure over the components it updates and registers it; `recap.studio.demo` calls
+them. Per-visitor data lives in ``gr.State``: ``session`` (memories by model id) and ``run_state``
+(``{"trace", "image", "prompt", "model", "key"}`` of the last run or replay).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+
+import gradio as gr
+
+from recap.inputs import check_integer, shown
+from recap.studio import figures, render, validation
+from recap.studio.environment import SHARED_SCOPE, concurrency, model_label
+from recap.studio.exports import TraceExports, read_trace
+from recap.studio.serving import Studio, drafter_for
+from recap.studio.validation import display_delay_s, markdown_text, refusal
+from recap.trace import RunTrace, StepRecord
+
+log = logging.getLogger("recap.studio")
+
+#: Minimum seconds between two streamed UI updates when no display delay is asked for.
+MIN_UPDATE_INTERVAL = 0.1
+#: The step panel's components, in the order `step_view` returns their values.
+STEP_PANEL = ("words", "tree", "fused", "step_table")
+
+
+def input_key(model_id: str, prompt: str, image) -> tuple:
+    """What identifies a run's input (the sensitivity tab checks that a comparison used the same)."""
+    path = image.get("path") if isinstance(image, dict) else image
+    return (model_id, prompt, path if isinstance(path, str) else None)
+
+
+def step_view(steps: list[StepRecord], index: int) -> tuple:
+    """The step panel's values for step ``index`` (clamped): words, tree, fused figure, table."""
+    index = max(0, min(int(index), len(steps) - 1))
+    step = steps[index]
+    root_text = steps[index - 1].new_texts[-1] if index > 0 and steps[index - 1].new_texts else None
+    return (
+        render.step_words_html(step),
+        figures.tree_figure(step, root_text=root_text),
+        figures.fused_figure(step),
+        render.step_table(step),
+    )
+
+
+def panels(ui: dict, steps: list[StepRecord], scrubbable: bool) -> dict:
+    """The answer, stats and step panel showing the newest of ``steps``."""
+    last = len(steps) - 1
+    return {
+        ui["answer"]: render.highlighted_answer(steps),
+        ui["stats"]: render.stats_html(steps),
+        ui["passes"]: render.passes_figure(steps),
+        ui["step"]: gr.Slider(minimum=0, maximum=max(1, last), value=last, interactive=scrubbable),
+        **dict(zip((ui[name] for name in STEP_PANEL), step_view(steps, last))),
+    }
+
+
+def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state) -> None:
+    """Run (streamed) and Stop."""
+    names = (
+        "answer",
+        "stats",
+        "passes",
+        "step",
+        "tree",
+        "fused",
+        "step_table",
+        "status",
+        "download",
+        "words",
+    )
+    outputs = [ui[n] for n in names] + [run_state, session]
+
+    def update(steps, status, state, memories) -> dict:
+        return {
+            **panels(ui, steps, scrubbable=False),
+            ui["status"]: status,
+            ui["download"]: gr.Button(interactive=False),
+            run_state: state,
+            session: memories,
+        }
+
+    def run(image, prompt, *rest):
+        *values, delay_ms, memories = rest
+        settings = studio.settings(values)
+        try:
+            delay_s = display_delay_s(delay_ms)
+        except ValueError as error:
+            raise refusal(str(error)) from None
+        studio.check_request(image, prompt, settings)  # refuse bad input before saying "loading"
+        memories = memories if isinstance(memories, dict) else {}
+        if studio.cache.loaded(settings.model) is None:
+            yield {ui["status"]: f"Loading {model_label(settings.model)} (first use, once per server)…"}
+        runtime, config, prompt, images = studio.prepare(image, prompt, settings)
+        drafter = drafter_for(runtime, settings, settings.method, config, memories)
+        steps: list[StepRecord] = []
+        trace = RunTrace(settings={**asdict(settings), "prompt": prompt}, steps=steps)
+        state = {
+            "trace": trace,
+            "image": images[0] if images else None,
+            "prompt": prompt,
+            "model": settings.model,
+            "key": input_key(settings.model, prompt, image),
+        }
+        delay_left = validation.MAX_TOTAL_DELAY_S
+        last_update = 0.0
+        started = time.perf_counter()
+        for record in studio.stream(
+            runtime,
+            settings.model,
+            drafter,
+            prompt,
+            images,
+            settings.max_new_tokens,
+            settings.method,
+            settings.sampling(),
+        ):
+            steps.append(record)
+            now = time.perf_counter()
+            pause = min(delay_s, delay_left)
+            if pause or record.finished or now - last_update >= MIN_UPDATE_INTERVAL or len(steps) == 1:
+                if len(steps) == 1:
+                    log.info("first token after %.0f ms", 1000 * (now - started))
+                yield update(steps, f"Generating… step {record.step}", state, memories)
+                last_update = time.perf_counter()
+                if pause:
+                    time.sleep(pause)
+                    delay_left -= pause
+        trace.text = runtime.target.decode(trace.tokens)
+        reason = steps[-1].finish_reason if steps else None
+        done = f"Done: {len(trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'})."
+        final = update(steps, done, state, memories)
+        final[ui["download"]] = gr.Button(interactive=True)
+        final[ui["step"]] = gr.Slider(
+            minimum=0, maximum=max(1, len(steps) - 1), value=len(steps) - 1, interactive=True
+        )
+        yield final
+
+    event = ui["run"].click(
+        run,
+        [ui["image"], ui["prompt"], *setting_inputs, ui["delay_ms"], session],
+        outputs,
+        concurrency_limit=concurrency(),
+        concurrency_id="decode",
+        api_name="run",
+        preprocess=False,  # raw values reach the checks above, which answer every bad one clearly
+    )
+    ui["stop"].click(
+        lambda: "Stopped: the answer so far is kept; press Run to start again.",
+        None,
+        ui["status"],
+        cancels=[event],
+        queue=False,
+        api_visibility="private",
+    )
+
+
+def wire_scrub(ui: dict, run_state) -> None:
+    """Moving the step slider shows that step in the step panel."""
+
+    def scrub(state, index):
+        if not isinstance(state, dict) or not state["trace"].steps:
+            return (gr.skip(),) * len(STEP_PANEL)
+        try:
+            index = check_integer("step", index, 0, len(state["trace"].steps) - 1)
+        except ValueError as error:
+            raise refusal(str(error)) from None
+        return step_view(state["trace"].steps, index)
+
+    outputs = [ui[name] for name in STEP_PANEL]
+    common = {"show_progress": "hidden", "preprocess": False}
+    # while dragging, render the latest position, not every one
+    ui["step"].input(
+        scrub, [run_state, ui["step"]], outputs, api_name="step", trigger_mode="always_last", **common
+    )
+    ui["step"].release(scrub, [run_state, ui["step"]], outputs, api_visibility="private", **common)
+
+
+def wire_reset(studio: Studio, ui: dict, session) -> None:
+    def reset(model_id, scope, memories):
+        """Clear this session's memories of ``model_id``; the shared ones are never reset from here."""
+        if not isinstance(model_id, str) or model_id not in studio.models:
+            raise refusal(f"Unknown model {shown(model_id)}: choose one from the list.")
+        memories = memories if isinstance(memories, dict) else {}
+        memories.pop(model_id, None)
+        note = (
+            " (the process-wide memory is shared with other visitors: it is kept)"
+            if scope == SHARED_SCOPE
+            else ""
+        )
+        gr.Info(f"This session's persistent memories are cleared{note}.")
+        return memories
+
+    ui["reset"].click(
+        reset, [ui["model"], ui["scope"], session], [session], api_name="reset", preprocess=False
+    )
+
+
+#: Run in the browser after the Download click's handler: fetch the file it wrote, as a download.
+_DOWNLOAD_JS = """
+(file) => {
+  if (file && file.url) {
+    const link = document.createElement("a");
+    link.href = file.url;
+    link.download = file.orig_name || "recap-run.json";
+    document.body.appendChild(link);
+    link.click();
+    link.remove();
+  }
+  return [];
+}
+"""
+
+
+def wire_download(ui: dict, run_state, exports: TraceExports) -> None:
+    # Holds the session's id after a download; gradio deletes it max_age_s after the last one
+    # and calls back, so the exports of a session that never closes a tab (an API client) go too.
+    owner = gr.State(None, time_to_live=exports.max_age_s, delete_callback=exports.remove_session)
+
+    def download(state, request: gr.Request):
+        """Write the last run's trace for this session (it is removed when the session ends)."""
+        if not isinstance(state, dict) or not state["trace"].steps:
+            raise refusal("Run a generation (or replay one) first.")
+        session = request.session_hash or "no-session"
+        return str(exports.write(session, state["trace"])), session
+
+    ui["download"].click(download, [run_state], [ui["download_file"], owner], api_name="download").then(
+        None, [ui["download_file"]], None, js=_DOWNLOAD_JS
+    )
+
+
+def forget_exports(exports: TraceExports) -> Callable[[gr.Request], None]:
+    def forget(request: gr.Request) -> None:
+        """The tab closed: its downloaded traces (they hold its prompts) go now."""
+        if request is not None and request.session_hash:
+            exports.remove(request.session_hash)
+
+    return forget
+
+
+def replay_status(trace: RunTrace) -> str:
+    """The status line of a replayed trace (its method and model are the uploader's text: escaped)."""
+    method = render.method_label(str(trace.settings.get("method", "?")))
+    model = trace.settings.get("model", "?")
+    return (
+        f"Replaying a recorded {markdown_text(method, 40)} run of {markdown_text(model)} "
+        f"({len(trace.steps)} steps): scrub the steps on the right."
+    )
+
+
+def wire_replay(ui: dict, run_state) -> None:
+    def replay(path):
+        if not path:
+            return {run_state: gr.skip()}
+        try:
+            trace = read_trace(path)
+        except ValueError as error:
+            raise refusal(f"Cannot replay this file: {error}") from None
+        prompt = str(trace.settings.get("prompt", ""))
+        return {
+            **panels(ui, trace.steps, scrubbable=True),
+            ui["status"]: replay_status(trace),
+            run_state: {"trace": trace, "image": None, "prompt": prompt, "model": None},
+            # the trace holds no pixels: clear the image so it does not pose as the replayed run's input
+            ui["image"]: None,
+            ui["prompt"]: prompt,
+        }
+
+    names = (
+        "answer",
+        "stats",
+        "passes",
+        "step",
+        "tree",
+        "fused",
+        "step_table",
+        "status",
+        "image",
+        "prompt",
+        "words",
+    )
+    ui["replay"].upload(
+        replay,
+        [ui["replay"]],
+        [*(ui[n] for n in names), run_state],
+        api_name="replay",
+        show_progress="hidden",
+    )

@@ -1,0 +1,246 @@
+"""The studio's components, tab by tab: what a visitor sees, and nothing that runs.
+
+Each ``*_tab`` function creates its components inside the current ``gr.Blocks`` and returns them in
+a dict by name; `recap.studio.demo` wires them to handlers. Initial values come from the pure
+renderers, so an empty panel looks like a filled one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+
+from recap.studio import render
+from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, model_label
+from recap.studio.examples import BLANK_IMAGE, examples, other_image_choices, photo_examples
+from recap.studio.validation import (
+    BUDGET_MODES,
+    BUDGET_RANGE,
+    DELAY_MS_RANGE,
+    DEPTH_RANGE,
+    K_RANGE,
+    MAX_NEW_TOKENS_RANGE,
+    MAX_TOTAL_DELAY_S,
+    METHODS,
+    SEED_RANGE,
+    TEMPERATURE_RANGE,
+    TOP_K_RANGE,
+    TOP_P_RANGE,
+)
+
+HEADER = (
+    "# RECAP Studio\nSpeculative decoding that **recycles** the target model's own predictions: "
+    "a tree of guesses is verified in one pass, and the answer is exactly what greedy decoding "
+    "would write (or, with a temperature, exactly what sampling would draw). Every token below is "
+    "coloured by what proposed it."
+)
+
+ABOUT = """
+### What you are looking at
+- **Answer**: each token is coloured by what proposed it: `ctx3`/`ctx2` (this request's contextual
+  memories, keyed by the last 3/2 tokens), `persistent` (the 1-token memory kept across your requests),
+  `suffix` (a continuation copied from an earlier occurrence), Token Recycling's `template`, prompt
+  lookup's `lookup`, or `target`: the bonus token the model produced itself in a pass.
+- **Inspect a step**: the step in plain words; the candidate tree the drafter proposed (x = depth;
+  colour = main source, outline = a second source; thick line = accepted path; faded = rejected;
+  ◆ = bonus token), the fused distribution at the root stacked by source (★ = the token the target
+  actually chose), and the step's timings. With a temperature, each verified position lists the
+  children tried with the target's probability `p` of each, and marks a token drawn from the residual.
+- **Compare**: the same input through every method, greedy; outputs are identical to greedy decoding (fp32).
+- **Sensitivity**: tokens whose greedy prediction changes when the image is replaced.
+- **Replay**: upload a downloaded run (below the answer) to inspect it without a model.
+
+### Sampling
+Temperature 0 is greedy decoding (the default). Above 0 the target's distribution is processed like
+transformers' `generate(do_sample=True)` (temperature, then top-k, then top-p), and the tree is
+verified so that every token is drawn exactly from it: at each position the children are tried in
+order, child `c` accepted with probability `p(c)`, and a rejected child removed from `p`; if none is
+accepted the token is drawn from what is left (the *residual*). A seed makes a run reproducible.
+
+### The embedded model
+`tiny-scenes-llava` (the CPU default) is a 2.4M-parameter LLaVA trained by this project on synthetic
+64x64 scenes of 1-3 coloured shapes. On held-out scenes it answers "Describe the image.", "What colour
+is the X?", "How many shapes are there?" and "Where is the X?" correctly (99-100%), so its answers
+really depend on the image. It knows nothing else: a photo or another question gets a scene-style
+answer. The paper's models (on a GPU) answer anything.
+"""
+
+
+def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
+    """The Run tab: inputs and controls on the left, the step panel on the right."""
+    ui: dict[str, Any] = {}
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=5, min_width=320):
+            _inputs(ui, models)
+            with gr.Row():
+                ui["run"] = gr.Button("Run", variant="primary", elem_id="run-button")
+                ui["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-button")
+                ui["reset"] = gr.Button("Reset persistent memory", elem_id="reset-button")
+            ui["status"] = gr.Markdown("", elem_id="status")
+            ui["answer"] = gr.HighlightedText(
+                label="Answer: each token coloured by what proposed it",
+                color_map=render.highlight_color_map(),
+                show_legend=True,
+                combine_adjacent=False,
+                elem_id="answer",
+            )
+            ui["stats"] = gr.HTML(render.stats_html([]), elem_id="stats")
+            ui["passes"] = gr.Plot(label="Tokens per target pass", elem_id="passes-plot")
+            if ui["rows"]:
+                gr.Examples(
+                    ui["rows"],
+                    inputs=[ui["image"], ui["prompt"]],
+                    label="Examples",
+                    elem_id="examples",
+                    examples_per_page=4,
+                )
+            with gr.Accordion("Advanced settings", open=False, elem_id="advanced"):
+                _advanced(ui, scopes)
+            with gr.Row():
+                ui["download"] = gr.Button("Download run (JSON)", interactive=False, elem_id="download")
+                # the trace is written on click (it holds the prompt); the browser then fetches it
+                ui["download_file"] = gr.File(visible=False, elem_id="download-file")
+                ui["replay"] = gr.File(
+                    label="Replay a run (JSON, no model)",
+                    file_types=[".json"],
+                    type="filepath",
+                    height=120,
+                    elem_id="replay-file",
+                )
+        with gr.Column(scale=4, min_width=320, elem_id="step-panel"):
+            gr.Markdown("### Inspect a step")
+            ui["step"] = gr.Slider(
+                0, 1, value=0, step=1, label="Step", interactive=False, elem_id="step-slider"
+            )
+            ui["words"] = gr.HTML(render.step_words_html(None), elem_id="step-words")
+            ui["tree"] = gr.Plot(label="Candidate tree", elem_id="tree-plot")
+            ui["fused"] = gr.Plot(label="Drafter's distribution at the root", elem_id="fused-plot")
+            ui["step_table"] = gr.Dataframe(
+                headers=render.STEP_TABLE_HEADERS, interactive=False, elem_id="step-table"
+            )
+    return ui
+
+
+def _inputs(ui: dict[str, Any], models: list[str]) -> None:
+    with gr.Row():
+        ui["rows"] = examples() + (photo_examples() if len(models) > 1 else [])
+        first = ui["rows"][0] if ui["rows"] else [None, ""]  # filled in: one click on Run shows everything
+        ui["image"] = gr.Image(
+            value=first[0], type="filepath", label="Image", height=230, elem_id="input-image"
+        )
+        with gr.Column(min_width=240):
+            ui["prompt"] = gr.Textbox(
+                value=first[1], label="Prompt", lines=2, placeholder="Ask about the image…", elem_id="prompt"
+            )
+            ui["model"] = gr.Dropdown(
+                [(model_label(m), m) for m in models], value=models[0], label="Model", elem_id="model"
+            )
+            ui["method"] = gr.Radio(
+                [(render.method_label(m), m) for m in METHODS],
+                value="recap",
+                label="Method",
+                elem_id="method",
+            )
+
+
+def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
+    with gr.Row():
+        ui["budget_mode"] = gr.Radio(
+            list(BUDGET_MODES),
+            value="auto",
+            label="Tree budget",
+            info="auto: sized from the measured cost of a tree pass",
+        )
+        ui["budget"] = gr.Slider(*BUDGET_RANGE, value=16, step=1, label="Fixed budget (nodes)")
+    with gr.Row():
+        ui["depth"] = gr.Slider(*DEPTH_RANGE, value=8, step=1, label="Max depth")
+        ui["k"] = gr.Slider(*K_RANGE, value=8, step=1, label="k (top-k per record)")
+        ui["max_new_tokens"] = gr.Slider(*MAX_NEW_TOKENS_RANGE, value=64, step=1, label="Max new tokens")
+    with gr.Row():
+        ui["use_persistent"] = gr.Checkbox(True, label="persistent memory (1-token)")
+        ui["use_context"] = gr.Checkbox(True, label="contextual memories (2/3-token)")
+        ui["suffix"] = gr.Checkbox(True, label="suffix matching")
+    with gr.Row(elem_id="sampling"):
+        ui["temperature"] = gr.Slider(
+            *TEMPERATURE_RANGE,
+            value=0.0,
+            step=0.05,
+            label="Temperature",
+            info="0 = greedy",
+            elem_id="temperature",
+        )
+        ui["top_k"] = gr.Slider(*TOP_K_RANGE, value=0, step=1, label="Top-k", info="0 = off", elem_id="top-k")
+        ui["top_p"] = gr.Slider(
+            *TOP_P_RANGE, value=1.0, step=0.01, label="Top-p", info="1 = off", elem_id="top-p"
+        )
+        ui["seed"] = gr.Number(
+            value=None,
+            precision=0,
+            minimum=SEED_RANGE[0],
+            maximum=SEED_RANGE[1],
+            label="Seed",
+            info="blank = random",
+            elem_id="seed",
+        )
+    with gr.Row():
+        ui["scope"] = gr.Radio(
+            list(scopes),
+            value=SESSION_SCOPE,
+            label="Persistent memory scope",
+            info="per session: yours alone"
+            + ("; process-wide: shared by every visitor" if SHARED_SCOPE in scopes else ""),
+            interactive=len(scopes) > 1,
+            elem_id="scope",
+        )
+        ui["delay_ms"] = gr.Slider(
+            *DELAY_MS_RANGE,
+            value=60,
+            step=10,
+            label="Display delay per step (ms)",
+            info=f"to watch the steps (the first {MAX_TOTAL_DELAY_S:.0f} s of a run); "
+            "not counted in tokens/s",
+            elem_id="delay",
+        )
+
+
+def compare_tab() -> dict[str, Any]:
+    with gr.Column():
+        gr.Markdown(
+            "Runs the Run tab's image, prompt and model through **AR, PLD, TR and RECAP** with greedy "
+            "decoding (after a short warm-up) and compares them."
+        )
+        button = gr.Button("Compare methods", variant="primary", elem_id="compare-button")
+        status = gr.Markdown("", elem_id="compare-status")
+        table = gr.Dataframe(headers=render.COMPARE_HEADERS, interactive=False, elem_id="compare-table")
+        strip = gr.HTML(render.compare_strip_html({}), elem_id="compare-strip")
+    return {"button": button, "status": status, "table": table, "strip": strip}
+
+
+def sensitivity_tab() -> dict[str, Any]:
+    with gr.Column():
+        gr.Markdown(
+            "One teacher-forced pass with **another image** marks the tokens whose greedy prediction "
+            "depends on the image; then each method's drafting is split at those tokens, counted where "
+            "its answer agrees with the first one (uses the last comparison when it matches the last run)."
+        )
+        with gr.Row():
+            other = gr.Dropdown(
+                other_image_choices(),
+                value=BLANK_IMAGE,
+                label="Replace the image with",
+                elem_id="other-image",
+            )
+            button = gr.Button("Find image-sensitive tokens", variant="primary", elem_id="sensitivity-button")
+        status = gr.Markdown("", elem_id="sensitivity-status")
+        answer = gr.HighlightedText(
+            label="Answer: image-sensitive tokens",
+            color_map=render.highlight_color_map(sensitivity=True),
+            show_legend=True,
+            combine_adjacent=False,
+            elem_id="sensitive-answer",
+        )
+        table = gr.Dataframe(
+            headers=render.SENSITIVITY_HEADERS, interactive=False, elem_id="sensitivity-table"
+        )
+    return {"other": other, "button": button, "status": status, "answer": answer, "table": table}

@@ -1,0 +1,348 @@
+"""Pure renderers for the studio: `StepRecord`s in, HTML strings / Gradio values / table rows out.
+
+Nothing here decodes or touches a model or imports gradio, but the values are in Gradio's formats
+(spans for ``gr.HighlightedText``, rows for ``gr.Dataframe``, HTML with the CSS classes of
+assets/static/studio.css), which is why this lives in the studio and not in the library core. Every
+function is a plain value transformation, so the visual layer is unit-tested without a browser:
+
+- a *source* is what proposed a token (``ctx3``, ``ctx2``, ``persistent``, ``suffix``, ``template``,
+  ``lookup``) or ``target`` for the bonus token the target produced itself;
+- `highlighted_answer` returns the value of a ``gr.HighlightedText`` (``[(text, label), ...]``) whose
+  labels are `SOURCE_LABELS` and whose colours are `highlight_color_map()`;
+- the passes chart is a `plotly.graph_objects.Figure` (the step panel's are in `recap.studio.figures`);
+  tables are ``list[list]`` rows under a ``*_HEADERS`` list.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from recap.explain import explain_step
+from recap.sensitivity import split_against_reference, token_sources
+from recap.trace import StepRecord, summarize
+from recap.tree import SOURCE_TABLE
+
+#: Colour of each source (from `recap.tree.SOURCE_TABLE`, the one table of sources).
+SOURCE_COLORS: dict[str, str] = {s.name: s.color for s in SOURCE_TABLE}
+
+#: The legend text of each source (what a visitor reads next to the colour).
+SOURCE_LABELS: dict[str, str] = {s.name: s.meaning for s in SOURCE_TABLE}
+
+#: Display names of the methods the studio offers.
+METHOD_LABELS: dict[str, str] = {
+    "recap": "RECAP",
+    "tr": "Token Recycling",
+    "pld": "Prompt lookup",
+    "ar": "Autoregressive",
+}
+
+SENSITIVE_LABEL = "image-sensitive"
+SENSITIVE_COLOR = "#EE3377"
+
+STEP_TABLE_HEADERS = ["quantity", "value"]
+COMPARE_HEADERS = ["method", "target passes", "tokens", "MAT", "wall s", "speedup vs AR", "identical to AR"]
+SENSITIVITY_HEADERS = ["method", "drafted at image-sensitive", "drafted at insensitive"]
+
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, method)
+
+
+def source_label(source: str) -> str:
+    return SOURCE_LABELS.get(source, source)
+
+
+def source_color(source: str) -> str:
+    return SOURCE_COLORS.get(source, SOURCE_COLORS["unknown"])
+
+
+def highlight_color_map(sensitivity: bool = False) -> dict[str, str]:
+    """``label -> colour`` for ``gr.HighlightedText(color_map=...)``: the sources, or the sensitive mark."""
+    if sensitivity:
+        return {SENSITIVE_LABEL: SENSITIVE_COLOR}
+    return {SOURCE_LABELS[s]: c for s, c in SOURCE_COLORS.items() if s != "unknown"}
+
+
+def visible_token(piece: str, spaces: bool = False) -> str:
+    """A token piece that shows in a label: control characters as ``\\xNN``, newlines as ``↵``.
+
+    ``spaces=True`` also shows spaces as ``␣`` (in the tree, where a leading space matters).
+    """
+    out = []
+    for char in piece:
+        if char == "\n":
+            out.append("↵")
+        elif char == " " and spaces:
+            out.append("␣")
+        elif not char.isprintable() and char != " ":
+            out.append(f"\\x{ord(char):02x}" if ord(char) < 256 else f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return "".join(out) or "∅"
+
+
+def plot_text(piece: str) -> str:
+    """A token piece for a plotly label: visible (spaces shown) and HTML-escaped, because plotly reads
+    tags in labels (``</s>`` would vanish as a strikethrough tag)."""
+    return html.escape(visible_token(piece, spaces=True), quote=False)
+
+
+def plot_name(name: str, limit: int = 40) -> str:
+    """A name for a plotly legend, title or hover (a source or method name, which a replayed trace
+    supplies): HTML-escaped, because plotly renders tags such as ``<a href>`` there, and cut to ``limit``.
+    """
+    shown = visible_token(name)
+    return html.escape(shown if len(shown) <= limit else shown[: limit - 1] + "…", quote=False)
+
+
+# ----------------------------------------------------------------------------------------- answer
+def highlighted_answer(steps: Sequence[StepRecord], upto: int | None = None) -> list[tuple[str, str | None]]:
+    """The answer so far as ``gr.HighlightedText`` spans, one per token, labelled by its source.
+
+    ``upto``: only steps ``0..upto`` (to show the answer as it stood at a step). Newlines stay real
+    newlines (so paragraphs look right); other control characters are made visible.
+    """
+    spans: list[tuple[str, str | None]] = []
+    for step in steps[: None if upto is None else upto + 1]:
+        for text, source in zip(step.new_texts, step.new_sources):
+            shown = "\n".join(visible_token(part) if part else "" for part in text.split("\n"))
+            spans.append((shown, source_label(source)))
+    return spans
+
+
+def sensitivity_answer(steps: Sequence[StepRecord], flags: Sequence[bool]) -> list[tuple[str, str | None]]:
+    """The answer with image-sensitive tokens labelled `SENSITIVE_LABEL` (others unlabelled)."""
+    texts = [t for step in steps for t in step.new_texts]
+    return [
+        (
+            "\n".join(visible_token(p) if p else "" for p in text.split("\n")),
+            SENSITIVE_LABEL if flag else None,
+        )
+        for text, flag in zip(texts, flags)
+    ]
+
+
+# ------------------------------------------------------------------------------------------ stats
+def stats_html(steps: Sequence[StepRecord], status: str = "") -> str:
+    """Four headline figures as cards: target passes, tokens, mean accepted tokens per pass, tokens/s.
+
+    Times come from the steps' own timings (draft + verify + update), so a display delay between
+    streamed updates is not counted.
+    """
+    summary = summarize(steps)
+    cards = [
+        ("target passes", f"{summary.passes}"),
+        ("tokens", f"{summary.tokens}"),
+        ("mean accepted / pass", f"{summary.mat:.2f}"),
+        ("tokens / s", f"{summary.tokens_per_s:.1f}"),
+        ("draft + update ms / pass", f"{summary.draft_ms_per_step:.2f}"),
+    ]
+    body = "".join(
+        f'<div class="recap-card"><div class="recap-card-value">{html.escape(value)}</div>'
+        f'<div class="recap-card-label">{html.escape(label)}</div></div>'
+        for label, value in cards
+    )
+    note = f'<div class="recap-card-status">{html.escape(status)}</div>' if status else ""
+    return f'<div class="recap-cards">{body}</div>{note}'
+
+
+def passes_figure(steps: Sequence[StepRecord]) -> go.Figure:
+    """Tokens committed by each target pass, stacked by source (a live view of acceptance)."""
+    figure = go.Figure()
+    order = _sources_in(steps)
+    x = [s.step for s in steps]
+    for source in order:
+        counts = [sum(1 for src in s.new_sources if src == source) for s in steps]
+        figure.add_bar(x=x, y=counts, name=plot_name(source_label(source)), marker_color=source_color(source))
+    figure.update_layout(
+        barmode="stack",
+        height=220,
+        margin={"l": 40, "r": 10, "t": 10, "b": 30},
+        xaxis_title="step",
+        yaxis={"dtick": 1, "rangemode": "tozero"},
+        legend={"orientation": "h", "y": -0.3, "font": {"size": 10}},
+        showlegend=False,
+    )
+    return figure
+
+
+def _sources_in(steps: Sequence[StepRecord]) -> list[str]:
+    seen = {src for s in steps for src in s.new_sources}
+    return [s for s in SOURCE_COLORS if s in seen] + sorted(seen - set(SOURCE_COLORS))
+
+
+# ---------------------------------------------------------------------------------- step table
+def step_table(step: StepRecord) -> list[list]:
+    """Rows ``[quantity, value]`` describing one step (under `STEP_TABLE_HEADERS`)."""
+    timing = step.timing or {}
+    sources = sorted({s for n in step.nodes for s in n.sources})
+    return [
+        ["step", step.step],
+        ["method", method_label(step.method)],
+        ["committed before", step.committed_len],
+        ["nodes drafted", len(step.nodes)],
+        ["drafting sources", ", ".join(sources) or "none"],
+        ["accepted drafted tokens", step.accepted_len],
+        ["tokens committed", len(step.new_tokens)],
+        ["draft ms", round(timing.get("draft_ms", 0.0), 2)],
+        ["verify ms", round(timing.get("verify_ms", 0.0), 2)],
+        ["update ms", round(timing.get("update_ms", 0.0), 2)],
+    ]
+
+
+# ---------------------------------------------------------------------------------- step words
+def step_words_html(step: StepRecord | None, token_text: Mapping[int, str] | None = None) -> str:
+    """The step in plain words (`recap.explain.explain_step`), then, for a sampled step, each verified
+    position's draw: the children tried with the target's probability ``p`` of each (accepted or
+    rejected), and a mark on a token drawn from the residual. All text is escaped exactly once.
+
+    ``token_text``: texts of token ids (defaults to what the step itself names: nodes and new tokens).
+    """
+    if step is None:
+        return '<div class="recap-words"><p>Run a generation to see each step explained here.</p></div>'
+    words = f"<p>{html.escape(explain_step(step), quote=False)}</p>"
+    return f'<div class="recap-words">{words}{_draws_html(step, token_text)}</div>'
+
+
+def _draws_html(step: StepRecord, token_text: Mapping[int, str] | None) -> str:
+    if not step.draws:
+        return ""
+    texts = dict(token_text or {})
+    for node in step.nodes:
+        texts.setdefault(node.token, node.text)
+    for token, text in zip(step.new_tokens, step.new_texts):
+        texts.setdefault(token, text)
+
+    def name(token: int) -> str:
+        return html.escape(visible_token(texts.get(token, f"[{token}]"), spaces=True), quote=False)
+
+    rows = []
+    for position, draw in enumerate(step.draws):
+        tried = []
+        for token, p in draw.get("tried", []):
+            accepted = token == draw.get("token") and not draw.get("residual")
+            mark, cls = ("✓ accepted", "recap-accepted") if accepted else ("✗ rejected", "recap-rejected")
+            tried.append(f'<span class="{cls}">«{name(token)}» p={float(p):.3f} {mark}</span>')
+        outcome = f"«{name(draw.get('token'))}»"
+        if draw.get("residual"):
+            outcome += ' <span class="recap-residual">drawn from the residual</span>'
+        children = "".join(tried) or "no child drafted here"
+        rows.append(f"<tr><td>{position + 1}</td><td>{children}</td><td>{outcome}</td></tr>")
+    head = "<tr><th>position</th><th>children tried (target's p)</th><th>committed</th></tr>"
+    return f'<table class="recap-draws">{head}{"".join(rows)}</table>'
+
+
+# ------------------------------------------------------------------------------------- compare
+def compare_rows(
+    runs: Mapping[str, Sequence[StepRecord]], wall_s: Mapping[str, float] | None = None, reference: str = "ar"
+) -> list[list]:
+    """One row per method (under `COMPARE_HEADERS`).
+
+    ``wall_s``: measured wall time per method (defaults to the sum of step timings). Speedup and
+    "identical" are relative to ``reference`` when it was run, else shown as ``-``.
+    """
+    wall_s = dict(wall_s or {})
+    times = {m: wall_s.get(m, summarize(steps).seconds) for m, steps in runs.items()}
+    ref_tokens = _tokens(runs[reference]) if reference in runs else None
+    rows = []
+    for method, steps in runs.items():
+        summary = summarize(steps)
+        speedup = "-"
+        if reference in runs and times[method] > 0:
+            speedup = f"{times[reference] / times[method]:.2f}x"
+        identical = "-" if ref_tokens is None else ("yes" if _tokens(steps) == ref_tokens else "NO")
+        rows.append(
+            [
+                method_label(method),
+                summary.passes,
+                summary.tokens,
+                f"{summary.mat:.2f}",
+                f"{times[method]:.3f}",
+                speedup,
+                identical,
+            ]
+        )
+    return rows
+
+
+def _tokens(steps: Sequence[StepRecord]) -> list[int]:
+    return [t for s in steps for t in s.new_tokens]
+
+
+def compare_strip_html(
+    runs: Mapping[str, Sequence[StepRecord]], reference: str = "ar", limit: int = 400
+) -> str:
+    """A grid over the answer: rows = methods, columns = tokens, a cell filled with the source's
+    colour where that method got the token from an accepted draft (empty: the target's own token;
+    ``≠``: the method's output differs from the reference there).
+    """
+    if not runs:
+        return (
+            '<div class="recap-strip-empty">Run a comparison to see which method drafted which token.</div>'
+        )
+    base = reference if reference in runs else next(iter(runs))
+    texts = [t for s in runs[base] for t in s.new_texts][:limit]
+    ref_tokens = _tokens(runs[base])
+    head = "".join(
+        f'<th title="{html.escape(visible_token(t, True))}">{html.escape(visible_token(t, True))}</th>'
+        for t in texts
+    )
+    rows = [f'<tr><th class="recap-strip-method">token</th>{head}</tr>']
+    for method, steps in runs.items():
+        tokens, sources = _tokens(steps), token_sources(steps)
+        cells = []
+        for i in range(len(texts)):
+            if i >= len(tokens) or tokens[i] != ref_tokens[i]:
+                cells.append('<td class="recap-strip-diff" title="differs from the reference">≠</td>')
+            elif sources[i] != "target":
+                color = source_color(sources[i])
+                cells.append(
+                    f'<td style="background:{color}" title="{html.escape(source_label(sources[i]))}"></td>'
+                )
+            else:
+                cells.append('<td title="target (not drafted)"></td>')
+        drafted = sum(1 for s in sources if s != "target")
+        rows.append(
+            f'<tr><th class="recap-strip-method">{html.escape(method_label(method))}'
+            f" <small>{drafted}/{len(tokens)}</small></th>{''.join(cells)}</tr>"
+        )
+    legend = "".join(
+        f'<span class="recap-chip" style="background:{source_color(s)}"></span>'
+        f"{html.escape(source_label(s))} "
+        for s in _sources_in([step for steps in runs.values() for step in steps])
+        if s != "target"
+    )
+    return (
+        f'<div class="recap-strip"><table>{"".join(rows)}</table></div>'
+        f'<div class="recap-strip-legend">filled = drafted and accepted: {legend}</div>'
+    )
+
+
+# ---------------------------------------------------------------------------------- sensitivity
+def sensitivity_rows(runs: Mapping[str, Sequence[StepRecord]], flags: Sequence[bool]) -> list[list]:
+    """Per method: drafted/total tokens at image-sensitive and insensitive positions (not the first).
+
+    ``flags`` mark the positions of the first run's answer (the reference the sensitivity pass
+    forced); a method is counted only where its answer agrees with it (`split_against_reference`).
+    """
+    if not runs:
+        return []
+    reference = _tokens(next(iter(runs.values())))
+    rows = []
+    for method, steps in runs.items():
+        split = split_against_reference(_tokens(steps), token_sources(steps), reference, flags)
+        rows.append(
+            [
+                method_label(method),
+                _rate(split.sensitive_drafted, split.sensitive_total),
+                _rate(split.insensitive_drafted, split.insensitive_total),
+            ]
+        )
+    return rows
+
+
+def _rate(drafted: int, total: int) -> str:
+    return f"{drafted}/{total} ({100 * drafted / total:.0f}%)" if total else "0/0 (-)"

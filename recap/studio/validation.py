@@ -1,0 +1,199 @@
+"""Every value a request carries, checked against the UI's bounds before anything runs.
+
+The HTTP API accepts any JSON, not only what the sliders allow, so each handler's raw values (events
+run with ``preprocess=False``) go through the small pure functions here: `parse_settings` for the Run
+tab's settings (`RunSettings`), `display_delay_s`, `uploaded_path` and `read_image` for the image.
+A refusal is a `refusal` message: HTML-escaped, without server paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+from PIL import Image
+
+from recap.config import RecapConfig
+from recap.inputs import (
+    MAX_IMAGE_PIXELS,
+    check_choice,
+    check_flag,
+    check_integer,
+    check_number,
+    image_size,
+    load_image,
+    shown,
+)
+from recap.runtime import parse_budget
+from recap.sampling import SamplingSettings
+from recap.studio.environment import SHARED_SCOPE
+from recap.studio.render import visible_token
+
+#: Methods offered in the Run tab, in the order of the radio buttons; Compare runs them all.
+METHODS = ("recap", "tr", "pld", "ar")
+BUDGET_MODES = ("auto", "fixed")
+#: The Run tab's numeric controls as ``(low, high)``: the sliders' ranges, and the bounds the server
+#: enforces on every request (an API caller sees no slider).
+BUDGET_RANGE = (0, 128)
+DEPTH_RANGE = (1, 16)
+K_RANGE = (1, 16)
+MAX_NEW_TOKENS_RANGE = (1, 512)
+DELAY_MS_RANGE = (0, 500)
+TEMPERATURE_RANGE = (0.0, 2.0)
+TOP_K_RANGE = (0, 1000)
+TOP_P_RANGE = (0.01, 1.0)
+SEED_RANGE = (0, 2**32 - 1)
+#: At most this many seconds of display delay per run: the steps after it stream at full speed, so no
+#: request holds one of the run slots for long by asking for a slow display.
+MAX_TOTAL_DELAY_S = 20.0
+
+
+# ------------------------------------------------------------------------------------- messages
+_SERVER_PATH = re.compile(r"(?<![\w.:/\\-])(?:[A-Za-z]:)?(?:[/\\][^\s/\\'\"<>|]+){2,}[/\\]?")
+
+
+def without_paths(message: str) -> str:
+    """``message`` with every absolute path of two or more parts shortened to its last part (``…/x.png``),
+    so no error shows where the server keeps files (uploads, caches, models)."""
+    return _SERVER_PATH.sub(lambda m: "…/" + re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1], message)
+
+
+def refusal(message: str) -> gr.Error:
+    """The error a visitor sees for ``message``: without server paths, and HTML-escaped, because gradio
+    renders error toasts as HTML and messages echo values that visitors sent."""
+    message = without_paths(message.strip()) or "Something went wrong."
+    return gr.Error(html.escape(message, quote=False))
+
+
+_MARKDOWN_PUNCTUATION = re.compile(r"([!-%'-/:<-@\[-`{-~])")  # ASCII punctuation except & and ;
+
+
+def markdown_text(text: object, limit: int = 80) -> str:
+    """``text`` (from a visitor or a trace) shown literally inside ``gr.Markdown``: one line, cut to
+    ``limit`` characters, HTML-escaped and with Markdown punctuation backslash-escaped, so no tag,
+    link, image or emphasis survives."""
+    visible = visible_token(str(text))
+    visible = visible if len(visible) <= limit else visible[: limit - 1] + "…"
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(visible, quote=False))
+
+
+# ------------------------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class RunSettings:
+    """What a visitor chose in the Run tab, checked against the UI's bounds by `parse_settings`.
+
+    The field order is the order of the settings in a request (`setting_names`): the layout's inputs
+    are listed from these fields, so the two cannot drift apart.
+    """
+
+    model: str
+    method: str
+    budget_mode: str
+    budget: int
+    depth: int
+    k: int
+    use_persistent: bool
+    use_context: bool
+    suffix: bool
+    max_new_tokens: int
+    scope: str
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def config(self) -> RecapConfig:
+        """The drafter config; raises ValueError for impossible combinations (no memory enabled)."""
+        return RecapConfig(
+            budget=parse_budget("auto" if self.budget_mode == "auto" else self.budget),
+            depth=self.depth,
+            k=self.k,
+            use_persistent=self.use_persistent,
+            use_context=self.use_context,
+            suffix=self.suffix,
+        )
+
+    def sampling(self) -> SamplingSettings:
+        """How the target's tokens are chosen (temperature 0: greedy, today's exact path)."""
+        return SamplingSettings(self.temperature, self.top_k, self.top_p, self.seed)
+
+
+def setting_names() -> tuple[str, ...]:
+    """The Run tab's settings in request order: `RunSettings`' fields."""
+    return tuple(field.name for field in dataclasses.fields(RunSettings))
+
+
+def parse_settings(values: list | tuple, models: list[str], scopes: tuple[str, ...]) -> RunSettings:
+    """The Run tab's setting values, in `RunSettings` field order, checked against the UI's bounds.
+
+    Raises ``ValueError`` naming the first bad value: a wrong type, NaN, an infinity, a value outside
+    its slider, an unknown model, method or scope, a seed that is not blank or a whole number.
+    """
+    if not isinstance(values, list | tuple) or len(values) != len(setting_names()):
+        raise ValueError("the request does not carry the Run tab's settings")
+    raw = dict(zip(setting_names(), values))
+    if not isinstance(raw["model"], str) or raw["model"] not in models:
+        raise ValueError(f"unknown model {shown(raw['model'])}: choose one from the list")
+    if raw["scope"] == SHARED_SCOPE and raw["scope"] not in scopes:
+        raise ValueError("the process-wide memory scope is not offered on this server")
+    settings = RunSettings(
+        model=raw["model"],
+        method=check_choice("method", raw["method"], METHODS),
+        budget_mode=check_choice("tree budget", raw["budget_mode"], BUDGET_MODES),
+        budget=check_integer("fixed budget", raw["budget"], *BUDGET_RANGE),
+        depth=check_integer("max depth", raw["depth"], *DEPTH_RANGE),
+        k=check_integer("k", raw["k"], *K_RANGE),
+        use_persistent=check_flag("persistent memory", raw["use_persistent"]),
+        use_context=check_flag("contextual memories", raw["use_context"]),
+        suffix=check_flag("suffix matching", raw["suffix"]),
+        max_new_tokens=check_integer("max new tokens", raw["max_new_tokens"], *MAX_NEW_TOKENS_RANGE),
+        scope=check_choice("memory scope", raw["scope"], scopes),
+        temperature=check_number("temperature", raw["temperature"], *TEMPERATURE_RANGE),
+        top_k=check_integer("top-k", raw["top_k"], *TOP_K_RANGE),
+        top_p=check_number("top-p", raw["top_p"], *TOP_P_RANGE),
+        seed=None if raw["seed"] in (None, "") else check_integer("seed", raw["seed"], *SEED_RANGE),
+    )
+    settings.sampling()  # the library's own check, so the two can never disagree
+    return settings
+
+
+def display_delay_s(value: object) -> float:
+    """The display delay per step in seconds, from the slider's milliseconds (checked against its range)."""
+    return check_number("display delay (ms)", value, *DELAY_MS_RANGE) / 1000.0
+
+
+# ------------------------------------------------------------------------------------------ image
+def uploaded_path(value: object, roots: list[Path]) -> Path | None:
+    """The file of a raw ``gr.Image`` value (events run with ``preprocess=False``), or None.
+
+    The value is what the request carried: only a path inside one of ``roots`` (gradio's upload cache,
+    the bundled examples) is accepted, so a request cannot make the server read a file of its choosing.
+    """
+    if value is None or value == "":
+        return None
+    path = value.get("path") if isinstance(value, dict) else value
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise ValueError("the image must be a file uploaded to this studio")
+    resolved = Path(path).resolve()
+    if not any(resolved.is_relative_to(root.resolve()) for root in roots):
+        raise ValueError("the image must be a file uploaded to this studio")
+    return resolved
+
+
+def read_image(path: Path | str | None, needs_image: bool) -> Image.Image | None:
+    """The visitor's image, validated; warns (and continues) when it must be downscaled."""
+    if not path:
+        if needs_image:
+            raise refusal("This is a vision model: upload an image or pick an example first.")
+        return None
+    try:
+        width, height = image_size(path)
+        if width * height > MAX_IMAGE_PIXELS:
+            gr.Warning(f"The image is {width}x{height} pixels; it is downscaled to about 1 megapixel.")
+        return load_image(path)
+    except ValueError as error:
+        raise refusal(f"That file cannot be used: {error}.") from None
