@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 MAX_IMAGE_PIXELS = 1024 * 1024
 #: Files above this size are refused before decoding (a decompression bomb guard).
 MAX_IMAGE_BYTES = 50 * 1024 * 1024
-MAX_PROMPT_CHARS = 4000
+#: Longest prompt accepted (Spec-Bench's longest first turn, a summarization article, has 6847).
+MAX_PROMPT_CHARS = 8000
 MAX_NEW_TOKENS_LIMIT = 4096
 
 

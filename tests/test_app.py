@@ -134,7 +134,7 @@ def test_run_streams_steps_and_matches_autoregressive(served):
     [
         ({"image": None}, "upload an image"),
         ({"prompt": "   "}, "prompt is empty"),
-        ({"prompt": "x" * 5000}, "too long"),
+        ({"prompt": "x" * 9000}, "too long"),
         ({"persistent": False, "context": False, "suffix": False}, "at least one of"),
         ({"model": MISSING}, "Cannot load model"),
     ],

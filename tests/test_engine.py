@@ -185,7 +185,7 @@ def test_step_records_describe_the_run():
     [
         ("", 8, "prompt is empty"),
         ("   ", 8, "prompt is empty"),
-        ("x" * 5000, 8, "prompt is too long"),
+        ("x" * 9000, 8, "prompt is too long"),
         ("hi", 0, "max_new_tokens"),
         ("hi", 10**9, "max_new_tokens"),
     ],
