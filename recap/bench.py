@@ -511,7 +511,7 @@ def markdown_table(result: BenchmarkResult) -> str:
 
 def category_table(result: BenchmarkResult) -> str:
     """Per category: each method's MAT and speedup vs AR as ``MAT (speedup)``, AR's token count, and the
-    best MAT in bold; "" when the samples have no categories.
+    best MAT in bold (when above AR's); "" when the samples have no categories.
 
     Example row: ``| summarization | 2 | 128 | 1.00 (1.00x) | **2.10** (1.30x) |``.
     """
@@ -526,7 +526,7 @@ def category_table(result: BenchmarkResult) -> str:
         cells = []
         for method in methods:
             r = by_method[method]
-            mat = f"**{r.mat:.2f}**" if r.mat == best and method != "ar" else f"{r.mat:.2f}"
+            mat = f"**{r.mat:.2f}**" if r.mat == best > by_method["ar"].mat else f"{r.mat:.2f}"
             cells.append(f"{mat} ({_num(r.speedup, 'x')})")
         ar = by_method["ar"]
         table += f"| {category} | {ar.samples} | {ar.tokens} | " + " | ".join(cells) + " |\n"

@@ -29,7 +29,7 @@ import numpy as np
 ROOT = -1
 
 #: Every source that may propose a node. ``target`` is reserved for bonus tokens in step records.
-SOURCES = ("ctx3", "ctx2", "persistent", "suffix", "template", "lookup", "test")
+SOURCES = ("ctx3", "ctx2", "persistent", "suffix", "template", "lookup", "suffix tree", "test")
 
 
 @dataclass(frozen=True)
