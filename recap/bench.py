@@ -6,7 +6,8 @@
 How a run is organised (so that the numbers mean what they say):
 
 - Samples form ONE stream of requests, in dataset order, as one user would send them, so persistent
-  memories (RECAP's token memory, TR's successor matrix) warm up across requests. ``cold=True`` resets
+  memories (RECAP's token memory, TR's successor matrix, SuffixDecoding's global suffix tree) warm up
+  across requests. ``cold=True`` resets
   them before every sample instead.
 - Every method starts its stream with FRESH memories of its own: methods never share state.
 - Methods are interleaved per sample (the method order rotates from sample to sample) so that load on a
@@ -27,10 +28,13 @@ Metrics per method (`MethodResult`):
   1.0 in float32 is the lossless guarantee.
 - ``accepted_length_histogram[n]``: decoding passes that accepted n drafted tokens.
 - ``source_acceptance``: accepted drafted tokens per proposing source (RECAP: ctx3, ctx2, persistent,
-  suffix; TR: template; PLD: lookup).
+  suffix; TR: template; PLD: lookup; SuffixDecoding: suffix tree).
 - ``accept_sensitive`` / ``accept_insensitive``: share of generated tokens that came from an accepted
   draft, at image-sensitive / insensitive positions (`recap.sensitivity`); the positions come from ONE
   teacher-forced pass of AR's answer per sample with the next sample's image. None for text data.
+
+Per category (`BenchmarkResult.categories`, when the samples carry a ``category`` or ``qtype`` in their
+metadata): MAT, MAT w/o bonus and speedup of every method over that category's samples alone.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import platform
 import shlex
 import sys
@@ -50,9 +55,10 @@ from pathlib import Path
 from typing import Any
 
 from recap.config import RecapConfig
-from recap.datasets import Sample, load_dataset
+from recap.datasets import SPECBENCH_ENV, Sample, load_dataset
 from recap.decode import generate
 from recap.drafters import METHODS
+from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix
 from recap.memory import PersistentMemory
 from recap.runtime import EMBEDDED_MODEL, Runtime, parse_budget
@@ -126,18 +132,36 @@ class MethodResult:
 
 
 @dataclass
+class CategoryResult:
+    """One method on the samples of one category (definitions as in `MethodResult`)."""
+
+    samples: int
+    mat: float
+    mat_no_bonus: float
+    speedup: float | None
+    tokens: int
+    passes: int
+
+
+@dataclass
 class BenchmarkResult:
-    """A whole run: settings, per-method results (AR first), and per-sample notes."""
+    """A whole run: settings, per-method results (AR first), per-sample notes, and per-category figures
+    (``categories[category][method]``: `CategoryResult`; empty when samples have no category)."""
 
     settings: dict[str, Any]
     methods: dict[str, MethodResult]
     samples: list[dict[str, Any]] = field(default_factory=list)
+    categories: dict[str, dict[str, CategoryResult]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "settings": self.settings,
             "methods": {name: asdict(result) for name, result in self.methods.items()},
             "samples": self.samples,
+            "categories": {
+                name: {method: asdict(r) for method, r in results.items()}
+                for name, results in self.categories.items()
+            },
         }
 
 
@@ -161,19 +185,35 @@ class _Stream:
     drafter: Any
     persistent: PersistentMemory
     successors: SuccessorMatrix
+    suffix_cache: SuffixTreeCache | None = None
 
     def reset(self) -> None:
         self.persistent.reset()
         self.successors.reset()
+        if self.suffix_cache is not None:
+            self.suffix_cache.reset()
 
 
-def _fresh_stream(runtime: Runtime, method: str, budget: str | int | None, config: RecapConfig) -> _Stream:
+def _fresh_stream(
+    runtime: Runtime,
+    method: str,
+    budget: str | int | None,
+    config: RecapConfig,
+    suffix_config: SuffixConfig | None = None,
+) -> _Stream:
     vocab = runtime.target.vocab_size
     persistent, successors = PersistentMemory(vocab, config.k), SuccessorMatrix(vocab)
+    suffix_cache = SuffixTreeCache.for_config(suffix_config or SuffixConfig()) if method == "suffix" else None
     drafter = runtime.drafter(
-        method, budget=budget, config=config, persistent=persistent, successors=successors
+        method,
+        budget=budget,
+        config=config,
+        persistent=persistent,
+        successors=successors,
+        suffix_cache=suffix_cache,
+        suffix_config=suffix_config,
     )
-    return _Stream(drafter, persistent, successors)
+    return _Stream(drafter, persistent, successors, suffix_cache)
 
 
 def run_benchmark(
@@ -187,10 +227,12 @@ def run_benchmark(
     cold: bool = False,
     progress: bool = True,
     settings: dict[str, Any] | None = None,
+    suffix_config: SuffixConfig | None = None,
 ) -> BenchmarkResult:
     """Run every method on every sample (one stream per method) and aggregate the metrics.
 
-    ``settings`` (e.g. the command line) are merged into the result's settings.
+    ``settings`` (e.g. the command line) are merged into the result's settings; ``suffix_config``: the
+    settings of the ``suffix`` method (its authors' defaults when None; ``budget`` does not apply to it).
     """
     from tqdm import tqdm
 
@@ -200,10 +242,11 @@ def run_benchmark(
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     methods = normalize_methods(methods)
     config = config or RecapConfig()
+    suffix_config = suffix_config or SuffixConfig()
     target = runtime.target
     # Built before timing: a cost-aware budget measures the model's tree-cost curve here.
-    streams = {m: _fresh_stream(runtime, m, budget, config) for m in methods}
-    _warm_up(runtime, samples, methods, warmup, max_new_tokens, budget, config)
+    streams = {m: _fresh_stream(runtime, m, budget, config, suffix_config) for m in methods}
+    _warm_up(runtime, samples, methods, warmup, max_new_tokens, budget, config, suffix_config)
 
     runs: dict[str, list[SampleRun]] = {m: [] for m in methods}
     splits: dict[str, AcceptanceSplit] = {m: AcceptanceSplit(0, 0, 0, 0) for m in methods}
@@ -237,11 +280,44 @@ def run_benchmark(
         "budget": budget if budget is not None else config.budget,
         "cold": cold,
         "recap_config": asdict(config),
+        **({"suffix_config": asdict(suffix_config)} if "suffix" in methods else {}),
         **_cost_curve(runtime),
         **environment(target),
         **(settings or {}),
     }
-    return BenchmarkResult(run_settings, results, notes)
+    return BenchmarkResult(run_settings, results, notes, per_category(samples, runs))
+
+
+def sample_category(sample: Sample) -> str | None:
+    """A sample's category: its ``category`` metadata (Spec-Bench, MT-Bench, JSONL), else ``qtype``
+    (scenes), else None."""
+    value = sample.meta.get("category", sample.meta.get("qtype"))
+    return None if value is None or value == "" else str(value)
+
+
+def per_category(
+    samples: Sequence[Sample], runs: dict[str, list[SampleRun]]
+) -> dict[str, dict[str, CategoryResult]]:
+    """Every method's figures per category, categories in order of first appearance ({} if none has one).
+
+    ``runs[method][i]`` is the method's run on ``samples[i]``; ``runs["ar"]`` is the speedup reference.
+    """
+    groups: dict[str, list[int]] = {}
+    for index, sample in enumerate(samples):
+        category = sample_category(sample)
+        if category is not None:
+            groups.setdefault(category, []).append(index)
+    results = {}
+    for category, indices in groups.items():
+        results[category] = {}
+        for method, method_runs in runs.items():
+            total = aggregate(
+                method, [method_runs[i] for i in indices], [runs["ar"][i] for i in indices], None
+            )
+            results[category][method] = CategoryResult(
+                len(indices), total.mat, total.mat_no_bonus, total.speedup, total.tokens, total.passes
+            )
+    return results
 
 
 def _cost_curve(runtime: Runtime) -> dict[str, Any]:
@@ -274,6 +350,7 @@ def _warm_up(
     max_new_tokens: int,
     budget: str | int | None,
     config: RecapConfig,
+    suffix_config: SuffixConfig | None = None,
 ) -> None:
     """AR on the first ``warmup`` samples, then one short request per method, all with throwaway memories."""
     if warmup == 0:
@@ -284,7 +361,7 @@ def _warm_up(
         _run_one(runtime.target, stream.drafter, samples[i % len(samples)], max_new_tokens, "ar")
     for method in methods:
         if method != "ar":
-            stream = _fresh_stream(runtime, method, budget, config)
+            stream = _fresh_stream(runtime, method, budget, config, suffix_config)
             _run_one(runtime.target, stream.drafter, samples[0], min(WARMUP_TOKENS, max_new_tokens), method)
 
 
@@ -402,7 +479,8 @@ def environment(target: Any) -> dict[str, Any]:
 
 # -------------------------------------------------------------------------------------- outputs
 def markdown_table(result: BenchmarkResult) -> str:
-    """The results as a markdown table (plus the per-source table when RECAP methods ran)."""
+    """The results as a markdown table (plus the per-source table when RECAP methods ran, and the
+    per-category table when the samples have categories)."""
     header = (
         "| method | MAT | MAT w/o bonus | speedup vs AR | tokens/s | nodes/pass | draft+update ms/step "
         "| match vs AR | accept @ sensitive | accept @ insensitive | passes | tokens | seconds |\n"
@@ -416,8 +494,9 @@ def markdown_table(result: BenchmarkResult) -> str:
         for r in result.methods.values()
     )
     recap = [r for r in result.methods.values() if r.method.startswith("recap")]
+    categories = category_table(result)
     if not recap:
-        return header + rows
+        return header + rows + categories
     sources = "\nAccepted drafted tokens by proposing memory (RECAP methods):\n\n"
     sources += "| method | " + " | ".join(RECAP_SOURCES) + " |\n|---|" + "---|" * len(RECAP_SOURCES) + "\n"
     for r in recap:
@@ -427,7 +506,31 @@ def markdown_table(result: BenchmarkResult) -> str:
             for s in RECAP_SOURCES
         ]
         sources += f"| {r.method} | " + " | ".join(cells) + " |\n"
-    return header + rows + sources
+    return header + rows + sources + categories
+
+
+def category_table(result: BenchmarkResult) -> str:
+    """Per category: each method's MAT and speedup vs AR as ``MAT (speedup)``, AR's token count, and the
+    best MAT in bold (when above AR's); "" when the samples have no categories.
+
+    Example row: ``| summarization | 2 | 128 | 1.00 (1.00x) | **2.10** (1.30x) |``.
+    """
+    if not result.categories:
+        return ""
+    methods = list(result.methods)
+    table = "\nPer category: MAT (speedup vs AR):\n\n"
+    table += "| category | samples | AR tokens | " + " | ".join(methods) + " |\n"
+    table += "|---|---|---|" + "---|" * len(methods) + "\n"
+    for category, by_method in result.categories.items():
+        best = max(by_method[m].mat for m in methods)
+        cells = []
+        for method in methods:
+            r = by_method[method]
+            mat = f"**{r.mat:.2f}**" if r.mat == best > by_method["ar"].mat else f"{r.mat:.2f}"
+            cells.append(f"{mat} ({_num(r.speedup, 'x')})")
+        ar = by_method["ar"]
+        table += f"| {category} | {ar.samples} | {ar.tokens} | " + " | ".join(cells) + " |\n"
+    return table
 
 
 def _num(value: float | None, unit: str = "") -> str:
@@ -502,7 +605,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m recap.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(EMBEDDED_MODEL), help="hub id or local directory")
     parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --model (text models)")
-    parser.add_argument("--dataset", default="scenes", help="scenes, photos, mtbench or a .jsonl file")
+    parser.add_argument(
+        "--dataset", default="scenes", help="scenes, photos, mtbench, specbench or a .jsonl file"
+    )
+    parser.add_argument(
+        "--data-file",
+        default=None,
+        metavar="FILE",
+        help=f"the question file of specbench (or of mtbench); default: ${SPECBENCH_ENV} for specbench",
+    )
     parser.add_argument(
         "--methods", default="ar,pld,tr,recap", help=f"comma-separated: {', '.join(METHODS)}, all"
     )
@@ -510,6 +621,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=1, help="untimed AR warm-up requests")
     parser.add_argument("--budget", default=None, help="RECAP tree budget: 'auto' or a node count")
+    defaults = SuffixConfig()
+    parser.add_argument(
+        "--suffix-max-spec-tokens",
+        type=int,
+        default=defaults.max_spec_tokens,
+        help="suffix: most draft nodes per pass (its authors' default; --budget does not apply)",
+    )
+    parser.add_argument("--suffix-max-spec-factor", type=float, default=defaults.max_spec_factor)
+    parser.add_argument("--suffix-min-token-prob", type=float, default=defaults.min_token_prob)
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16")
     parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
@@ -550,7 +670,17 @@ def _bench(args: argparse.Namespace, command: str) -> int:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
-    samples = load_dataset(args.dataset, args.limit)
+    suffix_config = SuffixConfig(
+        max_spec_tokens=args.suffix_max_spec_tokens,
+        max_spec_factor=args.suffix_max_spec_factor,
+        min_token_prob=args.suffix_min_token_prob,
+    )
+    if "suffix" in methods:
+        SuffixTreeCache.for_config(suffix_config)  # says how to install arctic-inference before loading
+    data_file = args.data_file
+    if data_file is None and args.dataset == "specbench":
+        data_file = os.environ.get(SPECBENCH_ENV) or None
+    samples = load_dataset(args.dataset, args.limit, data_file=data_file)
     runtime = Runtime.load(
         args.model,
         device=args.device,
@@ -567,7 +697,13 @@ def _bench(args: argparse.Namespace, command: str) -> int:
         budget=budget,
         cold=args.cold,
         progress=not args.no_progress,
-        settings={"dataset": args.dataset, "limit": args.limit, "command": command},
+        settings={
+            "dataset": args.dataset,
+            "data_file": Path(data_file).name if data_file else None,  # no machine path in results
+            "limit": args.limit,
+            "command": command,
+        },
+        suffix_config=suffix_config,
     )
     write_outputs(result, args.out)
     print(markdown_table(result))

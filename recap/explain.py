@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections import Counter
 
 from recap.trace import NodeRecord, StepRecord
+from recap.tree import SOURCES
 
 #: Sources that are memories with a fused distribution (their nodes have a fused probability).
 _FUSED_SOURCES = frozenset({"ctx3", "ctx2", "persistent"})
-_SOURCE_ORDER = ("ctx3", "ctx2", "persistent", "suffix", "suffix tree", "template", "lookup")
 
 
 def quote(text: str) -> str:
@@ -90,7 +90,7 @@ def _fused_probability(node: NodeRecord) -> float | None:
 
 def _by_source(nodes: list[NodeRecord]) -> str:
     counts: Counter = Counter(source for node in nodes for source in node.sources)
-    ordered = sorted(counts, key=lambda s: (_SOURCE_ORDER.index(s) if s in _SOURCE_ORDER else 99, s))
+    ordered = sorted(counts, key=lambda s: (SOURCES.index(s) if s in SOURCES else len(SOURCES), s))
     parts = ", ".join(f"{source} {counts[source]}" for source in ordered)
     shared = sum(len(node.sources) > 1 for node in nodes)
     if shared:

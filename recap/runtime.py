@@ -3,7 +3,7 @@
 The CLI, the studio and the benchmark all go through `Runtime`: it loads the model once, measures
 the tree-cost curve once (lazily, only when a cost-aware budget needs it), and builds drafters by
 method name with the right shared state (the persistent token memory of the chosen scope, the Token
-Recycling matrix).
+Recycling matrix, SuffixDecoding's global suffix tree).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from recap.config import RecapConfig
 from recap.cost import CostModel
 from recap.drafters import DEFAULT_METHOD, Drafter, make_drafter
+from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix
 from recap.memory import PersistentMemory
 from recap.models import TargetModel
@@ -49,6 +50,7 @@ class Runtime:
         self._cost: CostModel | None = None
         self._lock = threading.Lock()
         self._successors: SuccessorMatrix | None = None
+        self._suffix_cache: SuffixTreeCache | None = None
         self._memories: dict[tuple[str, int], PersistentMemory] = {}
 
     @classmethod
@@ -106,6 +108,16 @@ class Runtime:
                 self._successors = SuccessorMatrix(self.target.vocab_size)
             return self._successors
 
+    def suffix_cache(self) -> SuffixTreeCache:
+        """The process-wide SuffixDecoding cache of this model (its global tree keeps every response).
+
+        Built on first use; raises ValueError naming the install command without ``arctic-inference``.
+        """
+        with self._lock:
+            if self._suffix_cache is None:
+                self._suffix_cache = SuffixTreeCache()
+            return self._suffix_cache
+
     def drafter(
         self,
         method: str = DEFAULT_METHOD,
@@ -113,20 +125,28 @@ class Runtime:
         config: RecapConfig | None = None,
         persistent: PersistentMemory | None = None,
         successors: SuccessorMatrix | None = None,
+        suffix_cache: SuffixTreeCache | None = None,
+        suffix_config: SuffixConfig | None = None,
     ) -> Drafter:
         """Build the drafter ``method`` with this runtime's shared state.
 
-        ``budget`` overrides ``config.budget``. ``persistent`` / ``successors`` replace the process-wide
-        memories (the studio passes per-session ones, the benchmark fresh ones per method).
+        ``budget`` overrides ``config.budget``. ``persistent`` / ``successors`` / ``suffix_cache`` replace
+        the process-wide memories (the studio passes per-session ones, the benchmark fresh ones per method).
+        ``suffix_config``: SuffixDecoding's per-pass settings (its tree depth and cache size are the
+        cache's, fixed when the cache is built).
         """
         config = config or RecapConfig()
         if budget is not None:
             config = replace(config, budget=budget)
         uses_cost = method.startswith("recap") and config.budget == "auto"
+        if suffix_cache is None and method == "suffix":
+            suffix_cache = self.suffix_cache()
         return make_drafter(
             method,
             config=config,
             persistent=persistent if persistent is not None else self.persistent_memory(config.k, method),
             cost_model=self.cost_model() if uses_cost else None,
             successors=successors if successors is not None else self.successor_matrix(),
+            suffix_cache=suffix_cache,
+            suffix_config=suffix_config,
         )

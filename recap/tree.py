@@ -49,6 +49,7 @@ SOURCE_TABLE: tuple[Source, ...] = (
     Source("suffix", "#009E73", "suffix match"),
     Source("template", "#CC79A7", "TR template"),
     Source("lookup", "#D55E00", "prompt lookup"),
+    Source("suffix tree", "#F0E442", "SuffixDecoding tree"),
     Source("target", "#B8B8B8", "target (bonus)"),
     Source("unknown", "#7F7F7F", "unknown"),
 )

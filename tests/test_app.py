@@ -295,7 +295,7 @@ def _uploaded(served) -> str:
     [
         ({"image": None}, "upload an image"),
         ({"prompt": "   "}, "prompt is empty"),
-        ({"prompt": "x" * 5000}, "too long"),
+        ({"prompt": "x" * 9000}, "too long"),
         ({"persistent": False, "context": False, "suffix": False}, "at least one of"),
         ({"model": MISSING}, "Cannot load model"),
         ({"model": "<img src=x onerror=alert(1)>"}, "unknown model '&lt;img src=x"),

@@ -14,11 +14,14 @@ from recap.bench import (
     main,
     normalize_methods,
     other_images,
+    per_category,
     run_benchmark,
+    sample_category,
     split_for,
     write_outputs,
 )
 from recap.datasets import Sample, load_dataset
+from recap.drafters.suffix_decoding import SuffixConfig
 from recap.runtime import Runtime
 
 METHOD_FIELDS = {
@@ -227,3 +230,108 @@ def test_cli_end_to_end_on_a_saved_tiny_model(tmp_path, capsys):
     assert data["settings"]["command"].startswith("python -m recap.bench --model ")
     assert data["methods"]["recap"]["match_rate"] == 1.0
     assert "| recap |" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- suffix and categories
+def categorized(prompts_and_categories):
+    return [Sample(p, [], f"s{i}", {"category": c}) for i, (p, c) in enumerate(prompts_and_categories)]
+
+
+def test_per_category_on_a_hand_checked_case():
+    samples = categorized([("p", "x"), ("p", "y"), ("p", "x")])
+    ar = [run([1, 2], ["target"] * 2, [0], seconds=2.0) for _ in samples]
+    method = [
+        run([1, 2], ["target"] * 2, [0], seconds=1.0),  # x: 2 tokens, 2 passes, 1 s
+        run([1, 2, 3], ["target", "ctx2", "target"], [1], seconds=4.0),  # y: 3 tokens, 2 passes
+        run([1, 2, 3, 4], ["target", "ctx2", "ctx3", "target"], [2], seconds=1.0),  # x: 4 tokens, 2 passes
+    ]
+    categories = per_category(samples, {"ar": ar, "recap": method})
+    assert list(categories) == ["x", "y"]  # in order of first appearance
+    x = categories["x"]["recap"]
+    assert (x.samples, x.tokens, x.passes) == (2, 6, 4)
+    assert x.mat == pytest.approx(1.5) and x.mat_no_bonus == pytest.approx(1.0) and x.speedup == 2.0
+    assert categories["y"]["recap"].speedup == pytest.approx(0.5)
+    assert categories["y"]["ar"].mat == 1.0
+    assert per_category([Sample("p", [], "a")], {"ar": ar[:1]}) == {}  # no categories, no table
+
+
+@pytest.mark.parametrize(
+    ("meta", "category"),
+    [({"category": "rag"}, "rag"), ({"qtype": "count"}, "count"), ({}, None), ({"category": ""}, None)],
+)
+def test_sample_category(meta, category):
+    assert sample_category(Sample("p", [], "a", meta)) == category
+
+
+def test_suffix_and_categories_in_a_text_run(tmp_path):
+    # the same prompt in two categories: the second answer is drafted from the first in the global tree
+    samples = categorized([("the cat is", "copy"), ("the dog is", "other"), ("the cat is", "copy")])
+    runtime = Runtime(tiny("llama"))
+    kwargs = {"max_new_tokens": 16, "warmup": 1, "progress": False}
+    warm = run_benchmark(runtime, samples, "suffix,pld", **kwargs)
+    cold = run_benchmark(runtime, samples, "suffix", cold=True, **kwargs)
+    suffix = warm.methods["suffix"]
+    assert suffix.match_rate == 1.0 and suffix.source_acceptance.get("suffix tree", 0) > 0
+    assert set(suffix.source_acceptance) <= {"suffix tree"}
+    # --cold empties the global tree before every sample: fewer tokens drafted
+    assert cold.methods["suffix"].mat < suffix.mat
+    assert list(warm.categories) == ["copy", "other"]
+    assert list(warm.categories["copy"]) == ["ar", "suffix", "pld"]
+    assert sum(c["suffix"].tokens for c in warm.categories.values()) == suffix.tokens
+    assert warm.settings["suffix_config"]["max_spec_tokens"] == 16
+    write_outputs(warm, tmp_path)
+    table = (tmp_path / "results.md").read_text()
+    assert "Per category: MAT (speedup vs AR)" in table and "| copy | 2 |" in table
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["categories"]["copy"]["suffix"]["samples"] == 2
+
+
+def test_suffix_settings_reach_the_drafter():
+    samples = categorized([("the cat is", "a"), ("the cat is", "a")])
+    config = SuffixConfig(max_spec_tokens=2)
+    result = run_benchmark(
+        Runtime(tiny("llama")), samples, "suffix", max_new_tokens=16, progress=False, suffix_config=config
+    )
+    assert 0 < result.methods["suffix"].nodes_per_step <= 2
+    assert result.settings["suffix_config"]["max_spec_tokens"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--dataset", "specbench"], None, "--data-file FILE (or set RECAP_SPECBENCH=FILE)"),
+        (["--dataset", "specbench"], "nowhere.jsonl", "specbench question file not found"),
+        (["--dataset", "scenes", "--data-file", "q.jsonl"], None, "a data file is read only by"),
+        (["--methods", "suffix", "--suffix-max-spec-tokens", "0"], None, "max_spec_tokens must be from 1"),
+        (["--methods", "suffix", "--suffix-min-token-prob", "2"], None, "min_token_prob"),
+    ],
+)
+def test_cli_specbench_and_suffix_errors(tmp_path, capsys, monkeypatch, args, env, message):
+    if env is None:
+        monkeypatch.delenv("RECAP_SPECBENCH", raising=False)
+    else:
+        monkeypatch.setenv("RECAP_SPECBENCH", env)
+    assert main([*args, "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_specbench_from_the_environment_on_a_saved_text_model(tmp_path, capsys, monkeypatch):
+    target = tiny("llama")
+    target.model.save_pretrained(tmp_path / "model")
+    target.processor.save_pretrained(tmp_path / "model")
+    questions = tmp_path / "question.jsonl"
+    records = [
+        {"question_id": 1, "category": "qa", "turns": ["the cat is"]},
+        {"question_id": 2, "category": "rag", "turns": ["the dog is"]},
+    ]
+    questions.write_text("".join(json.dumps(r) + "\n" for r in records))
+    monkeypatch.setenv("RECAP_SPECBENCH", str(questions))
+    args = ["--model", str(tmp_path / "model"), "--dataset", "specbench", "--methods", "suffix"]
+    args += ["--max-new-tokens", "6", "--warmup", "0", "--no-progress", "--out", str(tmp_path / "out")]
+    assert main(args) == 0
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["settings"]["data_file"] == "question.jsonl"  # the name only, never the machine path
+    assert str(questions) not in (tmp_path / "out" / "results.json").read_text()
+    assert list(data["categories"]) == ["qa", "rag"] and data["methods"]["suffix"]["match_rate"] == 1.0
+    assert "| suffix |" in capsys.readouterr().out

@@ -138,3 +138,71 @@ def test_mtbench_has_80_first_turns_with_categories_interleaved():
     assert len(samples) == 80 and all(not s.images and s.prompt for s in samples)
     assert len({s.meta["category"] for s in samples[:8]}) == 8
     assert len({s.id for s in samples}) == 80
+
+
+# --------------------------------------------------------------------------------------- specbench
+def write_questions(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+QUESTIONS = [  # Spec-Bench's layout: question_id, category, turns (MT-Bench questions have two)
+    {"question_id": 81, "category": "writing", "turns": ["Write a poem.", "Now shorter."]},
+    {"question_id": 82, "category": "writing", "turns": ["Write an email."]},
+    {"question_id": 161, "category": "summarization", "turns": ["Summarize: " + "a long article. " * 400]},
+    {"question_id": 162, "category": "summarization", "turns": ["Summarize: a short one."]},
+    {"question_id": 163, "category": "summarization", "turns": ["Summarize: another."]},
+    {"question_id": 241, "category": "qa", "turns": ["Who wrote Hamlet?"]},
+]
+
+
+def test_specbench_first_turns_with_categories_interleaved(tmp_path):
+    path = write_questions(tmp_path / "question.jsonl", QUESTIONS)
+    samples = load_dataset("specbench", data_file=path)
+    assert [s.id for s in samples] == [
+        "specbench/81",
+        "specbench/161",
+        "specbench/241",
+        "specbench/82",
+        "specbench/162",
+        "specbench/163",
+    ]
+    assert [s.meta["category"] for s in samples[:3]] == ["writing", "summarization", "qa"]
+    assert samples[0].prompt == "Write a poem." and not samples[0].images  # the first turn only
+    assert len(samples[1].prompt) > 6000  # long articles are kept whole
+    assert [s.id for s in load_dataset("specbench", limit=3, data_file=str(path))][-1] == "specbench/241"
+
+
+@pytest.mark.parametrize(
+    ("name", "data_file", "message"),
+    [
+        ("specbench", None, "pass its path with --data-file FILE \\(or set RECAP_SPECBENCH=FILE\\)"),
+        ("specbench", "", "github.com/hemingkx/Spec-Bench"),
+        ("specbench", "nowhere/question.jsonl", "specbench question file not found"),
+        ("scenes", "question.jsonl", "a data file is read only by the mtbench and specbench datasets"),
+    ],
+)
+def test_specbench_needs_the_users_file(name, data_file, message):
+    with pytest.raises(ValueError, match=message):
+        load_dataset(name, data_file=data_file)
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"question_id": 1, "category": "qa"}, "question.jsonl:1: expected 'turns'"),
+        ({"question_id": 1, "turns": []}, "expected 'turns'"),
+        ({"question_id": 1, "turns": [7]}, "expected 'turns'"),
+        ({"question_id": 1, "turns": ["   "]}, "question.jsonl:1: bad first turn"),
+    ],
+)
+def test_bad_question_lines_raise_clear_errors(tmp_path, record, message):
+    path = write_questions(tmp_path / "question.jsonl", [record])
+    with pytest.raises(ValueError, match=message):
+        load_dataset("specbench", data_file=path)
+
+
+def test_mtbench_reads_a_local_question_file(tmp_path):
+    path = write_questions(tmp_path / "question.jsonl", QUESTIONS[:2])
+    samples = load_dataset("mtbench", data_file=path)
+    assert [s.id for s in samples] == ["mtbench/81", "mtbench/82"]

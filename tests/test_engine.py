@@ -138,7 +138,7 @@ def test_step_records_describe_the_run():
         ("   ", 8, "prompt is empty"),
         ("\n\t \n", 8, "prompt is empty"),
         (None, 8, "prompt is empty"),
-        ("x" * 5000, 8, "prompt is too long"),
+        ("x" * 9000, 8, "prompt is too long"),
         ("hi", 0, "max_new_tokens"),
         ("hi", 10**9, "max_new_tokens"),
     ],

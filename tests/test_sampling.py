@@ -230,7 +230,7 @@ def test_speculative_sampling_draws_the_first_tokens_like_generate():
     assert not _within_bound(theirs, exact, n)
 
 
-@pytest.mark.parametrize("method", ["pld", "tr", "recap", "recap-no-context"])
+@pytest.mark.parametrize("method", ["pld", "tr", "recap", "recap-no-context", "suffix"])
 def test_a_seed_gives_every_drafter_the_same_tokens_as_autoregressive_sampling(method):
     # One uniform draw per committed position, through the target's distribution: the tree decides
     # how many passes it takes, never which tokens come out.

@@ -8,7 +8,10 @@ uses and ignores the rest:
 - ``persistent``: a shared `recap.memory.PersistentMemory` (RECAP's token-level memory);
 - ``cost_model``: `recap.cost.CostModel` for ``budget="auto"``;
 - ``successors``: a shared `SuccessorMatrix` (TR's hot-started matrix); ``cold_start`` for TR;
-- ``max_ngram``, ``num_tokens`` for PLD.
+- ``max_ngram``, ``num_tokens`` for PLD;
+- ``suffix_cache``: a shared `SuffixTreeCache` (SuffixDecoding's global tree), ``suffix_config`` for
+  ``suffix`` (needs the authors' package ``arctic-inference``; without it, a ValueError says how to
+  install it).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from recap.drafters.autoregressive import AutoregressiveDrafter
 from recap.drafters.base import Drafter, Observation, RequestInfo
 from recap.drafters.prompt_lookup import PromptLookupDrafter
 from recap.drafters.recap import RecapDrafter
+from recap.drafters.suffix_decoding import SuffixConfig, SuffixDecodingDrafter, SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix, TokenRecyclingDrafter
 from recap.memory import PersistentMemory
 
@@ -57,12 +61,19 @@ def _pld(max_ngram: int = 3, num_tokens: int = 10, **_: Any) -> Drafter:
     return PromptLookupDrafter(max_ngram=max_ngram, num_tokens=num_tokens)
 
 
+def _suffix(
+    suffix_cache: SuffixTreeCache | None = None, suffix_config: SuffixConfig | None = None, **_: Any
+) -> Drafter:
+    return SuffixDecodingDrafter(cache=suffix_cache, config=suffix_config)
+
+
 #: name -> factory(**options) -> Drafter.
 _FACTORIES: dict[str, Callable[..., Drafter]] = {
     "recap": _recap_factory("recap"),
     "tr": _tr,
     "pld": _pld,
     "ar": lambda **_: AutoregressiveDrafter(),
+    "suffix": _suffix,
     **{name: _recap_factory(name) for name in ABLATIONS},
 }
 
