@@ -22,6 +22,8 @@ import httpx
 import pytest
 from conftest import noise_image, tiny
 
+from recap.drafters.suffix_decoding import suffix_decoding_available
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "tiny-llava"
 MISSING = "missing-org/missing-model"
@@ -154,6 +156,38 @@ def test_run_streams_steps_and_matches_autoregressive(served):
     tokens, text = _ar_reference(24)
     assert trace.tokens == tokens and trace.text == text
     assert trace.settings["method"] == "recap" and trace.steps[0].step == 0
+
+
+@pytest.mark.skipif(not suffix_decoding_available(), reason="arctic-inference is not installed")
+def test_suffix_decoding_runs_in_the_studio_with_this_sessions_own_tree(served):
+    # The second identical request is drafted from this session's global suffix tree.
+    served.client.predict(*_args(served.image, method="suffix"), api_name="/run")
+    served.client.predict(*_args(served.image, method="suffix"), api_name="/run")
+    trace = _download(served.client)
+    assert (trace.tokens, trace.text) == _ar_reference(24)
+    assert trace.settings["method"] == "suffix"
+    assert sum(s.accepted_len for s in trace.steps) >= 10
+    assert {src for s in trace.steps for n in s.nodes for src in n.sources} == {"suffix tree"}
+
+
+def test_suffix_without_its_package_is_refused_with_the_install_command(monkeypatch):
+    import gradio as gr
+
+    from recap.config import RecapConfig
+    from recap.drafters import suffix_decoding
+    from recap.runtime import Runtime
+    from recap.studio.serving import drafter_for
+    from recap.studio.validation import offered_methods
+
+    # As on a machine without the package: its module cannot be found.
+    monkeypatch.setattr(suffix_decoding, "_MODULE", "arctic_inference_not_installed.suffix_decoding")
+    assert "suffix" not in offered_methods()
+    runtime = Runtime(tiny("llava"))
+    settings = SimpleNamespace(scope="per session", model=TINY)
+
+
+    with pytest.raises(gr.Error, match="install_suffix"):
+        drafter_for(runtime, settings, "suffix", RecapConfig(), {})
 
 
 def _raw_call(url: str, api: str, data_json: str, ours: bool = True) -> str:
@@ -504,12 +538,15 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
     client.predict(*_args(served.image, max_new=16), api_name="/run")
     _status, table, strip = client.predict(*_args(served.image, max_new=16)[:-1], api_name="/compare")
     rows = table["data"] if isinstance(table, dict) else table
-    assert [r[0] for r in rows] == ["Autoregressive", "Prompt lookup", "Token Recycling", "RECAP"]
+    compared = ["Autoregressive", "Prompt lookup", "Token Recycling", "SuffixDecoding", "RECAP"]
+    if not suffix_decoding_available():  # offered only where its authors' package is installed
+        compared.remove("SuffixDecoding")
+    assert [r[0] for r in rows] == compared
     assert all(r[6] == "yes" for r in rows)
     assert "<table>" in strip
     _answer, sens_table, sens_status = client.predict("blank (grey)", api_name="/sensitivity")
     assert "image-sensitive" in sens_status
-    assert len(sens_table["data"] if isinstance(sens_table, dict) else sens_table) == 4
+    assert len(sens_table["data"] if isinstance(sens_table, dict) else sens_table) == len(compared)
 
     final = client.predict(*_args(served.image, max_new=8), api_name="/run")
     trace_file = client.predict(api_name="/download")

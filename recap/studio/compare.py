@@ -15,10 +15,12 @@ from recap.studio import render
 from recap.studio.environment import concurrency
 from recap.studio.handlers import input_key
 from recap.studio.serving import Studio, drafter_for
+from recap.studio.validation import offered_methods
 from recap.trace import StepRecord
 
-#: The methods compared, in the table's order (AR first: it is the reference).
-COMPARED = ("ar", "pld", "tr", "recap")
+#: The methods compared, in the table's order (AR first: it is the reference); SuffixDecoding where
+#: its package is installed.
+COMPARED = ("ar", "pld", "tr", "suffix", "recap")
 GREEDY_NOTE = " Compare decodes greedily: the sampling settings apply to the Run tab only."
 
 
@@ -35,7 +37,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, sess
             pass
         runs: dict[str, list[StepRecord]] = {}
         walls: dict[str, float] = {}
-        for method in COMPARED:
+        for method in (m for m in COMPARED if m in offered_methods()):
             yield {
                 cmp["status"]: f"Running {render.method_label(method)}…{note}",
                 compare_state: gr.skip(),

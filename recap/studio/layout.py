@@ -22,11 +22,11 @@ from recap.studio.validation import (
     K_RANGE,
     MAX_NEW_TOKENS_RANGE,
     MAX_TOTAL_DELAY_S,
-    METHODS,
     SEED_RANGE,
     TEMPERATURE_RANGE,
     TOP_K_RANGE,
     TOP_P_RANGE,
+    offered_methods,
 )
 
 HEADER = (
@@ -137,7 +137,7 @@ def _inputs(ui: dict[str, Any], models: list[str]) -> None:
                 [(model_label(m), m) for m in models], value=models[0], label="Model", elem_id="model"
             )
             ui["method"] = gr.Radio(
-                [(render.method_label(m), m) for m in METHODS],
+                [(render.method_label(m), m) for m in offered_methods()],
                 value="recap",
                 label="Method",
                 elem_id="method",

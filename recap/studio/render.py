@@ -36,6 +36,7 @@ METHOD_LABELS: dict[str, str] = {
     "recap": "RECAP",
     "tr": "Token Recycling",
     "pld": "Prompt lookup",
+    "suffix": "SuffixDecoding",
     "ar": "Autoregressive",
 }
 

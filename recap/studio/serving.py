@@ -21,6 +21,7 @@ from pathlib import Path
 
 from recap.config import RecapConfig
 from recap.decode import generate_steps
+from recap.drafters.suffix_decoding import SuffixTreeCache, suffix_decoding_available
 from recap.drafters.token_recycling import SuccessorMatrix
 from recap.inputs import check_prompt, shown
 from recap.memory import PersistentMemory
@@ -110,12 +111,24 @@ def session_memories(session: dict, model_id: str, k: int, vocab_size: int) -> d
 
 def drafter_for(runtime: Runtime, settings: RunSettings, method: str, config: RecapConfig, session: dict):
     """A drafter whose persistent memories follow the chosen scope: this session's own (the default),
-    or the process-wide ones every visitor shares (only when the operator offers that scope)."""
-    persistent = successors = None
+    or the process-wide ones every visitor shares (only when the operator offers that scope).
+
+    A drafter that cannot be built here (SuffixDecoding without its package) is refused with the
+    reason, which names the install command.
+    """
+    persistent = successors = suffix_cache = None
     if settings.scope == SESSION_SCOPE:
         memories = session_memories(session, settings.model, config.k, runtime.target.vocab_size)
         persistent, successors = memories["persistent"], memories["successors"]
-    return runtime.drafter(method, config=config, persistent=persistent, successors=successors)
+        if method == "suffix" and suffix_decoding_available():
+            # Its global tree holds this session's answers only; created on first use (a C++ object).
+            suffix_cache = memories.setdefault("suffix_cache", SuffixTreeCache())
+    try:
+        return runtime.drafter(
+            method, config=config, persistent=persistent, successors=successors, suffix_cache=suffix_cache
+        )
+    except ValueError as error:
+        raise refusal(str(error)) from None
 
 
 class Studio:
