@@ -49,7 +49,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -57,12 +57,20 @@ from typing import Any
 from recap.config import RecapConfig
 from recap.datasets import SPECBENCH_ENV, Sample, load_dataset
 from recap.decode import generate
-from recap.drafters import METHODS
+from recap.drafters import METHODS, is_recap_method
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix
 from recap.memory import PersistentMemory
+from recap.options import add_model_options, add_sampling_options, load_runtime, sampling_settings
 from recap.runtime import EMBEDDED_MODEL, Runtime, parse_budget
-from recap.sensitivity import AcceptanceSplit, acceptance_split, sensitive_flags, token_sources
+from recap.sampling import GREEDY, SamplingSettings
+from recap.sensitivity import (
+    AcceptanceSplit,
+    common_prefix,
+    sensitive_flags,
+    split_against_reference,
+    token_sources,
+)
 from recap.trace import StepRecord
 
 log = logging.getLogger(__name__)
@@ -228,8 +236,13 @@ def run_benchmark(
     progress: bool = True,
     settings: dict[str, Any] | None = None,
     suffix_config: SuffixConfig | None = None,
+    sampling: SamplingSettings = GREEDY,
 ) -> BenchmarkResult:
     """Run every method on every sample (one stream per method) and aggregate the metrics.
+
+    ``sampling``: greedy (the default) or sampling settings; sample ``i`` is drawn with seed
+    ``sampling.seed + i`` (``seed`` None counts as 0) for every method, so each method must produce
+    AR's tokens there too (one uniform draw per committed position, `recap.sampling`).
 
     ``settings`` (e.g. the command line) are merged into the result's settings; ``suffix_config``: the
     settings of the ``suffix`` method (its authors' defaults when None; ``budget`` does not apply to it).
@@ -249,6 +262,10 @@ def run_benchmark(
     _warm_up(runtime, samples, methods, warmup, max_new_tokens, budget, config, suffix_config)
 
     runs: dict[str, list[SampleRun]] = {m: [] for m in methods}
+
+    def seeded(index: int) -> SamplingSettings:
+        return sampling if sampling.greedy else replace(sampling, seed=(sampling.seed or 0) + index)
+
     splits: dict[str, AcceptanceSplit] = {m: AcceptanceSplit(0, 0, 0, 0) for m in methods}
     notes = []
     bar = tqdm(total=len(samples) * len(methods), desc="bench", unit="req", disable=not progress)
@@ -258,13 +275,16 @@ def run_benchmark(
             bar.set_postfix_str(f"{sample.id} {method}")
             if cold:
                 streams[method].reset()
-            runs[method].append(_run_one(target, streams[method].drafter, sample, max_new_tokens, method))
+            runs[method].append(
+                _run_one(target, streams[method].drafter, sample, max_new_tokens, method, seeded(index))
+            )
             bar.update()
         ar_tokens = runs["ar"][-1].tokens
         flags = _sensitivity_flags(target, samples, index, ar_tokens)
         if flags is not None:
             for method in methods:
-                splits[method] += split_for(runs[method][-1], ar_tokens, flags)
+                run = runs[method][-1]
+                splits[method] += split_against_reference(run.tokens, run.sources, ar_tokens, flags)
         notes.append(_sample_note(sample, target.decode(ar_tokens), ar_tokens, flags))
     bar.close()
 
@@ -280,6 +300,7 @@ def run_benchmark(
         "budget": budget if budget is not None else config.budget,
         "cold": cold,
         "recap_config": asdict(config),
+        "sampling": asdict(sampling),
         **({"suffix_config": asdict(suffix_config)} if "suffix" in methods else {}),
         **_cost_curve(runtime),
         **environment(target),
@@ -332,9 +353,18 @@ def _cost_curve(runtime: Runtime) -> dict[str, Any]:
     return {"cost_curve_ms": {"measured": as_ms(cost.points), "fitted": as_ms(cost.fitted)}}
 
 
-def _run_one(target: Any, drafter: Any, sample: Sample, max_new_tokens: int, method: str) -> SampleRun:
+def _run_one(
+    target: Any,
+    drafter: Any,
+    sample: Sample,
+    max_new_tokens: int,
+    method: str,
+    sampling: SamplingSettings = GREEDY,
+) -> SampleRun:
     start = time.perf_counter()
-    result = generate(target, drafter, sample.prompt, sample.images, max_new_tokens, method=method)
+    result = generate(
+        target, drafter, sample.prompt, sample.images, max_new_tokens, method=method, sampling=sampling
+    )
     run = SampleRun.from_steps(sample.id, result.steps, time.perf_counter() - start)
     log.info(
         "%s %s: %d tokens, %d passes, %.2f s", sample.id, method, len(run.tokens), run.passes, run.seconds
@@ -386,16 +416,6 @@ def _sensitivity_flags(
     return sensitive_flags(target, images, sample.prompt, ar_tokens)
 
 
-def split_for(run: SampleRun, ar_tokens: Sequence[int], flags: Sequence[bool]) -> AcceptanceSplit:
-    """A method's acceptance split on one sample; flags hold only where its output agrees with AR's.
-
-    Example: AR ``[5, 8, 2]``, flags ``[F, T, F]``, method sources ``[target, ctx2, ctx3]`` with the
-    same tokens -> 1/1 drafted at sensitive positions, 1/1 at insensitive (the first token never counts).
-    """
-    agree = common_prefix(run.tokens, ar_tokens)
-    return acceptance_split(run.sources[:agree], list(flags)[:agree])
-
-
 def _sample_note(
     sample: Sample, text: str, tokens: Sequence[int], flags: Sequence[bool] | None
 ) -> dict[str, Any]:
@@ -411,16 +431,6 @@ def _sample_note(
 
 
 # ------------------------------------------------------------------------------------- metrics
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the common prefix of two token lists."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def aggregate(
     method: str, runs: Sequence[SampleRun], ar_runs: Sequence[SampleRun], split: AcceptanceSplit | None
 ) -> MethodResult:
@@ -493,7 +503,7 @@ def markdown_table(result: BenchmarkResult) -> str:
         f"| {r.passes} | {r.tokens} | {r.seconds:.1f} |\n"
         for r in result.methods.values()
     )
-    recap = [r for r in result.methods.values() if r.method.startswith("recap")]
+    recap = [r for r in result.methods.values() if is_recap_method(r.method)]
     categories = category_table(result)
     if not recap:
         return header + rows + categories
@@ -603,8 +613,6 @@ def charts(result: BenchmarkResult) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ CLI
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m recap.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=str(EMBEDDED_MODEL), help="hub id or local directory")
-    parser.add_argument("--gguf-file", default=None, help="GGUF file name inside --model (text models)")
     parser.add_argument(
         "--dataset", default="scenes", help="scenes, photos, mtbench, specbench or a .jsonl file"
     )
@@ -630,14 +638,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--suffix-max-spec-factor", type=float, default=defaults.max_spec_factor)
     parser.add_argument("--suffix-min-token-prob", type=float, default=defaults.min_token_prob)
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--dtype", default=None, help="float32, bfloat16 or float16")
-    parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--cold", action="store_true", help="reset persistent memories between samples")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("-v", "--verbose", action="store_true")
+    add_model_options(parser, default_model=str(EMBEDDED_MODEL))
+    add_sampling_options(parser)
     return parser
 
 
@@ -656,7 +662,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _bench(args: argparse.Namespace, command: str) -> int:
-    import torch
 
     from recap.inputs import check_max_new_tokens
 
@@ -666,10 +671,9 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     budget = parse_budget(args.budget) if args.budget is not None else None
     if args.warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    sampling = sampling_settings(args)
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
     suffix_config = SuffixConfig(
         max_spec_tokens=args.suffix_max_spec_tokens,
         max_spec_factor=args.suffix_max_spec_factor,
@@ -681,13 +685,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     if data_file is None and args.dataset == "specbench":
         data_file = os.environ.get(SPECBENCH_ENV) or None
     samples = load_dataset(args.dataset, args.limit, data_file=data_file)
-    runtime = Runtime.load(
-        args.model,
-        device=args.device,
-        dtype=args.dtype,
-        attn_implementation=args.attn,
-        gguf_file=args.gguf_file,
-    )
+    runtime = load_runtime(args)
     result = run_benchmark(
         runtime,
         samples,
@@ -704,6 +702,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
             "command": command,
         },
         suffix_config=suffix_config,
+        sampling=sampling,
     )
     write_outputs(result, args.out)
     print(markdown_table(result))

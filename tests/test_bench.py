@@ -10,19 +10,19 @@ from conftest import noise_image, tiny
 from recap.bench import (
     SampleRun,
     aggregate,
-    common_prefix,
     main,
     normalize_methods,
     other_images,
     per_category,
     run_benchmark,
     sample_category,
-    split_for,
     write_outputs,
 )
 from recap.datasets import Sample, load_dataset
 from recap.drafters.suffix_decoding import SuffixConfig
 from recap.runtime import Runtime
+from recap.sampling import SamplingSettings
+from recap.sensitivity import common_prefix, split_against_reference
 
 METHOD_FIELDS = {
     "mat",
@@ -152,9 +152,22 @@ def run(tokens, sources, accepted=(), seconds=1.0):
     ],
 )
 def test_split_counts_agreeing_positions(tokens, sources, flags, expected):
-    split = split_for(run(tokens, sources), [5, 8, 2, 7], flags)
+    split = split_against_reference(tokens, sources, [5, 8, 2, 7], flags)
     got = (split.sensitive_drafted, split.sensitive_total, split.insensitive_drafted, split.insensitive_total)
     assert got == expected
+
+
+def test_sampled_benchmark_gives_every_method_ars_tokens():
+    # Sample i is drawn with seed + i for every method: the trees change the passes, not the tokens.
+    runtime = Runtime(tiny("llava"))
+    samples = [
+        Sample(p, [noise_image(i)], id=str(i)) for i, p in enumerate(["the cat is", "a dog", "the cat"])
+    ]
+    sampling = SamplingSettings(temperature=0.5, top_k=3, top_p=0.95, seed=3)
+    result = run_benchmark(runtime, samples, "ar,tr,recap", 16, progress=False, sampling=sampling)
+    assert all(r.match_rate == 1.0 for r in result.methods.values())
+    assert result.methods["tr"].mat > 1.0
+    assert result.settings["sampling"] == {"temperature": 0.5, "top_k": 3, "top_p": 0.95, "seed": 3}
 
 
 def test_aggregate_on_a_hand_checked_case():
