@@ -57,7 +57,7 @@ from typing import Any
 from recap.config import RecapConfig
 from recap.datasets import SPECBENCH_ENV, Sample, load_dataset
 from recap.decode import generate
-from recap.drafters import METHODS, is_recap_method
+from recap.drafters import METHODS, is_recap_method, shared_state
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix
 from recap.memory import PersistentMemory
@@ -191,15 +191,14 @@ class _Stream:
     """A method's drafter and the memories it alone owns for this run."""
 
     drafter: Any
-    persistent: PersistentMemory
-    successors: SuccessorMatrix
+    persistent: PersistentMemory | None = None
+    successors: SuccessorMatrix | None = None
     suffix_cache: SuffixTreeCache | None = None
 
     def reset(self) -> None:
-        self.persistent.reset()
-        self.successors.reset()
-        if self.suffix_cache is not None:
-            self.suffix_cache.reset()
+        for state in (self.persistent, self.successors, self.suffix_cache):
+            if state is not None:
+                state.reset()
 
 
 def _fresh_stream(
@@ -210,8 +209,12 @@ def _fresh_stream(
     suffix_config: SuffixConfig | None = None,
 ) -> _Stream:
     vocab = runtime.target.vocab_size
-    persistent, successors = PersistentMemory(vocab, config.k), SuccessorMatrix(vocab)
-    suffix_cache = SuffixTreeCache.for_config(suffix_config or SuffixConfig()) if method == "suffix" else None
+    needs = shared_state(method, config)  # fresh state, and only what the method uses
+    persistent = PersistentMemory(vocab, config.k) if "persistent" in needs else None
+    successors = SuccessorMatrix(vocab) if "successors" in needs else None
+    suffix_cache = (
+        SuffixTreeCache.for_config(suffix_config or SuffixConfig()) if "suffix_cache" in needs else None
+    )
     drafter = runtime.drafter(
         method,
         budget=budget,

@@ -12,10 +12,11 @@ import logging
 import threading
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from recap.config import RecapConfig
 from recap.cost import CostModel
-from recap.drafters import DEFAULT_METHOD, Drafter, make_drafter
+from recap.drafters import DEFAULT_METHOD, Drafter, make_drafter, shared_state
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix
 from recap.memory import PersistentMemory
@@ -138,15 +139,16 @@ class Runtime:
         config = config or RecapConfig()
         if budget is not None:
             config = replace(config, budget=budget)
-        uses_cost = method.startswith("recap") and config.budget == "auto"
-        if suffix_cache is None and method == "suffix":
-            suffix_cache = self.suffix_cache()
-        return make_drafter(
-            method,
-            config=config,
-            persistent=persistent if persistent is not None else self.persistent_memory(config.k, method),
-            cost_model=self.cost_model() if uses_cost else None,
-            successors=successors if successors is not None else self.successor_matrix(),
-            suffix_cache=suffix_cache,
-            suffix_config=suffix_config,
-        )
+        needs = shared_state(method, config)  # only what the method declares is created
+        options: dict[str, Any] = {}
+        if "persistent" in needs:
+            options["persistent"] = (
+                persistent if persistent is not None else self.persistent_memory(config.k, method)
+            )
+        if "cost_model" in needs:
+            options["cost_model"] = self.cost_model()
+        if "successors" in needs:
+            options["successors"] = successors if successors is not None else self.successor_matrix()
+        if "suffix_cache" in needs:
+            options["suffix_cache"] = suffix_cache if suffix_cache is not None else self.suffix_cache()
+        return make_drafter(method, config=config, suffix_config=suffix_config, **options)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import tiny
 
+from recap.config import RecapConfig
+from recap.drafters import shared_state
 from recap.runtime import Runtime, parse_budget
 
 
@@ -42,3 +44,28 @@ def test_memory_file_round_trip_through_runtime(tmp_path):
     runtime.save_persistent_memory(path)
     loaded = Runtime(tiny("llava")).load_persistent_memory(path)
     assert loaded.lookup(5).ids[:2] == [6, 7]
+
+
+@pytest.mark.parametrize(
+    ("method", "budget", "needs"),
+    [
+        ("ar", "auto", set()),
+        ("pld", "auto", set()),
+        ("tr", "auto", {"successors"}),
+        ("suffix", "auto", {"suffix_cache"}),
+        ("recap", "auto", {"persistent", "cost_model"}),
+        ("recap", 32, {"persistent"}),
+        ("recap-no-context", 32, {"persistent"}),
+    ],
+)
+def test_each_method_declares_the_shared_state_it_needs(method, budget, needs):
+    assert shared_state(method, RecapConfig(budget=budget)) == needs
+
+
+def test_a_runtime_builds_only_the_state_a_method_declares():
+    runtime = Runtime(tiny("llama"))
+    for method in ("ar", "pld", "tr"):
+        runtime.drafter(method)
+    assert runtime._memories == {} and runtime.measured_cost() is None  # no vocab x k memory, no timing
+    runtime.drafter("recap", budget=8)
+    assert len(runtime._memories) == 1 and runtime.measured_cost() is None

@@ -1,8 +1,9 @@
 """Drafters: proposal strategies behind one protocol (`recap.drafters.base.Drafter`).
 
 `make_drafter(method, **options)` builds one by name; `METHODS` lists the names the CLI, studio and
-benchmark accept. The engine may pass the same options to every method; each factory takes what it
-uses and ignores the rest:
+benchmark accept. Each method declares the shared state it needs (`shared_state`), so that whoever
+builds drafters (`recap.runtime.Runtime`, the benchmark) creates only that; a factory takes the options
+it uses and ignores the rest:
 
 - ``config``: `recap.config.RecapConfig` for the RECAP family (ablations apply their overrides on top);
 - ``persistent``: a shared `recap.memory.PersistentMemory` (RECAP's token-level memory);
@@ -17,7 +18,7 @@ uses and ignores the rest:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from recap.config import ABLATIONS, RecapConfig, apply_ablation
 from recap.cost import CostModel
@@ -67,6 +68,9 @@ def _suffix(
     return SuffixDecodingDrafter(cache=suffix_cache, config=suffix_config)
 
 
+#: Shared state a drafter can be given (state that outlives a request, or is measured once per model).
+SharedState = Literal["persistent", "cost_model", "successors", "suffix_cache"]
+
 #: name -> factory(**options) -> Drafter.
 _FACTORIES: dict[str, Callable[..., Drafter]] = {
     "recap": _recap_factory("recap"),
@@ -83,6 +87,30 @@ METHODS: tuple[str, ...] = tuple(_FACTORIES)
 def is_recap_method(name: str) -> bool:
     """Whether ``name`` is RECAP or one of its ablations (the methods with memories and a cost model)."""
     return name == "recap" or name.startswith("recap-")
+
+
+#: The shared state each method needs, beyond its config (RECAP's cost model: see `shared_state`).
+_NEEDS: dict[str, frozenset[SharedState]] = {
+    "tr": frozenset({"successors"}),
+    "pld": frozenset(),
+    "ar": frozenset(),
+    "suffix": frozenset({"suffix_cache"}),
+}
+
+
+def shared_state(method: str, config: RecapConfig | None = None) -> frozenset[SharedState]:
+    """What ``method`` needs to be given: RECAP's family its persistent memory, and the device's
+    cost model when its budget is ``"auto"``; TR its successor matrix; SuffixDecoding its global tree;
+    AR and prompt lookup nothing.
+
+    Example: ``shared_state("recap", RecapConfig(budget=32)) == {"persistent"}``.
+    """
+    if method not in _FACTORIES:
+        raise ValueError(f"unknown method {method!r}; choose one of: {', '.join(METHODS)}")
+    if not is_recap_method(method):
+        return _NEEDS[method]
+    auto = (config or RecapConfig()).budget == "auto"
+    return frozenset({"persistent", "cost_model"} if auto else {"persistent"})
 
 
 def make_drafter(method: str, **options: Any) -> Drafter:
@@ -102,4 +130,5 @@ __all__ = [
     "RequestInfo",
     "is_recap_method",
     "make_drafter",
+    "shared_state",
 ]
