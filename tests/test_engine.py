@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 from conftest import check_tree_logits, images_for, noise_image, random_tree, reference_greedy, tiny
-from tiny_models import ARCHITECTURES, VISION_ARCHITECTURES
+from tiny_models import ARCHITECTURES, VISION_ARCHITECTURES, build
 
 from recap.decode import generate, generate_steps
 from recap.drafters.autoregressive import AutoregressiveDrafter
@@ -163,10 +163,21 @@ def test_unsupported_architecture_names_the_supported_ones():
         TargetModel(model, tiny("llama").tokenizer)
 
 
-def test_measure_tree_cost_returns_increasing_sizes():
-    points = tiny("llama").measure_tree_cost(sizes=(1, 4, 16), context=32, repeats=1)
-    assert [t for t, _ in points] == [1, 4, 16]
-    assert all(seconds > 0 for _, seconds in points)
+def test_measure_tree_cost_times_passes_of_each_size_over_the_context(monkeypatch):
+    # What is timed must be what the name says: passes of T tokens (root + T - 1 nodes) over a cache
+    # of `context` tokens, repeats + 1 of them per size (the first is a warm-up); no timing asserted.
+    target = build("llama")
+    passes = []
+    forward_tree = target.forward_tree
+
+    def recording(state, pending, tree):
+        passes.append((state.cached, len(pending) + len(tree)))
+        return forward_tree(state, pending, tree)
+
+    monkeypatch.setattr(target, "forward_tree", recording)
+    points = target.measure_tree_cost(sizes=(1, 4, 16), context=32, repeats=2)
+    assert [t for t, _ in points] == [1, 4, 16] and all(seconds > 0 for _, seconds in points)
+    assert passes == [(32, t) for t in (1, 4, 16) for _ in range(3)]
 
 
 @pytest.mark.parametrize("arch", ["llava", "qwen2_5_vl", "idefics3", "llama"])
