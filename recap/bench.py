@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from recap.config import RecapConfig
+from recap.cost import load_curve
 from recap.datasets import Sample, load_dataset
 from recap.decode import generate
 from recap.drafters import METHODS
@@ -247,18 +248,13 @@ def run_benchmark(
 def _cost_curve(runtime: Runtime) -> dict[str, Any]:
     """The tree-cost curve the cost-aware budget used (ms per T, measured and fitted), if one was measured."""
     cost = runtime.measured_cost()
-    if cost is None:
-        return {}
-
-    def as_ms(points):
-        return [[t, round(s * 1e3, 3)] for t, s in points]
-
-    return {"cost_curve_ms": {"measured": as_ms(cost.points), "fitted": as_ms(cost.fitted)}}
+    return {} if cost is None else {"cost_curve_ms": cost.to_ms()}
 
 
 def _run_one(target: Any, drafter: Any, sample: Sample, max_new_tokens: int, method: str) -> SampleRun:
     start = time.perf_counter()
-    result = generate(target, drafter, sample.prompt, sample.images, max_new_tokens, method=method)
+    # details=False: no display-only work (token texts, the drafter's root distribution) in the timing.
+    result = generate(target, drafter, sample.prompt, sample.images, max_new_tokens, method, details=False)
     run = SampleRun.from_steps(sample.id, result.steps, time.perf_counter() - start)
     log.info(
         "%s %s: %d tokens, %d passes, %.2f s", sample.id, method, len(run.tokens), run.passes, run.seconds
@@ -515,6 +511,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--cold", action="store_true", help="reset persistent memories between samples")
+    parser.add_argument(
+        "--cost-curve",
+        default=None,
+        metavar="FILE",
+        help="replay a recorded tree-cost curve instead of measuring this device's: a JSON list of "
+        "[tokens, milliseconds] or a results.json that recorded one (e.g. a GPU's, on a CPU)",
+    )
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -551,6 +554,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     samples = load_dataset(args.dataset, args.limit)
+    curve = load_curve(args.cost_curve) if args.cost_curve is not None else None
     runtime = Runtime.load(
         args.model,
         device=args.device,
@@ -558,6 +562,8 @@ def _bench(args: argparse.Namespace, command: str) -> int:
         attn_implementation=args.attn,
         gguf_file=args.gguf_file,
     )
+    if curve is not None:
+        runtime.use_cost_model(curve)
     result = run_benchmark(
         runtime,
         samples,
@@ -567,7 +573,12 @@ def _bench(args: argparse.Namespace, command: str) -> int:
         budget=budget,
         cold=args.cold,
         progress=not args.no_progress,
-        settings={"dataset": args.dataset, "limit": args.limit, "command": command},
+        settings={
+            "dataset": args.dataset,
+            "limit": args.limit,
+            "command": command,
+            **({"cost_curve_file": args.cost_curve} if args.cost_curve else {}),
+        },
     )
     write_outputs(result, args.out)
     print(markdown_table(result))

@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 #: Node budget used by ``budget="auto"`` when no cost model was measured (a CPU-friendly size).
 AUTO_FALLBACK_BUDGET = 16
+#: The cap of ``budget="auto"`` (``max_budget=None``) unless the device's cost curve is flat further.
+AUTO_CAP = 64
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class RecapConfig:
 
     k: int = 8
     budget: int | Literal["auto"] = "auto"
-    max_budget: int = 64
+    max_budget: int | None = None
     depth: int = 8
     branching: int = 8
     score_floor: float = 1e-4
@@ -51,12 +53,18 @@ class RecapConfig:
     use_context: bool = True
     uniform_weights: bool = False
     tree: Literal["best_first", "template"] = "best_first"
+    calibrate: bool = True
+    suffix_prior: float = 0.5
+    context_scope: Literal["request", "stream"] = "request"
+    probe_weight: float = 0.0
+    probe_window: int = 3
 
     def __post_init__(self) -> None:
         _check_int("k", self.k, 1, 1024)
         if self.budget != "auto":
             _check_int("budget", self.budget, 0, 4096, hint='or the string "auto"')
-        _check_int("max_budget", self.max_budget, 1, 4096)
+        if self.max_budget is not None:
+            _check_int("max_budget", self.max_budget, 1, 4096)
         _check_int("depth", self.depth, 1, 256)
         _check_int("branching", self.branching, 1, 1024)
         _check_int("suffix_max_len", self.suffix_max_len, 2, 256)
@@ -88,6 +96,7 @@ ABLATIONS: Mapping[str, Mapping[str, Any]] = {
     "recap-no-suffix": {"suffix": False},
     "recap-uniform": {"uniform_weights": True},
     "recap-template": {"tree": "template"},
+    "recap-uncalibrated": {"calibrate": False},
 }
 
 #: Named presets: the full method with device-appropriate budgets.

@@ -48,11 +48,17 @@ def generate_steps(
     images: Sequence[Image.Image] = (),
     max_new_tokens: int = 128,
     method: str | None = None,
+    details: bool = True,
 ) -> Iterator[StepRecord]:
     """Greedy generation with tree verification; yields a `StepRecord` after every target pass.
 
     The output equals ``model.generate(do_sample=False)`` token for token (in float32), whatever the
     drafter proposes: a drafted token is kept only where it equals the target's own argmax.
+
+    ``details``: fill the display-only fields of the records (token texts, the drafter's fused
+    distribution at the root via its optional ``root_candidates()``, the target's probability at the
+    root when the pass computed no top-k). They are computed outside the timed draft/verify/update
+    phases; a benchmark turns them off (``False``: texts are empty, ``fused_at_root`` is empty).
     """
     prompt = check_prompt(prompt)
     check_max_new_tokens(max_new_tokens)
@@ -82,7 +88,7 @@ def generate_steps(
         method=method,
         bonus_token=first,
         new_tokens=[first],
-        new_texts=target.token_text([first]),
+        new_texts=target.token_text([first]) if details else [],
         new_sources=["target"],
         target_token=first,
         timing={"draft_ms": 0.0, "verify_ms": verify_ms, "update_ms": _ms_since(start)},
@@ -99,6 +105,9 @@ def generate_steps(
         start = time.perf_counter()
         tree = drafter.propose(context)
         draft_ms = _ms_since(start)
+        explain = getattr(drafter, "root_candidates", None) if details else None
+        if explain is not None:  # display only, untimed; before `observe` changes the memories
+            tree.root_candidates = explain()
 
         # 3. Verify: one pass over pending + nodes; greedy tokens at the root and at every node.
         start = time.perf_counter()
@@ -109,8 +118,12 @@ def generate_steps(
         acceptance, finished = truncate(acceptance, target.eos_ids, max_new_tokens - generated)
         target.commit(state, len(tree), acceptance.nodes)
         topk_ids, topk_probs = _topk(logits, k)
-        root_prob = float(torch.softmax(tree_logits[0], -1)[greedy[0]])
         verify_ms = _ms_since(start)
+        root_prob = None
+        if topk_probs is not None:
+            root_prob = float(topk_probs[len(pending) - 1, 0])  # the greedy token's probability, computed
+        elif details:
+            root_prob = float(torch.softmax(tree_logits[0].float(), -1)[greedy[0]])
 
         # 4. Recycle: the drafter learns from every computed position, rejected nodes included.
         start = time.perf_counter()
@@ -129,6 +142,7 @@ def generate_steps(
             greedy[0],
             root_prob,
             {"draft_ms": draft_ms, "verify_ms": verify_ms, "update_ms": update_ms},
+            details,
         )
         context.extend(acceptance.tokens)
         generated += len(acceptance.tokens)
@@ -146,9 +160,10 @@ def generate(
     images: Sequence[Image.Image] = (),
     max_new_tokens: int = 128,
     method: str | None = None,
+    details: bool = True,
 ) -> GenerationResult:
-    """Run `generate_steps` to the end and collect the result."""
-    steps = list(generate_steps(target, drafter, prompt, images, max_new_tokens, method))
+    """Run `generate_steps` to the end and collect the result (``details``: see `generate_steps`)."""
+    steps = list(generate_steps(target, drafter, prompt, images, max_new_tokens, method, details))
     tokens = [t for s in steps for t in s.new_tokens]
     return GenerationResult(tokens, target.decode(tokens), steps, summarize(steps))
 
@@ -169,12 +184,13 @@ def _step_record(
     tree: DraftTree,
     acceptance: Acceptance,
     root_token: int,
-    root_prob: float,
+    root_prob: float | None,
     timing: dict[str, float],
+    details: bool = True,
 ) -> StepRecord:
     accepted = set(acceptance.nodes)
     depths = tree.depths
-    texts = target.token_text(tree.tokens)
+    texts = target.token_text(tree.tokens) if details else [""] * len(tree)
     nodes = [
         NodeRecord(
             id=i,
@@ -189,14 +205,11 @@ def _step_record(
         )
         for i in range(len(tree))
     ]
+    believed = tree.root_candidates
+    fused_texts = target.token_text([c.token for c in believed]) if believed else []
     fused = [
-        FusedRecord(
-            token=c.token,
-            text=target.token_text([c.token])[0],
-            prob=float(c.prob),
-            contributions=dict(c.contributions),
-        )
-        for c in tree.root_candidates
+        FusedRecord(token=c.token, text=text, prob=float(c.prob), contributions=dict(c.contributions))
+        for c, text in zip(believed, fused_texts)
     ]
     sources = [_main_source(tree, n) for n in acceptance.nodes]
     sources += ["target"] * (len(acceptance.tokens) - len(sources))
@@ -209,7 +222,7 @@ def _step_record(
         accepted_ids=list(acceptance.nodes),
         bonus_token=acceptance.tokens[-1] if has_bonus else None,
         new_tokens=list(acceptance.tokens),
-        new_texts=target.token_text(acceptance.tokens),
+        new_texts=target.token_text(acceptance.tokens) if details else [],
         new_sources=sources,
         fused_at_root=fused,
         target_token=root_token,

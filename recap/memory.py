@@ -22,12 +22,13 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
 import tempfile
 import threading
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,18 +36,24 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
+from recap.acceptance import AcceptanceModel
+
 logger = logging.getLogger(__name__)
 
 #: Version of the persistent-memory file layout; a file with another version is not loaded.
 FORMAT_VERSION = "1"
+#: Records a stream-scope contextual memory keeps (the oldest keys are dropped beyond it).
+STREAM_CONTEXT_CAPACITY = 1 << 18
 
 
 class PredictionRecord(NamedTuple):
-    """The target's top-k at one position: ``ids``/``probs`` (length k, probs descending), concentration."""
+    """The target's top-k at one position: ``ids``/``probs`` (length k, probs descending), concentration,
+    and the request that wrote it (`PersistentMemory.next_request`; -1: unknown)."""
 
     ids: Sequence[int]
     probs: Sequence[float]
     concentration: float
+    request: int = -1
 
 
 def concentration(probs: np.ndarray) -> np.ndarray:
@@ -115,7 +122,19 @@ class PersistentMemory:
         self.probs = np.zeros((vocab_size, k), dtype=np.float32)
         self.filled = np.zeros(vocab_size, dtype=bool)
         self.concentrations = np.zeros(vocab_size, dtype=np.float32)
+        #: The request that wrote each row (`next_request`), -1 before any write; not saved.
+        self.stamps = np.full(vocab_size, -1, dtype=np.int64)
+        #: What the drafters sharing this memory learnt about their candidates' acceptance (not saved).
+        self.acceptance = AcceptanceModel()
+        #: Contextual memories kept across requests (``context_scope="stream"``; not saved).
+        self.context2 = ContextMemory(2, capacity=STREAM_CONTEXT_CAPACITY)
+        self.context3 = ContextMemory(3, capacity=STREAM_CONTEXT_CAPACITY)
+        self._requests = itertools.count()
         self._lock = threading.Lock()
+
+    def next_request(self) -> int:
+        """A new request number for the stamps of what the request writes (unique per memory)."""
+        return next(self._requests)
 
     def __len__(self) -> int:
         """Number of tokens that have a record."""
@@ -126,16 +145,25 @@ class PersistentMemory:
         if not 0 <= token < self.vocab_size or not self.filled[token]:
             return None
         return PredictionRecord(
-            self.ids[token].tolist(), self.probs[token].tolist(), float(self.concentrations[token])
+            self.ids[token].tolist(),
+            self.probs[token].tolist(),
+            float(self.concentrations[token]),
+            int(self.stamps[token]),
         )
 
     def write_many(
-        self, keys: np.ndarray, ids: np.ndarray, probs: np.ndarray, concentrations: np.ndarray | None = None
+        self,
+        keys: np.ndarray,
+        ids: np.ndarray,
+        probs: np.ndarray,
+        concentrations: np.ndarray | None = None,
+        request: int = -1,
     ) -> None:
         """Write rows ``ids[i], probs[i]`` (shape ``(R, k)``) under ``keys[i]`` (shape ``(R,)``).
 
         A key that appears twice keeps its last row; keys outside the vocabulary are ignored.
-        ``concentrations`` (R,) may be passed when the caller already computed them for these rows.
+        ``concentrations`` (R,) may be passed when the caller already computed them for these rows;
+        ``request`` stamps the rows with the request that wrote them.
         """
         keys = np.asarray(keys, dtype=np.int64).reshape(-1)
         if len(keys) == 0:
@@ -151,6 +179,7 @@ class PersistentMemory:
             self.probs[keys] = probs[keep]
             self.filled[keys] = True
             self.concentrations[keys] = np.asarray(concentrations)[keep]
+            self.stamps[keys] = request
 
     def reset(self) -> None:
         """Forget every record."""
@@ -159,6 +188,10 @@ class PersistentMemory:
             self.probs.fill(0.0)
             self.filled.fill(False)
             self.concentrations.fill(0.0)
+            self.stamps.fill(-1)
+            self.context2.clear()
+            self.context3.clear()
+        self.acceptance.reset()
 
     # ------------------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike, fingerprint: str) -> None:
@@ -241,38 +274,164 @@ def _read_checked(path: Path, fingerprint: str, vocab_size: int, k: int) -> dict
     return arrays
 
 
-class ContextMemory:
-    """``C2``/``C3``: request-local ``key tuple -> record`` (overwrite-with-latest), cleared per request."""
+#: Bits per token in a packed context key (`pack_keys`): vocabularies up to about a million tokens.
+KEY_BITS = 20
 
-    def __init__(self, order: int) -> None:
+
+def pack_keys(keys: np.ndarray) -> np.ndarray:
+    """Pack rows of ``n <= 3`` token ids ``(R, n)`` into one int64 each (oldest token highest).
+
+    Example: ``pack_keys([[1, 2]]) == [(1 << 20) | 2]``. Ids must lie in ``[0, 2**KEY_BITS)``.
+    """
+    keys = np.asarray(keys, dtype=np.int64)
+    packed = np.zeros(keys.shape[:-1], dtype=np.int64)
+    for column in range(keys.shape[-1]):
+        packed = (packed << KEY_BITS) | keys[..., column]
+    return packed
+
+
+class ContextMemory:
+    """``C2``/``C3``: ``key -> record`` (overwrite-with-latest), cleared per request by the drafter unless
+    it keeps them for the whole stream (then bounded by ``capacity``: a full memory reuses the slot of
+    the key first stored).
+
+    Array-backed: a dict maps each packed key (`pack_keys`) to a row of ``ids``/``probs`` ``(rows, k)``,
+    ``concentrations`` and ``stamps`` (the request that wrote it), so that a drafter looks up and writes
+    many contexts at once (`slots`, `write_rows`) and no per-record Python object is kept. Keys are
+    given as token tuples (`lookup`, `write`, `keys`) or packed (`slots`, `write_rows`).
+    """
+
+    def __init__(self, order: int, capacity: int | None = None) -> None:
         if order < 1:
             raise ValueError(f"order must be >= 1, got {order}")
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.order = order
-        self._records: dict[tuple[int, ...], PredictionRecord] = {}
-        #: Bound lookup, for hot loops: ``lookup(key) -> record | None``.
-        self.lookup = self._records.get
+        self.capacity = capacity
+        self._slot: dict[int, int] = {}  # packed key -> row
+        self._owner: list[int] = []  # row -> packed key
+        self.ids = np.zeros((0, 0), dtype=np.int32)
+        self.probs = np.zeros((0, 0), dtype=np.float32)
+        self.concentrations = np.zeros(0, dtype=np.float32)
+        self.stamps = np.zeros(0, dtype=np.int64)
+        self._clock = -1  # the row a full memory reused last
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._slot)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._records
+        return isinstance(key, tuple) and self._pack(key) in self._slot
 
     def keys(self) -> list[tuple[int, ...]]:
-        """Every key that holds a record."""
-        return list(self._records)
+        """Every key that holds a record, as token tuples."""
+        mask = (1 << KEY_BITS) - 1
+        return [
+            tuple((packed >> (KEY_BITS * (self.order - 1 - i))) & mask for i in range(self.order))
+            for packed in self._slot
+        ]
+
+    def lookup(self, key: tuple[int, ...]) -> PredictionRecord | None:
+        """The latest record under ``key`` (a tuple of ``order`` tokens), or None."""
+        row = self._slot.get(self._pack(key))
+        if row is None:
+            return None
+        return PredictionRecord(
+            self.ids[row].tolist(),
+            self.probs[row].tolist(),
+            float(self.concentrations[row]),
+            int(self.stamps[row]),
+        )
+
+    def slots(self, packed: np.ndarray) -> np.ndarray:
+        """Row of each packed key, -1 where there is no record. Shape of ``packed``."""
+        get = self._slot.get
+        flat = np.asarray(packed, dtype=np.int64).reshape(-1).tolist()
+        return np.array([get(key, -1) for key in flat], dtype=np.int64).reshape(np.shape(packed))
 
     def write(self, key: tuple[int, ...], record: PredictionRecord) -> None:
         """Store ``record`` under ``key`` (``order`` tokens), replacing an older one."""
-        self._records[key] = record
+        self.write_many([(key, record)])
 
-    def write_many(self, items: Iterable[tuple[Hashable, PredictionRecord]]) -> None:
-        """Store ``(key, record)`` pairs in order, later ones winning."""
-        self._records.update(items)
+    def write_many(self, items: Iterable[tuple[tuple[int, ...], PredictionRecord]]) -> None:
+        """Store ``(key, record)`` pairs in order, later ones winning (records may be narrower than k:
+        they are padded with probability 0)."""
+        for key, record in items:
+            width = max(len(record.ids), self.ids.shape[1])
+            ids, probs = fit_topk(np.array([record.ids]), np.array([record.probs], dtype=np.float32), width)
+            self.write_rows(
+                np.array([self._pack(key)]), ids, probs, np.array([record.concentration]), record.request
+            )
+
+    def write_rows(
+        self, packed: np.ndarray, ids: np.ndarray, probs: np.ndarray, concentrations: np.ndarray, request: int
+    ) -> None:
+        """Store row ``i`` of ``ids``/``probs`` ``(R, k)`` and ``concentrations`` under the packed key
+        ``packed[i]``, stamped with ``request``; a key given twice keeps its last row."""
+        packed = np.asarray(packed, dtype=np.int64).reshape(-1)
+        if len(packed) == 0:
+            return
+        keep = last_occurrence(packed)
+        packed, ids, probs = packed[keep], np.asarray(ids)[keep], np.asarray(probs)[keep]
+        k = ids.shape[1]
+        if self.ids.shape[1] not in (0, k):
+            ids, probs = fit_topk(ids, probs, self.ids.shape[1])
+        rows = np.array([self._row_for(key, k) for key in packed.tolist()], dtype=np.int64)
+        self.ids[rows] = ids
+        self.probs[rows] = probs
+        self.concentrations[rows] = np.asarray(concentrations)[keep]
+        self.stamps[rows] = request
 
     def clear(self) -> None:
         """Forget every record (start of a request)."""
-        self._records.clear()
+        self._slot.clear()
+        self._owner.clear()
+        self._clock = -1
+
+    def _pack(self, key: tuple[int, ...]) -> int:
+        if len(key) != self.order:
+            raise ValueError(f"a key of this memory has {self.order} tokens, got {key!r}")
+        packed = 0
+        for token in key:
+            packed = (packed << KEY_BITS) | int(token)
+        return packed
+
+    def _row_for(self, key: int, k: int) -> int:
+        """The row of ``key``, allocating one (growing the arrays, or reusing the oldest row when full)."""
+        row = self._slot.get(key)
+        if row is not None:
+            return row
+        row = len(self._owner)
+        if self.capacity is not None and row >= self.capacity:
+            row = self._evict()
+        else:
+            self._owner.append(key)
+            if row >= len(self.ids):
+                self._grow(max(1024, 2 * len(self.ids)), k)
+        self._owner[row] = key
+        self._slot[key] = row
+        return row
+
+    def _evict(self) -> int:
+        """Reuse the row of the key stored longest ago (round robin over the full arrays)."""
+        self._clock = (self._clock + 1) % len(self._owner)
+        del self._slot[self._owner[self._clock]]
+        return self._clock
+
+    def _grow(self, rows: int, k: int) -> None:
+        if self.capacity is not None:
+            rows = min(rows, self.capacity)
+        width = self.ids.shape[1] or k
+        for name, shape, dtype in (
+            ("ids", (rows, width), np.int32),
+            ("probs", (rows, width), np.float32),
+            ("concentrations", (rows,), np.float32),
+            ("stamps", (rows,), np.int64),
+        ):
+            old = getattr(self, name)
+            new = np.zeros(shape, dtype=dtype)
+            if old.size:
+                new[: len(old)] = old
+            setattr(self, name, new)
 
 
 def recycling_keys(
