@@ -36,6 +36,13 @@ class RecapConfig:
     ``suffix_budget`` new nodes). ``use_persistent``/``use_context``: which memories are consulted.
     ``uniform_weights``: ``s_n = 1, kappa = 1`` (ablation). ``tree``: best-first search or the static
     Token Recycling template filled from the fused distribution.
+
+    Ours, beyond the paper (README, "The paper's method and ours"): ``calibrate``: order growth and count
+    expected tokens by acceptance estimates learnt online (`recap.acceptance`) instead of raw fused
+    probabilities; ``suffix_prior``: the cold-start estimate of a suffix-matched token the memories do
+    not back; ``context_scope``: ``"request"`` clears the contextual memories per request (the paper),
+    ``"stream"`` keeps the earlier requests' records as a fallback that this request's writes replace
+    (the acceptance estimates tell the two apart).
     """
 
     k: int = 8
@@ -55,9 +62,7 @@ class RecapConfig:
     tree: Literal["best_first", "template"] = "best_first"
     calibrate: bool = True
     suffix_prior: float = 0.5
-    context_scope: Literal["request", "stream"] = "request"
-    probe_weight: float = 0.0
-    probe_window: int = 3
+    context_scope: Literal["request", "stream"] = "stream"
 
     def __post_init__(self) -> None:
         _check_int("k", self.k, 1, 1024)
@@ -79,6 +84,10 @@ class RecapConfig:
         object.__setattr__(self, "specificity", tuple(float(s) for s in spec))
         if self.tree not in ("best_first", "template"):
             raise ValueError(f'tree must be "best_first" or "template", got {self.tree!r}')
+        if not (isinstance(self.suffix_prior, int | float) and 0.0 <= self.suffix_prior <= 1.0):
+            raise ValueError(f"suffix_prior must be a number in [0, 1], got {self.suffix_prior!r}")
+        if self.context_scope not in ("request", "stream"):
+            raise ValueError(f'context_scope must be "request" or "stream", got {self.context_scope!r}')
         if not (self.use_persistent or self.use_context or self.suffix):
             raise ValueError("at least one of use_persistent, use_context, suffix must be enabled")
 
@@ -97,6 +106,7 @@ ABLATIONS: Mapping[str, Mapping[str, Any]] = {
     "recap-uniform": {"uniform_weights": True},
     "recap-template": {"tree": "template"},
     "recap-uncalibrated": {"calibrate": False},
+    "recap-request-context": {"context_scope": "request"},
 }
 
 #: Named presets: the full method with device-appropriate budgets.

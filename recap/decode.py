@@ -55,10 +55,11 @@ def generate_steps(
     The output equals ``model.generate(do_sample=False)`` token for token (in float32), whatever the
     drafter proposes: a drafted token is kept only where it equals the target's own argmax.
 
-    ``details``: fill the display-only fields of the records (token texts, the drafter's fused
-    distribution at the root via its optional ``root_candidates()``, the target's probability at the
-    root when the pass computed no top-k). They are computed outside the timed draft/verify/update
-    phases; a benchmark turns them off (``False``: texts are empty, ``fused_at_root`` is empty).
+    ``details``: fill the display-only fields of the records: token texts; what a drafter with the
+    optional ``explain(tree)`` fills in (its fused distribution at the root, each node's per-source
+    contributions); the target's probability at the root when the pass computed no top-k. They are
+    computed outside the timed draft/verify/update phases; a benchmark turns them off (``False``:
+    texts are empty, ``fused_at_root`` and node contributions too).
     """
     prompt = check_prompt(prompt)
     check_max_new_tokens(max_new_tokens)
@@ -105,9 +106,9 @@ def generate_steps(
         start = time.perf_counter()
         tree = drafter.propose(context)
         draft_ms = _ms_since(start)
-        explain = getattr(drafter, "root_candidates", None) if details else None
+        explain = getattr(drafter, "explain", None) if details else None
         if explain is not None:  # display only, untimed; before `observe` changes the memories
-            tree.root_candidates = explain()
+            explain(tree)
 
         # 3. Verify: one pass over pending + nodes; greedy tokens at the root and at every node.
         start = time.perf_counter()

@@ -30,7 +30,7 @@ import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 #: Version of the persistent-memory file layout; a file with another version is not loaded.
 FORMAT_VERSION = "1"
 #: Records a stream-scope contextual memory keeps (the oldest keys are dropped beyond it).
-STREAM_CONTEXT_CAPACITY = 1 << 18
+STREAM_CONTEXT_CAPACITY = 1 << 17
 
 
 class PredictionRecord(NamedTuple):
@@ -130,7 +130,20 @@ class PersistentMemory:
         self.context2 = ContextMemory(2, capacity=STREAM_CONTEXT_CAPACITY)
         self.context3 = ContextMemory(3, capacity=STREAM_CONTEXT_CAPACITY)
         self._requests = itertools.count()
+        self._table: np.ndarray | None = None  # `table`, built on first use
         self._lock = threading.Lock()
+
+    @property
+    def table(self) -> np.ndarray:
+        """All records as float32 rows (`record_table` layout), ``(vocab + 1, 2k + 2)``; the last row and
+        the rows of tokens without a record are empty (id -1). Kept in step by `write_many` and `reset`.
+        """
+        if self._table is None:
+            ids = np.where(self.filled[:, None], self.ids, -1)
+            rows = record_table(ids, self.probs, self.concentrations, self.stamps)
+            empty = record_table(np.full((1, self.k), -1), np.zeros((1, self.k)), [0.0], [-1])
+            self._table = np.concatenate([rows, empty])
+        return self._table
 
     def next_request(self) -> int:
         """A new request number for the stamps of what the request writes (unique per memory)."""
@@ -180,6 +193,10 @@ class PersistentMemory:
             self.filled[keys] = True
             self.concentrations[keys] = np.asarray(concentrations)[keep]
             self.stamps[keys] = request
+            if self._table is not None:
+                self._table[keys] = record_table(
+                    ids[keep], probs[keep], np.asarray(concentrations)[keep], np.full(len(keys), request)
+                )
 
     def reset(self) -> None:
         """Forget every record."""
@@ -189,6 +206,7 @@ class PersistentMemory:
             self.filled.fill(False)
             self.concentrations.fill(0.0)
             self.stamps.fill(-1)
+            self._table = None
             self.context2.clear()
             self.context3.clear()
         self.acceptance.reset()
@@ -290,15 +308,25 @@ def pack_keys(keys: np.ndarray) -> np.ndarray:
     return packed
 
 
+def record_table(ids: np.ndarray, probs: np.ndarray, concentrations: Any, stamps: Any) -> np.ndarray:
+    """Rows ``[ids (k), probs (k), concentration, stamp]`` as float32 ``(R, 2k + 2)``: what a drafter reads
+    in one gather (`ContextMemory.table`, `PersistentMemory.table`). Exact for ids and stamps < 2**24."""
+    return np.concatenate(
+        [ids, probs, np.asarray(concentrations)[:, None], np.asarray(stamps)[:, None]],
+        axis=1,
+        dtype=np.float32,
+    )
+
+
 class ContextMemory:
     """``C2``/``C3``: ``key -> record`` (overwrite-with-latest), cleared per request by the drafter unless
-    it keeps them for the whole stream (then bounded by ``capacity``: a full memory reuses the slot of
-    the key first stored).
+    it keeps them for the whole stream (then bounded by ``capacity``: a full memory reuses the row of
+    the key stored longest ago).
 
-    Array-backed: a dict maps each packed key (`pack_keys`) to a row of ``ids``/``probs`` ``(rows, k)``,
-    ``concentrations`` and ``stamps`` (the request that wrote it), so that a drafter looks up and writes
-    many contexts at once (`slots`, `write_rows`) and no per-record Python object is kept. Keys are
-    given as token tuples (`lookup`, `write`, `keys`) or packed (`slots`, `write_rows`).
+    Array-backed: a dict maps each packed key (`pack_keys`) to a row of ``table`` (`record_table`
+    layout; row 0 is an empty record, id -1, for keys that have none), so that a drafter looks up and
+    writes many contexts at once (`slots`, `write_rows`) and no per-record Python object is kept. Keys
+    are given as token tuples (`lookup`, `write`, `keys`) or packed (`slots`, `write_rows`).
     """
 
     def __init__(self, order: int, capacity: int | None = None) -> None:
@@ -308,13 +336,11 @@ class ContextMemory:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.order = order
         self.capacity = capacity
+        self.k = 0  # record width, set by the first write
+        self.table = np.zeros((0, 2), dtype=np.float32)
         self._slot: dict[int, int] = {}  # packed key -> row
-        self._owner: list[int] = []  # row -> packed key
-        self.ids = np.zeros((0, 0), dtype=np.int32)
-        self.probs = np.zeros((0, 0), dtype=np.float32)
-        self.concentrations = np.zeros(0, dtype=np.float32)
-        self.stamps = np.zeros(0, dtype=np.int64)
-        self._clock = -1  # the row a full memory reused last
+        self._owner: list[int] = [-1]  # row -> packed key (row 0: the empty record)
+        self._clock = 0  # the row a full memory reused last
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -335,28 +361,28 @@ class ContextMemory:
         row = self._slot.get(self._pack(key))
         if row is None:
             return None
+        k, values = self.k, self.table[row]
         return PredictionRecord(
-            self.ids[row].tolist(),
-            self.probs[row].tolist(),
-            float(self.concentrations[row]),
-            int(self.stamps[row]),
+            values[:k].astype(np.int64).tolist(),
+            values[k : 2 * k].tolist(),
+            float(values[2 * k]),
+            int(values[-1]),
         )
 
     def slots(self, packed: np.ndarray) -> np.ndarray:
-        """Row of each packed key, -1 where there is no record. Shape of ``packed``."""
+        """Row of each packed key in ``table``, 0 (the empty record) where there is none."""
         get = self._slot.get
-        flat = np.asarray(packed, dtype=np.int64).reshape(-1).tolist()
-        return np.array([get(key, -1) for key in flat], dtype=np.int64).reshape(np.shape(packed))
+        return np.array([get(key, 0) for key in np.asarray(packed).tolist()], dtype=np.int64)
 
     def write(self, key: tuple[int, ...], record: PredictionRecord) -> None:
         """Store ``record`` under ``key`` (``order`` tokens), replacing an older one."""
         self.write_many([(key, record)])
 
     def write_many(self, items: Iterable[tuple[tuple[int, ...], PredictionRecord]]) -> None:
-        """Store ``(key, record)`` pairs in order, later ones winning (records may be narrower than k:
-        they are padded with probability 0)."""
+        """Store ``(key, record)`` pairs in order, later ones winning (records narrower than the memory's
+        width are padded with probability 0)."""
         for key, record in items:
-            width = max(len(record.ids), self.ids.shape[1])
+            width = max(len(record.ids), self.k)
             ids, probs = fit_topk(np.array([record.ids]), np.array([record.probs], dtype=np.float32), width)
             self.write_rows(
                 np.array([self._pack(key)]), ids, probs, np.array([record.concentration]), record.request
@@ -371,21 +397,23 @@ class ContextMemory:
         if len(packed) == 0:
             return
         keep = last_occurrence(packed)
-        packed, ids, probs = packed[keep], np.asarray(ids)[keep], np.asarray(probs)[keep]
-        k = ids.shape[1]
-        if self.ids.shape[1] not in (0, k):
-            ids, probs = fit_topk(ids, probs, self.ids.shape[1])
-        rows = np.array([self._row_for(key, k) for key in packed.tolist()], dtype=np.int64)
-        self.ids[rows] = ids
-        self.probs[rows] = probs
-        self.concentrations[rows] = np.asarray(concentrations)[keep]
-        self.stamps[rows] = request
+        ids, probs = np.asarray(ids)[keep], np.asarray(probs)[keep]
+        if self.k == 0:
+            self.k = ids.shape[1]
+            self.table = record_table(np.full((1, self.k), -1), np.zeros((1, self.k)), [0.0], [-1])
+        elif ids.shape[1] != self.k:
+            ids, probs = fit_topk(ids, probs, self.k)
+        get, row_for = self._slot.get, self._row_for
+        rows = [get(key) or row_for(key) for key in packed[keep].tolist()]
+        self.table[rows] = record_table(
+            ids, probs, np.asarray(concentrations)[keep], np.full(len(rows), request)
+        )
 
     def clear(self) -> None:
         """Forget every record (start of a request)."""
         self._slot.clear()
-        self._owner.clear()
-        self._clock = -1
+        del self._owner[1:]
+        self._clock = 0
 
     def _pack(self, key: tuple[int, ...]) -> int:
         if len(key) != self.order:
@@ -395,43 +423,25 @@ class ContextMemory:
             packed = (packed << KEY_BITS) | int(token)
         return packed
 
-    def _row_for(self, key: int, k: int) -> int:
-        """The row of ``key``, allocating one (growing the arrays, or reusing the oldest row when full)."""
-        row = self._slot.get(key)
-        if row is not None:
-            return row
+    def _row_for(self, key: int) -> int:
+        """A new row for ``key`` (growing the table, or reusing the oldest row when full)."""
         row = len(self._owner)
-        if self.capacity is not None and row >= self.capacity:
-            row = self._evict()
+        if self.capacity is not None and row > self.capacity:
+            self._clock = self._clock % self.capacity + 1  # rows 1..capacity, round robin
+            row = self._clock
+            del self._slot[self._owner[row]]
+            self._owner[row] = key
         else:
             self._owner.append(key)
-            if row >= len(self.ids):
-                self._grow(max(1024, 2 * len(self.ids)), k)
-        self._owner[row] = key
+            if row >= len(self.table):
+                grown = max(1024, 2 * len(self.table))
+                if self.capacity is not None:
+                    grown = min(grown, self.capacity + 1)
+                table = np.zeros((grown, self.table.shape[1]), dtype=np.float32)
+                table[: len(self.table)] = self.table
+                self.table = table
         self._slot[key] = row
         return row
-
-    def _evict(self) -> int:
-        """Reuse the row of the key stored longest ago (round robin over the full arrays)."""
-        self._clock = (self._clock + 1) % len(self._owner)
-        del self._slot[self._owner[self._clock]]
-        return self._clock
-
-    def _grow(self, rows: int, k: int) -> None:
-        if self.capacity is not None:
-            rows = min(rows, self.capacity)
-        width = self.ids.shape[1] or k
-        for name, shape, dtype in (
-            ("ids", (rows, width), np.int32),
-            ("probs", (rows, width), np.float32),
-            ("concentrations", (rows,), np.float32),
-            ("stamps", (rows,), np.int64),
-        ):
-            old = getattr(self, name)
-            new = np.zeros(shape, dtype=dtype)
-            if old.size:
-                new[: len(old)] = old
-            setattr(self, name, new)
 
 
 def recycling_keys(

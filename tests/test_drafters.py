@@ -225,7 +225,8 @@ def test_suffix_node_merged_with_memory_node_lists_both_sources():
     tree.validate()
     end = tree.child(tree.child(tree.child(0, 4), 1), 2)  # the whole suffix chain 3 4 1 2 is drafted
     assert tree.child(ROOT, 3) == 0 and tree.path(end) == [3, 4, 1, 2]
-    assert tree.sources[0] == ("suffix", "persistent")  # one node, both proposers
+    assert tree.sources[0] == ("persistent", "suffix")  # one node, both proposers, memories first
+    drafter.explain(tree)  # display only: the per-memory contributions
     assert tree.contributions[0] == pytest.approx({"persistent": 0.8})
     # Cold start: the suffix token's estimate is max(fused probability, suffix_prior = 0.5) per step.
     assert [tree.scores[n] for n in tree.path_nodes(end)] == pytest.approx([0.8, 0.4, 0.2, 0.1])
@@ -288,12 +289,29 @@ def test_keys_with_image_tokens_are_never_written_nor_looked_up():
     assert len(drafter.propose([*context, IMAGE])) == 0
 
 
-def test_persistent_memory_survives_begin_and_context_memories_do_not():
-    drafter = recap(k=8)
+@pytest.mark.parametrize(
+    ("scope", "contexts_kept"),
+    [
+        ("request", (0, 0)),  # the paper: contextual memories live for one request
+        ("stream", (2, 1)),  # ours: kept across requests, as a fallback this request's writes replace
+    ],
+)
+def test_persistent_memory_survives_begin_and_context_memories_follow_their_scope(scope, contexts_kept):
+    drafter = recap(k=8, context_scope=scope)
     start(drafter, [1, 2, 3], Target(cycle_rule([1, 2, 3])))
-    assert len(drafter.persistent) == 3 and len(drafter.ctx2) == 2
+    assert len(drafter.persistent) == 3 and (len(drafter.ctx2), len(drafter.ctx3)) == (2, 1)
     drafter.begin(RequestInfo((5,), frozenset(), VOCAB))
-    assert len(drafter.persistent) == 3 and len(drafter.ctx2) == 0 and len(drafter.ctx3) == 0
+    assert len(drafter.persistent) == 3 and (len(drafter.ctx2), len(drafter.ctx3)) == contexts_kept
+
+
+def test_stream_contexts_are_shared_and_stamped_with_the_request_that_wrote_them():
+    shared = PersistentMemory(VOCAB, 8)
+    first = make_drafter("recap", persistent=shared)
+    start(first, [1, 2, 3], Target(cycle_rule([1, 2, 3])))
+    written_by = first.ctx2.lookup((1, 2)).request
+    second = make_drafter("recap", persistent=shared)  # a new drafter per request, as the studio makes
+    start(second, [1, 2, 3], Target(cycle_rule([1, 2, 3])))
+    assert second.ctx2 is first.ctx2 and second.ctx2.lookup((1, 2)).request == written_by + 1
 
 
 def test_shared_persistent_memory_is_used_across_drafters():

@@ -149,6 +149,25 @@ def fuse_rows(ids: np.ndarray, values: np.ndarray, width: int) -> tuple[np.ndarr
 _LOWER: dict[int, np.ndarray] = {}
 
 
+def _source_tuples() -> dict[int, tuple[str, ...]]:
+    """Sources of a node from ``(argsort of the contributions) . (9, 3, 1) * 8 + present bits``."""
+    table = {}
+    for first in range(3):
+        for second in range(3):
+            for third in range(3):
+                if len({first, second, third}) == 3:
+                    for bits in range(8):
+                        names = [SOURCES[i] for i, b in zip((first, second, third), (4, 2, 1)) if bits & b]
+                        table[(first * 9 + second * 3 + third) * 8 + bits] = tuple(names)
+    return table
+
+
+_SOURCE_TUPLES = _source_tuples()
+
+#: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.acceptance.coarse_kind`).
+_CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1])
+
+
 def _strictly_lower(n: int) -> np.ndarray:
     """``mask[i, j] = j < i`` for ``n x n`` (cached)."""
     mask = _LOWER.get(n)
@@ -158,44 +177,41 @@ def _strictly_lower(n: int) -> np.ndarray:
 
 
 class _Lookup(NamedTuple):
-    """The records found for B contexts, side by side (`fuse_rows`): ``ids``/``values`` ``(B, S * k)``
-    (memory ``names[s]`` in columns ``s * k .. s * k + k``), each memory's share ``w_n / sum w``
-    ``(S, B)`` (0: no record) and whether this request wrote the record, ``fresh`` ``(S, B)``."""
+    """The records found for B contexts, side by side (`fuse_rows`): ``ids``/``values`` ``(B, 3 * k)``
+    (memory ``SOURCES[s]`` in columns ``s * k .. s * k + k``; id -1 and value 0 where it has no
+    record), each memory's share ``w_n / sum w`` and whether this request wrote its record, ``shares``
+    and ``fresh`` ``(3, B)``."""
 
     ids: np.ndarray
     values: np.ndarray
     shares: np.ndarray
-    names: tuple[str, ...]
     fresh: np.ndarray
 
 
 class _Level(NamedTuple):
-    """One depth of growth: the contexts expanded (``nodes``: their pool index, -1 the root), their
-    candidates ``tokens`` and fine acceptance ``kinds`` ``(F, n)`` (``offered``: a real candidate), the
-    records behind them, and the suffix token offered at one of them (``chain``: row, column, token;
-    None if none)."""
+    """One depth of growth, for labelling: the contexts expanded (``nodes``: their pool index, -1 the
+    root), their candidates ``tokens`` and fine acceptance ``kinds`` ``(F, n)`` (``offered``: a real
+    candidate, the suffix token included)."""
 
     nodes: np.ndarray
     tokens: np.ndarray
     kinds: np.ndarray
     offered: np.ndarray
-    lookup: _Lookup
-    chain: tuple[int, int, int] | None
 
 
 class _Pool:
     """Candidates of one proposal, a depth at a time: score, token, parent (pool index, -1 the root),
-    depth, and where each came from (the `_Level` index and the row of its context there)."""
+    depth and each memory's contribution ``(3,)`` to the fused probability."""
 
     def __init__(self) -> None:
         self.size = 0
         self.chain: set[int] = set()  # pool indices of the suffix tokens drafted
         self._parts: list[tuple[np.ndarray, ...]] = []
 
-    def add(self, scores, tokens, parents, depth: int, level: int, rows) -> int:
+    def add(self, scores, tokens, parents, depth: int, parts) -> int:
         """Append candidates; returns the pool index of the first."""
         start, count = self.size, len(scores)
-        self._parts.append((scores, tokens, parents, np.full(count, depth), np.full(count, level), rows))
+        self._parts.append((scores, tokens, parents, np.full(count, depth), parts))
         self.size += count
         return start
 
@@ -252,7 +268,7 @@ class RecapDrafter:
         self._excluded_array = np.zeros(0, dtype=np.int64)
         self._excluded_list: list[int] = []
         s1, s2, s3 = self.config.specificity
-        self._specificity = {"persistent": s1, "ctx2": s2, "ctx3": s3}
+        self._weights = np.array([s3, s2, s1])  # specificity priors in `SOURCES` order
         self._flat: int | None = None  # `_flat_extent`, once known
         self._request = -1  # this request's number (`PersistentMemory.next_request`), stamped on writes
         # The last proposal: its tree and root tail, and what labelling needs in `observe`.
@@ -260,6 +276,7 @@ class RecapDrafter:
         self._root_tail: Tail | None = None
         self._levels: list[_Level] = []
         self._final: np.ndarray = np.zeros(0, dtype=np.int64)  # pool index -> node id (-1: not drafted)
+        self._parts: np.ndarray = np.zeros((0, 3))  # each node's contribution per memory (`explain`)
 
     @property
     def acceptance(self) -> AcceptanceModel:
@@ -349,7 +366,7 @@ class RecapDrafter:
 
     def _forget_proposal(self) -> None:
         self._proposed, self._root_tail, self._levels = None, None, []
-        self._final = np.zeros(0, dtype=np.int64)
+        self._final, self._parts = np.zeros(0, dtype=np.int64), np.zeros((0, 3))
 
     # --------------------------------------------------------------------------------------- lookup
     def _lookup(self, tails: np.ndarray) -> _Lookup:
@@ -366,55 +383,54 @@ class RecapDrafter:
         ok_c = ~bad[:, 2]
         ok_b = ok_c & ~bad[:, 1]
         ok_a = ok_b & ~bad[:, 0]
-        found = []  # (name, memory, rows of the contexts that have a record, their rows in the memory)
+        blocks = []
+        empty = self._empty_rows(count)
         if config.use_context:
             two = (tails[:, 1] << KEY_BITS) | tails[:, 2]
-            for name, memory, ok, keys in (
-                ("ctx3", self.ctx3, ok_a, (tails[:, 0] << (2 * KEY_BITS)) | two),
-                ("ctx2", self.ctx2, ok_b, two),
+            for memory, ok, keys in (
+                (self.ctx3, ok_a, (tails[:, 0] << (2 * KEY_BITS)) | two),
+                (self.ctx2, ok_b, two),
             ):
-                if len(memory) and ok.any():
-                    where = np.flatnonzero(ok)
-                    slots = memory.slots(keys[where])
-                    has = slots >= 0
-                    if has.any():
-                        found.append((name, memory, where[has], slots[has]))
+                blocks.append(memory.table[memory.slots(np.where(ok, keys, -1))] if len(memory) else empty)
+        else:
+            blocks += [empty, empty]
         persistent = self.persistent
         if config.use_persistent and persistent is not None:
-            where = np.flatnonzero(ok_c)
-            where = where[persistent.filled[tails[where, 2]]]
-            if len(where):
-                found.append(("persistent", persistent, where, tails[where, 2]))
-        ids = np.full((count, len(found) * k), -1, dtype=np.int64)
-        values = np.zeros((count, len(found) * k))
-        weights = np.zeros((len(found), count))
-        fresh = np.zeros((len(found), count), dtype=bool)
-        for s, (name, memory, where, slots) in enumerate(found):
-            block = slice(s * k, s * k + k)
-            ids[where, block] = memory.ids[slots]
-            values[where, block] = memory.probs[slots]
-            if config.uniform_weights:
-                weights[s, where] = 1.0
-            else:
-                weights[s, where] = self._specificity[name] * np.maximum(
-                    config.kappa_min, memory.concentrations[slots]
-                )
-            fresh[s, where] = memory.stamps[slots] == self._request
-        if found:
-            total = weights.sum(0)
-            total[total == 0] = 1.0
-            weights /= total
-            values *= np.repeat(weights.T, k, axis=1)
-        return _Lookup(ids, values, weights, tuple(f[0] for f in found), fresh)
+            table = persistent.table
+            blocks.append(table[np.where(ok_c, tails[:, 2], len(table) - 1)])
+        else:
+            blocks.append(empty)
+        rows = np.stack(blocks, axis=1)  # (B, 3, 2k + 2)
+        ids = rows[:, :, :k].astype(np.int64)
+        present = ids[:, :, 0] >= 0
+        if config.uniform_weights:
+            weights = present.astype(np.float64)
+        else:
+            weights = self._weights * np.maximum(config.kappa_min, rows[:, :, 2 * k]) * present
+        total = weights.sum(1, keepdims=True)
+        weights /= np.where(total > 0, total, 1.0)
+        values = rows[:, :, k : 2 * k] * weights[:, :, None]
+        fresh = rows[:, :, 2 * k + 1] == self._request
+        return _Lookup(ids.reshape(count, 3 * k), values.reshape(count, 3 * k), weights.T, fresh.T)
+
+    def _empty_rows(self, count: int) -> np.ndarray:
+        """``count`` empty records (`record_table` layout: id -1, probability 0)."""
+        k = self.config.k
+        row = np.zeros(2 * k + 2, dtype=np.float32)
+        row[:k], row[-1] = -1, -1
+        return np.broadcast_to(row, (count, 2 * k + 2))
 
     def _fused(self, tail: Tail) -> Fused:
         """The fused distribution after one context, with each record's share (as `fuse` gives it)."""
         found = self._lookup(np.array([[-1 if t is None else t for t in tail]], dtype=np.int64))
         k, shares = self.config.k, []
-        for s, name in enumerate(found.names):
-            share = float(found.shares[s, 0])
+        for index, name in enumerate(SOURCES):
+            share = float(found.shares[index, 0])
             if share > 0:
-                ids, values = found.ids[0, s * k : s * k + k], found.values[0, s * k : s * k + k]
+                ids, values = (
+                    found.ids[0, index * k : index * k + k],
+                    found.values[0, index * k : index * k + k],
+                )
                 shares.append((name, share, PredictionRecord(ids.tolist(), (values / share).tolist(), 0.0)))
         if not shares:
             return EMPTY
@@ -441,21 +457,24 @@ class RecapDrafter:
             self._flat = self.cost_model.flat_extent() if self.cost_model is not None else 0
         return self._flat
 
-    def _kinds(self, found: _Lookup, tokens: np.ndarray, q: np.ndarray) -> np.ndarray:
-        """Coarse acceptance kinds (`recap.acceptance`) of candidates ``tokens`` ``(B, n)``, as ordinary
-        (non-suffix) candidates: what each memory says about each (no record; fresh or not, its rank)."""
-        k = self.config.k
-        codes = np.zeros(tokens.shape, dtype=np.int64)
-        for name in SOURCES:
-            codes *= CODES
-            if name not in found.names:
-                continue
-            s = found.names.index(name)
-            block = found.ids[:, None, s * k : s * k + k] == tokens[:, :, None]  # (B, n, k)
-            rank = np.where(block.any(2), np.minimum(block.argmax(2), 3), 4)
-            present = found.shares[s] > 0
-            codes += np.where(present[:, None], 1 + 5 * found.fresh[s][:, None] + rank, 0)
-        return codes * 2
+    def _candidates(self, found: _Lookup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every candidate of B contexts, in the records' columns (a token counts at its first column).
+
+        Returns ``tokens`` ``(B, n)``, fused probabilities ``q`` (-1 where the column is a repeat or
+        empty), coarse acceptance kinds as ordinary candidates (what each memory says about the token:
+        no record; fresh or not, its rank or absent) and each memory's contribution ``(B, n, 3)``.
+        """
+        ids, values, k = found.ids, found.values, self.config.k
+        count, n = ids.shape
+        same = ids[:, :, None] == ids[:, None, :]  # (B, n, n)
+        blocks = same.reshape(count, n, 3, k)
+        parts = np.einsum("bisj,bsj->bis", blocks, values.reshape(count, 3, k))
+        q = parts.sum(2)
+        q[(same & _strictly_lower(n)).any(2) | (ids < 0)] = -1.0
+        rank = np.where(blocks.any(3), np.minimum(blocks.argmax(3), 3), 4)  # (B, n, 3)
+        code = np.where((found.shares > 0).T[:, None, :], 1 + 5 * found.fresh.T[:, None, :] + rank, 0)
+        coarse = (code @ _CODE_WEIGHTS) * 2
+        return ids, q, coarse, parts
 
     def _estimate(
         self, coarse: np.ndarray, q: np.ndarray, prior: np.ndarray
@@ -496,8 +515,7 @@ class RecapDrafter:
             if len(frontier) == 0:
                 break
             found = self._lookup(frontier_tails)
-            tokens, q = fuse_rows(found.ids, found.values, found.ids.shape[1])
-            coarse = self._kinds(found, tokens, q)
+            tokens, q, coarse, parts = self._candidates(found)
             chain_info = None
             if depth <= len(chain) and chain_node != -2:
                 at = np.flatnonzero(frontier == chain_node)
@@ -505,8 +523,8 @@ class RecapDrafter:
                     row, token = int(at[0]), chain[depth - 1]
                     hit = np.flatnonzero((tokens[row] == token) & (q[row] > 0))
                     if len(hit) == 0:  # not proposed by any memory: one more candidate for this context
-                        tokens, q, coarse = _widen(
-                            tokens, q, coarse, row, token, self._absent_code(found, row)
+                        tokens, q, coarse, parts = _widen(
+                            tokens, q, coarse, parts, row, token, self._absent_code(found, row)
                         )
                         hit = [tokens.shape[1] - 1]
                     chain_info = (row, int(hit[0]), token)
@@ -520,7 +538,7 @@ class RecapDrafter:
             if chain_info is not None:
                 offered[chain_info[0], chain_info[1]] = True
             estimate = np.where(offered, estimate, 0.0)
-            self._levels.append(_Level(frontier, tokens, kinds, offered, found, chain_info))
+            self._levels.append(_Level(frontier, tokens, kinds, offered))
             # The `branching` best candidates of each context, by estimate.
             order = np.argsort(-estimate, axis=1, kind="stable")[:, :width]
             at = np.arange(len(frontier))[:, None]
@@ -529,7 +547,7 @@ class RecapDrafter:
             new_scores = child_scores[rows, columns]
             columns = order[rows, columns]
             new_tokens = tokens[rows, columns]
-            start = pool.add(new_scores, new_tokens, frontier[rows], depth, len(self._levels) - 1, rows)
+            start = pool.add(new_scores, new_tokens, frontier[rows], depth, parts[rows, columns])
             if chain_info is not None:
                 drafted = np.flatnonzero((rows == chain_info[0]) & (columns == chain_info[1]))
                 chain_node = start + int(drafted[0]) if len(drafted) else -2
@@ -548,57 +566,50 @@ class RecapDrafter:
 
     def _absent_code(self, found: _Lookup, row: int) -> int:
         """Coarse kind (non-suffix) of a token no memory proposed at context ``row``."""
-        code = 0
-        for name in SOURCES:
-            code *= CODES
-            if name in found.names:
-                s = found.names.index(name)
-                if found.shares[s, row] > 0:
-                    code += 1 + 5 * int(found.fresh[s, row]) + 4
-        return code * 2
+        code = np.where(found.shares[:, row] > 0, 1 + 5 * found.fresh[:, row] + 4, 0)
+        return int(code @ _CODE_WEIGHTS) * 2
 
     def _select(self, pool: _Pool, cap: int) -> DraftTree:
         """The ``cap`` best pool nodes, best first (then shallower, then older), as a `DraftTree`; with a
-        cost-aware budget, the prefix the budget rule keeps."""
-        scores, tokens, parents, depths, levels, rows = pool.arrays()
+        cost-aware budget, the prefix the budget rule keeps.
+
+        A node's sources are the memories that proposed it, the largest contributor first, then
+        ``suffix`` for a suffix-matched token; the contributions themselves are display-only (`explain`).
+        """
+        scores, tokens, parents, depths, parts = pool.arrays()
         order = np.lexsort((np.arange(len(scores)), depths, -scores))[:cap]
         if self._cost_aware() and self._flat_extent() < cap + self.pending:
             # Where the curve is flat up to the cap, costs differ by noise only: grow to the cap.
             order = order[: auto_budget(self.cost_model, scores[order], self.pending)]
         final = np.full(len(scores), -1, dtype=np.int64)
         final[order] = np.arange(len(order))
-        self._final = final
+        self._final, self._parts = final, parts[order]
         chosen_parents = np.where(parents[order] < 0, ROOT, final[np.maximum(parents[order], 0)])
-        sources, contributions = self._provenance(
-            order, tokens[order], levels[order], rows[order], pool.chain
-        )
+        ranked = np.argsort(-self._parts, axis=1, kind="stable")
+        present = np.take_along_axis(self._parts, ranked, 1) > 0
+        codes = ((ranked @ np.array([9, 3, 1])) * 8 + present @ np.array([4, 2, 1])).tolist()
+        sources = [_SOURCE_TUPLES[code] for code in codes]
+        for node in pool.chain:
+            if final[node] >= 0:
+                sources[final[node]] = (*sources[final[node]], "suffix")
         return DraftTree(
-            tokens[order].tolist(), chosen_parents.tolist(), scores[order].tolist(), sources, contributions
+            tokens[order].tolist(),
+            chosen_parents.tolist(),
+            scores[order].tolist(),
+            sources,
+            [{} for _ in range(len(order))],
         )
 
-    def _provenance(
-        self, order: np.ndarray, tokens: np.ndarray, levels: np.ndarray, rows: np.ndarray, chain: set[int]
-    ) -> tuple[list[tuple[str, ...]], list[dict[str, float]]]:
-        """Each chosen node's sources and per-memory contributions (``share * record prob``)."""
-        parts = np.zeros((len(SOURCES), len(order)))
-        k = self.config.k
-        for index, level in enumerate(self._levels):
-            mine = np.flatnonzero(levels == index)
-            found = level.lookup
-            if len(mine) == 0 or not found.names:
-                continue
-            at = rows[mine]
-            matched = found.values[at] * (found.ids[at] == tokens[mine][:, None])
-            per_source = matched.reshape(len(mine), len(found.names), k).sum(2)
-            for s, name in enumerate(found.names):
-                parts[SOURCES.index(name), mine] = per_source[:, s]
-        sources: list[tuple[str, ...]] = []
-        contributions: list[dict[str, float]] = []
-        for node, column in zip(order.tolist(), parts.T.tolist()):
-            shares = {name: part for name, part in zip(SOURCES, column) if part > 0}
-            contributions.append(shares)
-            sources.append(("suffix", *shares) if node in chain else tuple(shares))
-        return sources, contributions
+    def explain(self, tree: DraftTree) -> None:
+        """Fill the display-only fields of the last proposed ``tree``: the fused distribution at the
+        root (``root_candidates``) and each node's per-memory contributions (``share * record prob``).
+
+        Call it after `propose` and before `observe` (the studio does; a benchmark does not).
+        """
+        tree.root_candidates = self.root_candidates()
+        if tree is self._proposed and len(self._parts) == len(tree):
+            for node, column in enumerate(self._parts.tolist()):
+                tree.contributions[node] = {name: part for name, part in zip(SOURCES, column) if part > 0}
 
     def _cost_aware(self) -> bool:
         return self.config.budget == "auto" and self.cost_model is not None
@@ -632,23 +643,16 @@ class RecapDrafter:
         it would continue), whether or not it was drafted and whether or not its parent was accepted.
         Contexts whose node was left out of the tree were not verified: they teach nothing.
         """
-        greedy = observation.topk_ids[:, 0]
-        root_row = len(observation.positions) - 1
-        final = self._final
-        seen: list[np.ndarray] = []
-        hits: list[np.ndarray] = []
-        for level in self._levels:
-            nodes = level.nodes
-            node_ids = np.where(nodes < 0, -1, final[np.maximum(nodes, 0)])
-            verified = (nodes < 0) | (node_ids >= 0)
-            if not verified.any():
-                continue
-            truth = greedy[root_row + 1 + node_ids]
-            labelled = level.offered & verified[:, None]
-            seen.append(level.kinds[labelled])
-            hits.append(level.kinds[labelled & (level.tokens == truth[:, None])])
-        if seen:
-            self.acceptance.update(np.concatenate(seen), np.concatenate(hits))
+        width = max(level.tokens.shape[1] for level in self._levels)
+        levels = [_pad_columns(level, width) for level in self._levels]
+        nodes = np.concatenate([level.nodes for level in levels])
+        node_ids = np.where(nodes < 0, -1, self._final[np.maximum(nodes, 0)])
+        verified = (nodes < 0) | (node_ids >= 0)
+        truth = observation.topk_ids[len(observation.positions) + node_ids[verified], 0]
+        tokens = np.concatenate([level.tokens for level in levels])[verified]
+        kinds = np.concatenate([level.kinds for level in levels])[verified]
+        offered = np.concatenate([level.offered for level in levels])[verified]
+        self.acceptance.update(kinds[offered], kinds[offered & (tokens == truth[:, None])])
 
 
 def _tail(context: Sequence[int]) -> Tail:
@@ -658,11 +662,26 @@ def _tail(context: Sequence[int]) -> Tail:
 
 
 def _widen(
-    tokens: np.ndarray, q: np.ndarray, coarse: np.ndarray, row: int, token: int, kind: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    tokens: np.ndarray, q: np.ndarray, coarse: np.ndarray, parts: np.ndarray, row: int, token: int, kind: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The candidate arrays with one more column, holding ``token`` (fused probability 0) at ``row``."""
     tokens = np.pad(tokens, ((0, 0), (0, 1)), constant_values=-1)
     q = np.pad(q, ((0, 0), (0, 1)), constant_values=-1.0)
     coarse = np.pad(coarse, ((0, 0), (0, 1)))
+    parts = np.pad(parts, ((0, 0), (0, 1), (0, 0)))
     tokens[row, -1], q[row, -1], coarse[row, -1] = token, 0.0, kind
-    return tokens, q, coarse
+    return tokens, q, coarse, parts
+
+
+def _pad_columns(level: _Level, width: int) -> _Level:
+    """``level`` with its candidate arrays padded to ``width`` columns (padding is never offered)."""
+    extra = width - level.tokens.shape[1]
+    if extra == 0:
+        return level
+    pad = ((0, 0), (0, extra))
+    return _Level(
+        level.nodes,
+        np.pad(level.tokens, pad, constant_values=-1),
+        np.pad(level.kinds, pad),
+        np.pad(level.offered, pad),
+    )
