@@ -50,7 +50,7 @@ class RecapConfig:
     max_budget: int | None = None
     depth: int = 8
     branching: int = 8
-    score_floor: float = 1e-4
+    score_floor: float = 0.0
     specificity: tuple[float, float, float] = (1.0, 2.0, 4.0)
     kappa_min: float = 0.05
     suffix: bool = True

@@ -165,7 +165,22 @@ def _source_tuples() -> dict[int, tuple[str, ...]]:
 _SOURCE_TUPLES = _source_tuples()
 
 #: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.acceptance.coarse_kind`).
-_CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1])
+_CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.float64)
+_COLUMNS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _column_matrices(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For ``n = 3k`` record columns: ``block`` ``(n, 3)`` sums each memory's columns, ``rank_weights``
+    ``(n, 3)`` weighs column j of a memory by j + 1, ``lower`` ``(n, n)`` marks earlier columns (cached)."""
+    found = _COLUMNS.get(k)
+    if found is None:
+        n = 3 * k
+        block, rank_weights = np.zeros((n, 3)), np.zeros((n, 3))
+        for source in range(3):
+            block[source * k : source * k + k, source] = 1.0
+            rank_weights[source * k : source * k + k, source] = np.arange(1, k + 1)
+        found = _COLUMNS[k] = (block, rank_weights, np.tri(n, k=-1))
+    return found
 
 
 def _strictly_lower(n: int) -> np.ndarray:
@@ -463,17 +478,22 @@ class RecapDrafter:
         Returns ``tokens`` ``(B, n)``, fused probabilities ``q`` (-1 where the column is a repeat or
         empty), coarse acceptance kinds as ordinary candidates (what each memory says about the token:
         no record; fresh or not, its rank or absent) and each memory's contribution ``(B, n, 3)``.
+        Sums over the records' columns are matrix products with small constant matrices (numpy reduces
+        short trailing axes slowly).
         """
-        ids, values, k = found.ids, found.values, self.config.k
+        ids, values = found.ids, found.values
         count, n = ids.shape
-        same = ids[:, :, None] == ids[:, None, :]  # (B, n, n)
-        blocks = same.reshape(count, n, 3, k)
-        parts = np.einsum("bisj,bsj->bis", blocks, values.reshape(count, 3, k))
+        block, rank_weights, lower = _column_matrices(self.config.k)
+        same = (ids[:, :, None] == ids[:, None, :]).astype(np.float64)  # (B, n, n)
+        parts = ((same * values[:, None, :]).reshape(count * n, n) @ block).reshape(count, n, 3)
         q = parts.sum(2)
-        q[(same & _strictly_lower(n)).any(2) | (ids < 0)] = -1.0
-        rank = np.where(blocks.any(3), np.minimum(blocks.argmax(3), 3), 4)  # (B, n, 3)
-        code = np.where((found.shares > 0).T[:, None, :], 1 + 5 * found.fresh.T[:, None, :] + rank, 0)
-        coarse = (code @ _CODE_WEIGHTS) * 2
+        repeated = ((same * lower).reshape(count * n, n) @ np.ones(n)).reshape(count, n) > 0
+        q[repeated | (ids < 0)] = -1.0
+        # A record holds distinct ids, so sum over its columns of (column + 1) * match = rank + 1.
+        rank = (same.reshape(count * n, n) @ rank_weights).reshape(count, n, 3)
+        code = np.where(rank > 0, np.minimum(rank - 1, 3), 4) + 1 + 5 * found.fresh.T[:, None, :]
+        code = np.where((found.shares > 0).T[:, None, :], code, 0)
+        coarse = (code.reshape(count * n, 3) @ _CODE_WEIGHTS).reshape(count, n).astype(np.int64) * 2
         return ids, q, coarse, parts
 
     def _estimate(
@@ -567,7 +587,7 @@ class RecapDrafter:
     def _absent_code(self, found: _Lookup, row: int) -> int:
         """Coarse kind (non-suffix) of a token no memory proposed at context ``row``."""
         code = np.where(found.shares[:, row] > 0, 1 + 5 * found.fresh[:, row] + 4, 0)
-        return int(code @ _CODE_WEIGHTS) * 2
+        return int(code @ _CODE_WEIGHTS.astype(np.int64)) * 2
 
     def _select(self, pool: _Pool, cap: int) -> DraftTree:
         """The ``cap`` best pool nodes, best first (then shallower, then older), as a `DraftTree`; with a
