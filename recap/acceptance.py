@@ -96,6 +96,7 @@ class AcceptanceModel:
         self.hits_fine = np.zeros(FINE_KINDS)
         self._lock = threading.Lock()
         self._arrays: tuple[np.ndarray, ...] | None = None
+        self._linear: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         """Labels learnt so far (after decay)."""
@@ -105,7 +106,7 @@ class AcceptanceModel:
         with self._lock:
             for array in (self.seen_coarse, self.hits_coarse, self.seen_fine, self.hits_fine):
                 array.fill(0.0)
-            self._arrays = None
+            self._arrays = self._linear = None
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(a_coarse, b_coarse, a_fine, b_fine)`` with ``estimate = a + b * prior`` per level (numpy),
@@ -121,6 +122,15 @@ class AcceptanceModel:
                     m / (self.seen_fine + m),
                 )
         return arrays
+
+    def linear(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(offset, slope)`` per fine kind: ``estimate = offset[kind] + slope[kind] * prior`` (the two
+        shrinkage levels composed), cached until the next `update`."""
+        if self._linear is None:
+            a_c, b_c, a_f, b_f = self.arrays()
+            coarse = np.arange(FINE_KINDS) // BUCKETS
+            self._linear = (a_f + b_f * a_c[coarse], b_f * b_c[coarse])
+        return self._linear
 
     def estimate(self, kind: int, q: float) -> float:
         """Estimated chance that a candidate of fine ``kind`` (`fine_kind`) with fused probability ``q``
@@ -152,4 +162,4 @@ class AcceptanceModel:
                 if full.any():
                     seen_counts[full] *= self.decay
                     hit_counts[full] *= self.decay
-            self._arrays = None
+            self._arrays = self._linear = None

@@ -39,6 +39,7 @@ from recap.memory import (
     concentration,
     fit_topk,
     pack_keys,
+    record_table,
     recycling_keys,
 )
 from recap.tree import ROOT, DraftTree, FusedCandidate
@@ -165,21 +166,23 @@ def _source_tuples() -> dict[int, tuple[str, ...]]:
 _SOURCE_TUPLES = _source_tuples()
 
 #: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.acceptance.coarse_kind`).
-_CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.float64)
+_CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.float32)
 _COLUMNS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
 
 def _column_matrices(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For ``n = 3k`` record columns: ``block`` ``(n, 3)`` sums each memory's columns, ``rank_weights``
-    ``(n, 3)`` weighs column j of a memory by j + 1, ``lower`` ``(n, n)`` marks earlier columns (cached)."""
+    ``(n, 3)`` weighs column j of a memory by j + 1, ``earlier`` ``(n, 3)`` marks the memories before
+    each column's own (cached)."""
     found = _COLUMNS.get(k)
     if found is None:
         n = 3 * k
-        block, rank_weights = np.zeros((n, 3)), np.zeros((n, 3))
+        block, rank_weights = np.zeros((n, 3), np.float32), np.zeros((n, 3), np.float32)
         for source in range(3):
             block[source * k : source * k + k, source] = 1.0
             rank_weights[source * k : source * k + k, source] = np.arange(1, k + 1)
-        found = _COLUMNS[k] = (block, rank_weights, np.tri(n, k=-1))
+        earlier = np.arange(3)[None, :] < (np.arange(n) // k)[:, None]
+        found = _COLUMNS[k] = (block, rank_weights, earlier)
     return found
 
 
@@ -281,10 +284,11 @@ class RecapDrafter:
         self._index = NgramIndex(2, self.config.suffix_max_len)
         self._excluded: frozenset[int] = frozenset()
         self._excluded_array = np.zeros(0, dtype=np.int64)
-        self._excluded_list: list[int] = []
+        self._usable = np.zeros(1, dtype=bool)  # token -> may appear in a key (last entry: no token)
         s1, s2, s3 = self.config.specificity
         self._weights = np.array([s3, s2, s1])  # specificity priors in `SOURCES` order
         self._flat: int | None = None  # `_flat_extent`, once known
+        self._empty = np.zeros((0, 2 * self.config.k + 2), dtype=np.float32)  # `_empty_rows`
         self._request = -1  # this request's number (`PersistentMemory.next_request`), stamped on writes
         # The last proposal: its tree and root tail, and what labelling needs in `observe`.
         self._proposed: DraftTree | None = None
@@ -319,7 +323,9 @@ class RecapDrafter:
             self.ctx3.clear()
         self._excluded = frozenset(int(t) for t in request.excluded_tokens)
         self._excluded_array = np.fromiter(self._excluded, dtype=np.int64, count=len(self._excluded))
-        self._excluded_list = sorted(self._excluded)
+        self._usable = np.ones(request.vocab_size + 1, dtype=bool)
+        self._usable[[t for t in self._excluded if 0 <= t < request.vocab_size]] = False
+        self._usable[-1] = False
         self._index.reset(self._excluded)
         self._forget_proposal()
 
@@ -392,12 +398,10 @@ class RecapDrafter:
         with an image placeholder or a missing token is never looked up.
         """
         config, count, k = self.config, len(tails), self.config.k
-        bad = tails < 0
-        for token in self._excluded_list:
-            bad |= tails == token
-        ok_c = ~bad[:, 2]
-        ok_b = ok_c & ~bad[:, 1]
-        ok_a = ok_b & ~bad[:, 0]
+        usable = self._usable[tails]  # -1 (before the start) reads the last entry: False
+        ok_c = usable[:, 2]
+        ok_b = ok_c & usable[:, 1]
+        ok_a = ok_b & usable[:, 0]
         blocks = []
         empty = self._empty_rows(count)
         if config.use_context:
@@ -424,16 +428,21 @@ class RecapDrafter:
             weights = self._weights * np.maximum(config.kappa_min, rows[:, :, 2 * k]) * present
         total = weights.sum(1, keepdims=True)
         weights /= np.where(total > 0, total, 1.0)
-        values = rows[:, :, k : 2 * k] * weights[:, :, None]
+        values = rows[:, :, k : 2 * k] * weights[:, :, None].astype(np.float32)
         fresh = rows[:, :, 2 * k + 1] == self._request
         return _Lookup(ids.reshape(count, 3 * k), values.reshape(count, 3 * k), weights.T, fresh.T)
 
     def _empty_rows(self, count: int) -> np.ndarray:
-        """``count`` empty records (`record_table` layout: id -1, probability 0)."""
-        k = self.config.k
-        row = np.zeros(2 * k + 2, dtype=np.float32)
-        row[:k], row[-1] = -1, -1
-        return np.broadcast_to(row, (count, 2 * k + 2))
+        """``count`` empty records (`record_table` layout: id -1, probability 0), read-only."""
+        if len(self._empty) < count:
+            k = self.config.k
+            self._empty = record_table(
+                np.full((2 * count, k), -1),
+                np.zeros((2 * count, k)),
+                np.zeros(2 * count),
+                np.full(2 * count, -1),
+            )
+        return self._empty[:count]
 
     def _fused(self, tail: Tail) -> Fused:
         """The fused distribution after one context, with each record's share (as `fuse` gives it)."""
@@ -481,17 +490,22 @@ class RecapDrafter:
         Sums over the records' columns are matrix products with small constant matrices (numpy reduces
         short trailing axes slowly).
         """
-        ids, values = found.ids, found.values
+        ids, values, k = found.ids, found.values, self.config.k
         count, n = ids.shape
-        block, rank_weights, lower = _column_matrices(self.config.k)
-        same = (ids[:, :, None] == ids[:, None, :]).astype(np.float64)  # (B, n, n)
-        parts = ((same * values[:, None, :]).reshape(count * n, n) @ block).reshape(count, n, 3)
-        q = parts.sum(2)
-        repeated = ((same * lower).reshape(count * n, n) @ np.ones(n)).reshape(count, n) > 0
+        _, rank_weights, earlier = _column_matrices(k)
+        # A record holds distinct ids, so the sum over its columns of (column + 1) * match is the
+        # token's rank + 1 in it (0: absent). float32: numpy's float32 products are much faster.
+        same = (ids[:, :, None] == ids[:, None, :]).astype(np.float32)  # (B, n, n)
+        rank = (same.reshape(count * n, n) @ rank_weights).reshape(count, n, 3).astype(np.int64)
+        found_in = rank > 0
+        column = np.clip(rank - 1, 0, k - 1)  # (empty columns, id -1, match each other: clipped)
+        taken = np.take_along_axis(values.reshape(count, 1, 3, k), column[..., None], 3)
+        parts = np.where(found_in, taken[..., 0], 0.0)  # (B, n, 3): each memory's share of q
+        q = parts.sum(2, dtype=np.float64)
+        # A token counts once, at its first (most specific) memory's column.
+        repeated = (found_in & earlier).any(2)
         q[repeated | (ids < 0)] = -1.0
-        # A record holds distinct ids, so sum over its columns of (column + 1) * match = rank + 1.
-        rank = (same.reshape(count * n, n) @ rank_weights).reshape(count, n, 3)
-        code = np.where(rank > 0, np.minimum(rank - 1, 3), 4) + 1 + 5 * found.fresh.T[:, None, :]
+        code = np.where(found_in, np.minimum(rank - 1, 3), 4) + 1 + 5 * found.fresh.T[:, None, :]
         code = np.where((found.shares > 0).T[:, None, :], code, 0)
         coarse = (code.reshape(count * n, 3) @ _CODE_WEIGHTS).reshape(count, n).astype(np.int64) * 2
         return ids, q, coarse, parts
@@ -504,8 +518,8 @@ class RecapDrafter:
         kinds = coarse * BUCKETS + np.searchsorted(EDGES, q, side="right")
         if not self.config.calibrate:
             return kinds, prior
-        a_c, b_c, a_f, b_f = self.acceptance.arrays()
-        return kinds, a_f[kinds] + b_f[kinds] * (a_c[coarse] + b_c[coarse] * prior)
+        offset, slope = self.acceptance.linear()
+        return kinds, offset[kinds] + slope[kinds] * prior
 
     def _best_first_tree(self, context: Sequence[int], tail: Tail) -> DraftTree:
         """The ``cap`` best nodes by path estimate (a node's estimate times its parent's path estimate),
