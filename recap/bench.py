@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from recap.config import RecapConfig
+from recap.cost import load_curve
 from recap.datasets import SPECBENCH_ENV, Sample, load_dataset
 from recap.decode import generate
 from recap.drafters import METHODS, is_recap_method, shared_state
@@ -347,13 +348,7 @@ def per_category(
 def _cost_curve(runtime: Runtime) -> dict[str, Any]:
     """The tree-cost curve the cost-aware budget used (ms per T, measured and fitted), if one was measured."""
     cost = runtime.measured_cost()
-    if cost is None:
-        return {}
-
-    def as_ms(points):
-        return [[t, round(s * 1e3, 3)] for t, s in points]
-
-    return {"cost_curve_ms": {"measured": as_ms(cost.points), "fitted": as_ms(cost.fitted)}}
+    return {} if cost is None else {"cost_curve_ms": cost.to_ms()}
 
 
 def _run_one(
@@ -365,8 +360,16 @@ def _run_one(
     sampling: SamplingSettings = GREEDY,
 ) -> SampleRun:
     start = time.perf_counter()
+    # details=False: no display-only work (token texts, the drafter's root distribution) in the timing.
     result = generate(
-        target, drafter, sample.prompt, sample.images, max_new_tokens, method=method, sampling=sampling
+        target,
+        drafter,
+        sample.prompt,
+        sample.images,
+        max_new_tokens,
+        method=method,
+        sampling=sampling,
+        details=False,
     )
     run = SampleRun.from_steps(sample.id, result.steps, time.perf_counter() - start)
     log.info(
@@ -642,6 +645,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--suffix-max-spec-factor", type=float, default=defaults.max_spec_factor)
     parser.add_argument("--suffix-min-token-prob", type=float, default=defaults.min_token_prob)
     parser.add_argument("--cold", action="store_true", help="reset persistent memories between samples")
+    parser.add_argument(
+        "--cost-curve",
+        default=None,
+        metavar="FILE",
+        help="replay a recorded tree-cost curve instead of measuring this device's: a JSON list of "
+        "[tokens, milliseconds] or a results.json that recorded one (e.g. a GPU's, on a CPU)",
+    )
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -688,7 +698,10 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     if data_file is None and args.dataset == "specbench":
         data_file = os.environ.get(SPECBENCH_ENV) or None
     samples = load_dataset(args.dataset, args.limit, data_file=data_file)
+    curve = load_curve(args.cost_curve) if args.cost_curve is not None else None
     runtime = load_runtime(args)
+    if curve is not None:
+        runtime.use_cost_model(curve)
     result = run_benchmark(
         runtime,
         samples,
@@ -703,6 +716,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
             "data_file": Path(data_file).name if data_file else None,  # no machine path in results
             "limit": args.limit,
             "command": command,
+            **({"cost_curve_file": Path(args.cost_curve).name} if args.cost_curve else {}),
         },
         suffix_config=suffix_config,
         sampling=sampling,

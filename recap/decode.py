@@ -57,6 +57,7 @@ def generate_steps(
     max_new_tokens: int = 128,
     method: str | None = None,
     sampling: SamplingSettings = GREEDY,
+    details: bool = True,
 ) -> Iterator[StepRecord]:
     """Generation with tree verification; yields a `StepRecord` after every target pass.
 
@@ -65,6 +66,12 @@ def generate_steps(
     a drafted token is kept only where it equals the target's own argmax. Sampling: every committed
     token is distributed exactly as ``generate(do_sample=True)`` with the same temperature, top-k and
     top-p would draw it (`recap.sampling.accept_sampled`); a seeded run is reproducible.
+
+    ``details``: fill the display-only fields of the records: token texts; what a drafter with the
+    optional ``explain(tree)`` fills in (its fused distribution at the root, each node's per-source
+    contributions); the target's probability at the root when the pass computed no top-k. They are
+    computed outside the timed draft/verify/update phases; a benchmark turns them off (``False``:
+    texts are empty, ``fused_at_root`` and node contributions too).
     """
     prompt = check_prompt(prompt)
     check_max_new_tokens(max_new_tokens)
@@ -98,7 +105,7 @@ def generate_steps(
         method=method,
         bonus_token=first,
         new_tokens=[first],
-        new_texts=target.token_text([first]),
+        new_texts=target.token_text([first]) if details else [],
         new_sources=["target"],
         target_token=first,
         timing={"draft_ms": 0.0, "verify_ms": verify_ms, "update_ms": _ms_since(start)},
@@ -115,6 +122,9 @@ def generate_steps(
         start = time.perf_counter()
         tree = drafter.propose(context)
         draft_ms = _ms_since(start)
+        explain = getattr(drafter, "explain", None) if details else None
+        if explain is not None:  # display only, untimed; before `observe` changes the memories
+            explain(tree)
 
         # 3. Verify: one pass over pending + nodes; greedy tokens at the root and at every node.
         start = time.perf_counter()
@@ -124,9 +134,8 @@ def generate_steps(
         if rng is None:
             greedy = tree_logits.argmax(-1).tolist()
             acceptance = accept_greedy(tree, greedy)
-            root_token = greedy[0]
-            root_prob = float(torch.softmax(tree_logits[0], -1)[root_token])
-        else:
+            root_token, root_prob = greedy[0], None
+        else:  # sampling: the root token's probability comes with its draw
             acceptance, root_prob = _verify_sampled(tree, tree_logits, sampling, rng)
             draws = [_draw_record(d) for d in acceptance.draws]
             root_token = acceptance.draws[0].token
@@ -134,6 +143,10 @@ def generate_steps(
         target.commit(state, len(tree), acceptance.nodes)
         topk_ids, topk_probs = _topk(logits, k)
         verify_ms = _ms_since(start)
+        if root_prob is None and topk_probs is not None:
+            root_prob = float(topk_probs[len(pending) - 1, 0])  # the greedy token's probability, computed
+        elif root_prob is None and details:
+            root_prob = float(torch.softmax(tree_logits[0].float(), -1)[root_token])
 
         # 4. Recycle: the drafter learns from every computed position, rejected nodes included.
         start = time.perf_counter()
@@ -152,6 +165,7 @@ def generate_steps(
             root_token,
             root_prob,
             {"draft_ms": draft_ms, "verify_ms": verify_ms, "update_ms": update_ms},
+            details,
         )
         context.extend(acceptance.tokens)
         generated += len(acceptance.tokens)
@@ -171,9 +185,12 @@ def generate(
     max_new_tokens: int = 128,
     method: str | None = None,
     sampling: SamplingSettings = GREEDY,
+    details: bool = True,
 ) -> GenerationResult:
-    """Run `generate_steps` to the end and collect the result."""
-    steps = list(generate_steps(target, drafter, prompt, images, max_new_tokens, method, sampling))
+    """Run `generate_steps` to the end and collect the result (``details``: see `generate_steps`)."""
+    steps = list(
+        generate_steps(target, drafter, prompt, images, max_new_tokens, method, sampling, details)
+    )
     tokens = [t for s in steps for t in s.new_tokens]
     return GenerationResult(tokens, target.decode(tokens), steps, summarize(steps))
 
@@ -222,12 +239,13 @@ def _step_record(
     tree: DraftTree,
     acceptance: Acceptance,
     root_token: int,
-    root_prob: float,
+    root_prob: float | None,
     timing: dict[str, float],
+    details: bool = True,
 ) -> StepRecord:
     accepted = set(acceptance.nodes)
     depths = tree.depths
-    texts = target.token_text(tree.tokens)
+    texts = target.token_text(tree.tokens) if details else [""] * len(tree)
     nodes = [
         NodeRecord(
             id=i,
@@ -242,14 +260,11 @@ def _step_record(
         )
         for i in range(len(tree))
     ]
+    believed = tree.root_candidates
+    fused_texts = target.token_text([c.token for c in believed]) if believed else []
     fused = [
-        FusedRecord(
-            token=c.token,
-            text=target.token_text([c.token])[0],
-            prob=float(c.prob),
-            contributions=dict(c.contributions),
-        )
-        for c in tree.root_candidates
+        FusedRecord(token=c.token, text=text, prob=float(c.prob), contributions=dict(c.contributions))
+        for c, text in zip(believed, fused_texts)
     ]
     sources = [main_source(tree.sources[n], tree.contributions[n]) for n in acceptance.nodes]
     sources += ["target"] * (len(acceptance.tokens) - len(sources))
@@ -262,7 +277,7 @@ def _step_record(
         accepted_ids=list(acceptance.nodes),
         bonus_token=acceptance.tokens[-1] if has_bonus else None,
         new_tokens=list(acceptance.tokens),
-        new_texts=target.token_text(acceptance.tokens),
+        new_texts=target.token_text(acceptance.tokens) if details else [],
         new_sources=sources,
         fused_at_root=fused,
         target_token=root_token,

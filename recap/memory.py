@@ -22,32 +22,39 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
+from recap.acceptance import AcceptanceModel
+
 logger = logging.getLogger(__name__)
 
 #: Version of the persistent-memory file layout; a file with another version is not loaded.
 FORMAT_VERSION = "1"
+#: Records a stream-scope contextual memory keeps (the oldest keys are dropped beyond it).
+STREAM_CONTEXT_CAPACITY = 1 << 17
 
 
 class PredictionRecord(NamedTuple):
-    """The target's top-k at one position: ``ids``/``probs`` (length k, probs descending), concentration."""
+    """The target's top-k at one position: ``ids``/``probs`` (length k, probs descending), concentration,
+    and the request that wrote it (`PersistentMemory.next_request`; -1: unknown)."""
 
     ids: Sequence[int]
     probs: Sequence[float]
     concentration: float
+    request: int = -1
 
 
 def concentration(probs: np.ndarray) -> np.ndarray:
@@ -116,7 +123,32 @@ class PersistentMemory:
         self.probs = np.zeros((vocab_size, k), dtype=np.float32)
         self.filled = np.zeros(vocab_size, dtype=bool)
         self.concentrations = np.zeros(vocab_size, dtype=np.float32)
+        #: The request that wrote each row (`next_request`), -1 before any write; not saved.
+        self.stamps = np.full(vocab_size, -1, dtype=np.int64)
+        #: What the drafters sharing this memory learnt about their candidates' acceptance (not saved).
+        self.acceptance = AcceptanceModel()
+        #: Contextual memories kept across requests (``context_scope="stream"``; not saved).
+        self.context2 = ContextMemory(2, capacity=STREAM_CONTEXT_CAPACITY)
+        self.context3 = ContextMemory(3, capacity=STREAM_CONTEXT_CAPACITY)
+        self._requests = itertools.count()
+        self._table: np.ndarray | None = None  # `table`, built on first use
         self._lock = threading.Lock()
+
+    @property
+    def table(self) -> np.ndarray:
+        """All records as float32 rows (`record_table` layout), ``(vocab + 1, 2k + 2)``; the last row and
+        the rows of tokens without a record are empty (id -1). Kept in step by `write_many` and `reset`.
+        """
+        if self._table is None:
+            ids = np.where(self.filled[:, None], self.ids, -1)
+            rows = record_table(ids, self.probs, self.concentrations, self.stamps)
+            empty = record_table(np.full((1, self.k), -1), np.zeros((1, self.k)), [0.0], [-1])
+            self._table = np.concatenate([rows, empty])
+        return self._table
+
+    def next_request(self) -> int:
+        """A new request number for the stamps of what the request writes (unique per memory)."""
+        return next(self._requests)
 
     def __len__(self) -> int:
         """Number of tokens that have a record."""
@@ -127,16 +159,25 @@ class PersistentMemory:
         if not 0 <= token < self.vocab_size or not self.filled[token]:
             return None
         return PredictionRecord(
-            self.ids[token].tolist(), self.probs[token].tolist(), float(self.concentrations[token])
+            self.ids[token].tolist(),
+            self.probs[token].tolist(),
+            float(self.concentrations[token]),
+            int(self.stamps[token]),
         )
 
     def write_many(
-        self, keys: np.ndarray, ids: np.ndarray, probs: np.ndarray, concentrations: np.ndarray | None = None
+        self,
+        keys: np.ndarray,
+        ids: np.ndarray,
+        probs: np.ndarray,
+        concentrations: np.ndarray | None = None,
+        request: int = -1,
     ) -> None:
         """Write rows ``ids[i], probs[i]`` (shape ``(R, k)``) under ``keys[i]`` (shape ``(R,)``).
 
         A key that appears twice keeps its last row; keys outside the vocabulary are ignored.
-        ``concentrations`` (R,) may be passed when the caller already computed them for these rows.
+        ``concentrations`` (R,) may be passed when the caller already computed them for these rows;
+        ``request`` stamps the rows with the request that wrote them.
         """
         keys = np.asarray(keys, dtype=np.int64).reshape(-1)
         if len(keys) == 0:
@@ -152,6 +193,11 @@ class PersistentMemory:
             self.probs[keys] = probs[keep]
             self.filled[keys] = True
             self.concentrations[keys] = np.asarray(concentrations)[keep]
+            self.stamps[keys] = request
+            if self._table is not None:
+                self._table[keys] = record_table(
+                    ids[keep], probs[keep], np.asarray(concentrations)[keep], np.full(len(keys), request)
+                )
 
     def reset(self) -> None:
         """Forget every record."""
@@ -160,6 +206,11 @@ class PersistentMemory:
             self.probs.fill(0.0)
             self.filled.fill(False)
             self.concentrations.fill(0.0)
+            self.stamps.fill(-1)
+            self._table = None
+            self.context2.clear()
+            self.context3.clear()
+        self.acceptance.reset()
 
     # ------------------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike, fingerprint: str) -> None:
@@ -309,38 +360,156 @@ def _read_checked(path: Path, fingerprint: str, vocab_size: int, k: int) -> dict
     return arrays
 
 
-class ContextMemory:
-    """``C2``/``C3``: request-local ``key tuple -> record`` (overwrite-with-latest), cleared per request."""
+#: Bits per token in a packed context key (`pack_keys`): vocabularies up to about a million tokens.
+KEY_BITS = 20
 
-    def __init__(self, order: int) -> None:
+
+def pack_keys(keys: np.ndarray) -> np.ndarray:
+    """Pack rows of ``n <= 3`` token ids ``(R, n)`` into one int64 each (oldest token highest).
+
+    Example: ``pack_keys([[1, 2]]) == [(1 << 20) | 2]``. Ids must lie in ``[0, 2**KEY_BITS)``.
+    """
+    keys = np.asarray(keys, dtype=np.int64)
+    packed = np.zeros(keys.shape[:-1], dtype=np.int64)
+    for column in range(keys.shape[-1]):
+        packed = (packed << KEY_BITS) | keys[..., column]
+    return packed
+
+
+def record_table(ids: np.ndarray, probs: np.ndarray, concentrations: Any, stamps: Any) -> np.ndarray:
+    """Rows ``[ids (k), probs (k), concentration, stamp]`` as float32 ``(R, 2k + 2)``: what a drafter reads
+    in one gather (`ContextMemory.table`, `PersistentMemory.table`). Exact for ids and stamps < 2**24."""
+    return np.concatenate(
+        [ids, probs, np.asarray(concentrations)[:, None], np.asarray(stamps)[:, None]],
+        axis=1,
+        dtype=np.float32,
+    )
+
+
+class ContextMemory:
+    """``C2``/``C3``: ``key -> record`` (overwrite-with-latest), cleared per request by the drafter unless
+    it keeps them for the whole stream (then bounded by ``capacity``: a full memory reuses the row of
+    the key stored longest ago).
+
+    Array-backed: a dict maps each packed key (`pack_keys`) to a row of ``table`` (`record_table`
+    layout; row 0 is an empty record, id -1, for keys that have none), so that a drafter looks up and
+    writes many contexts at once (`slots`, `write_rows`) and no per-record Python object is kept. Keys
+    are given as token tuples (`lookup`, `write`, `keys`) or packed (`slots`, `write_rows`).
+    """
+
+    def __init__(self, order: int, capacity: int | None = None) -> None:
         if order < 1:
             raise ValueError(f"order must be >= 1, got {order}")
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.order = order
-        self._records: dict[tuple[int, ...], PredictionRecord] = {}
-        #: Bound lookup, for hot loops: ``lookup(key) -> record | None``.
-        self.lookup = self._records.get
+        self.capacity = capacity
+        self.k = 0  # record width, set by the first write
+        self.table = np.zeros((0, 2), dtype=np.float32)
+        self._slot: dict[int, int] = {}  # packed key -> row
+        self._owner: list[int] = [-1]  # row -> packed key (row 0: the empty record)
+        self._clock = 0  # the row a full memory reused last
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._slot)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._records
+        return isinstance(key, tuple) and self._pack(key) in self._slot
 
     def keys(self) -> list[tuple[int, ...]]:
-        """Every key that holds a record."""
-        return list(self._records)
+        """Every key that holds a record, as token tuples."""
+        mask = (1 << KEY_BITS) - 1
+        return [
+            tuple((packed >> (KEY_BITS * (self.order - 1 - i))) & mask for i in range(self.order))
+            for packed in self._slot
+        ]
+
+    def lookup(self, key: tuple[int, ...]) -> PredictionRecord | None:
+        """The latest record under ``key`` (a tuple of ``order`` tokens), or None."""
+        row = self._slot.get(self._pack(key))
+        if row is None:
+            return None
+        k, values = self.k, self.table[row]
+        return PredictionRecord(
+            values[:k].astype(np.int64).tolist(),
+            values[k : 2 * k].tolist(),
+            float(values[2 * k]),
+            int(values[-1]),
+        )
+
+    def slots(self, packed: np.ndarray) -> np.ndarray:
+        """Row of each packed key in ``table``, 0 (the empty record) where there is none."""
+        get = self._slot.get
+        return np.array([get(key, 0) for key in np.asarray(packed).tolist()], dtype=np.int64)
 
     def write(self, key: tuple[int, ...], record: PredictionRecord) -> None:
         """Store ``record`` under ``key`` (``order`` tokens), replacing an older one."""
-        self._records[key] = record
+        self.write_many([(key, record)])
 
-    def write_many(self, items: Iterable[tuple[Hashable, PredictionRecord]]) -> None:
-        """Store ``(key, record)`` pairs in order, later ones winning."""
-        self._records.update(items)
+    def write_many(self, items: Iterable[tuple[tuple[int, ...], PredictionRecord]]) -> None:
+        """Store ``(key, record)`` pairs in order, later ones winning (records narrower than the memory's
+        width are padded with probability 0)."""
+        for key, record in items:
+            width = max(len(record.ids), self.k)
+            ids, probs = fit_topk(np.array([record.ids]), np.array([record.probs], dtype=np.float32), width)
+            self.write_rows(
+                np.array([self._pack(key)]), ids, probs, np.array([record.concentration]), record.request
+            )
+
+    def write_rows(
+        self, packed: np.ndarray, ids: np.ndarray, probs: np.ndarray, concentrations: np.ndarray, request: int
+    ) -> None:
+        """Store row ``i`` of ``ids``/``probs`` ``(R, k)`` and ``concentrations`` under the packed key
+        ``packed[i]``, stamped with ``request``; a key given twice keeps its last row."""
+        packed = np.asarray(packed, dtype=np.int64).reshape(-1)
+        if len(packed) == 0:
+            return
+        keep = last_occurrence(packed)
+        ids, probs = np.asarray(ids)[keep], np.asarray(probs)[keep]
+        if self.k == 0:
+            self.k = ids.shape[1]
+            self.table = record_table(np.full((1, self.k), -1), np.zeros((1, self.k)), [0.0], [-1])
+        elif ids.shape[1] != self.k:
+            ids, probs = fit_topk(ids, probs, self.k)
+        get, row_for = self._slot.get, self._row_for
+        rows = [get(key) or row_for(key) for key in packed[keep].tolist()]
+        self.table[rows] = record_table(
+            ids, probs, np.asarray(concentrations)[keep], np.full(len(rows), request)
+        )
 
     def clear(self) -> None:
         """Forget every record (start of a request)."""
-        self._records.clear()
+        self._slot.clear()
+        del self._owner[1:]
+        self._clock = 0
+
+    def _pack(self, key: tuple[int, ...]) -> int:
+        if len(key) != self.order:
+            raise ValueError(f"a key of this memory has {self.order} tokens, got {key!r}")
+        packed = 0
+        for token in key:
+            packed = (packed << KEY_BITS) | int(token)
+        return packed
+
+    def _row_for(self, key: int) -> int:
+        """A new row for ``key`` (growing the table, or reusing the oldest row when full)."""
+        row = len(self._owner)
+        if self.capacity is not None and row > self.capacity:
+            self._clock = self._clock % self.capacity + 1  # rows 1..capacity, round robin
+            row = self._clock
+            del self._slot[self._owner[row]]
+            self._owner[row] = key
+        else:
+            self._owner.append(key)
+            if row >= len(self.table):
+                grown = max(1024, 2 * len(self.table))
+                if self.capacity is not None:
+                    grown = min(grown, self.capacity + 1)
+                table = np.zeros((grown, self.table.shape[1]), dtype=np.float32)
+                table[: len(self.table)] = self.table
+                self.table = table
+        self._slot[key] = row
+        return row
 
 
 def recycling_keys(

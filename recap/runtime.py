@@ -67,6 +67,12 @@ class Runtime:
                 self._cost = CostModel(self.target.measure_tree_cost(repeats=repeats))
             return self._cost
 
+    def use_cost_model(self, model: CostModel) -> None:
+        """Use ``model`` as this device's tree-cost curve instead of measuring one (e.g. a curve
+        recorded on a GPU, replayed on a CPU: `recap.cost.load_curve`)."""
+        with self._lock:
+            self._cost = model
+
     def measured_cost(self) -> CostModel | None:
         """The tree-cost curve if a cost-aware drafter has measured it already (never measures)."""
         return self._cost

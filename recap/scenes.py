@@ -25,13 +25,13 @@ Public API::
     render_scene(scene: Scene) -> PIL.Image.Image       # 64x64 RGB
     shape_index_map(scene: Scene) -> np.ndarray         # (64, 64) int, 0 = background, i+1 = shape i
     QUESTION_TYPES = ("describe", "colour", "count", "position")
-    make_question(scene, qtype, rng) -> tuple[str, str]  # (question, reference answer)
+    make_question(scene, qtype, rng, rephrased=False) -> tuple[str, str]  # (question, reference answer)
     reference_answer(scene, qtype, target=None) -> str
     question_target(question) -> str | None             # the shape kind a question asks about
     extract_fact(qtype, text) -> str | None
     expected_fact(qtype, scene, question=None) -> str
     answer_is_correct(qtype, scene, generated_text, question=None) -> bool
-    heldout_set(seed=0, n_per_type=50) -> list[dict]    # keys: image, prompt, answer, qtype, scene, seed
+    heldout_set(seed=0, n_per_type=50, rephrased=False) -> list[dict]  # image, prompt, answer, qtype, ...
 
 Seeds: training scenes use ``scene_from_seed(s)`` with ``0 <= s < HELDOUT_SEED_START`` (10**9);
 held-out scenes use seeds ``HELDOUT_SEED_START + seed * HELDOUT_STRIDE + i`` (never below 10**9), so
@@ -107,6 +107,35 @@ _QUESTIONS: dict[str, tuple[str, ...]] = {
         "Where is the {kind} located?",
         "In which part of the image is the {kind}?",
         "Where can you find the {kind}?",
+    ),
+}
+
+#: Questions phrased unlike every training template (``heldout_set(..., rephrased=True)``): for checking
+#: that a drafter generalises to a user who does not ask the way the training data did.
+REPHRASED_QUESTIONS: dict[str, tuple[str, ...]] = {
+    "describe": (
+        "Can you tell me what this picture contains?",
+        "Please give a short description of the picture.",
+        "What objects are drawn here?",
+        "Explain what is shown in this image.",
+    ),
+    "colour": (
+        "Which color has the {kind} got?",
+        "Can you name the colour of the {kind}?",
+        "I wonder what colour the {kind} is.",
+        "The {kind} in this picture: what colour is it?",
+    ),
+    "count": (
+        "What is the number of shapes in this picture?",
+        "Can you count how many shapes are drawn?",
+        "How many things are drawn here?",
+        "Tell me the number of objects.",
+    ),
+    "position": (
+        "In what part of the picture is the {kind}?",
+        "Can you tell me where the {kind} is?",
+        "Where exactly is the {kind} placed?",
+        "Which region of the image contains the {kind}?",
     ),
 }
 
@@ -256,9 +285,12 @@ def reference_answer(scene: Scene, qtype: str, target: str | None = None) -> str
     raise ValueError(f"unknown question type {qtype!r}")
 
 
-def make_question(scene: Scene, qtype: str, rng: np.random.Generator) -> tuple[str, str]:
-    """A (question, reference answer) pair; phrasing and asked shape are drawn from ``rng``."""
-    templates = _QUESTIONS[qtype]
+def make_question(
+    scene: Scene, qtype: str, rng: np.random.Generator, rephrased: bool = False
+) -> tuple[str, str]:
+    """A (question, reference answer) pair; phrasing and asked shape are drawn from ``rng``
+    (from `REPHRASED_QUESTIONS` instead of the training templates when ``rephrased``)."""
+    templates = (REPHRASED_QUESTIONS if rephrased else _QUESTIONS)[qtype]
     template = templates[int(rng.integers(len(templates)))]
     target = scene.shapes[int(rng.integers(scene.count))].kind
     return template.format(kind=target), reference_answer(scene, qtype, target)
@@ -329,11 +361,12 @@ def heldout_seeds(seed: int = 0, n: int = 200) -> list[int]:
     return [base + i for i in range(n)]
 
 
-def heldout_set(seed: int = 0, n_per_type: int = 50) -> list[dict]:
+def heldout_set(seed: int = 0, n_per_type: int = 50, rephrased: bool = False) -> list[dict]:
     """Held-out examples, ``n_per_type`` per question type, grouped by type in QUESTION_TYPES order.
 
     Each dict has ``image`` (PIL), ``prompt``, ``answer``, ``qtype``, ``scene`` and ``seed`` (the scene
-    seed, disjoint from training seeds). The question phrasing is drawn from the scene seed too.
+    seed, disjoint from training seeds). The question phrasing is drawn from the scene seed too, from
+    `REPHRASED_QUESTIONS` when ``rephrased``.
     """
     seeds = heldout_seeds(seed, n_per_type * len(QUESTION_TYPES))
     items = []
@@ -341,7 +374,7 @@ def heldout_set(seed: int = 0, n_per_type: int = 50) -> list[dict]:
         qtype = QUESTION_TYPES[i // n_per_type]
         rng = np.random.default_rng(scene_seed)
         scene = sample_scene(rng)
-        prompt, answer = make_question(scene, qtype, rng)
+        prompt, answer = make_question(scene, qtype, rng, rephrased)
         items.append(
             {
                 "image": render_scene(scene),

@@ -93,6 +93,11 @@ class DraftTree:
     # Children index: (parent, token) -> node id, kept in sync by `add`.
     _child: dict[tuple[int, int], int] = field(default_factory=dict, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        # A tree given as arrays gets its children index (duplicates are caught by `validate`).
+        if self.tokens and not self._child:
+            self._child = {(p, t): i for i, (p, t) in enumerate(zip(self.parents, self.tokens))}
+
     def __len__(self) -> int:
         return len(self.tokens)
 

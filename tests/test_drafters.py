@@ -22,7 +22,7 @@ from recap.drafters.base import Drafter, Observation, RequestInfo
 from recap.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter, find_continuation
 from recap.drafters.recap import RecapDrafter, fuse
 from recap.drafters.token_recycling import TR_TEMPLATE, SuccessorMatrix, TokenRecyclingDrafter
-from recap.memory import PersistentMemory, PredictionRecord
+from recap.memory import KEY_BITS, PersistentMemory, PredictionRecord
 from recap.tree import ROOT, DraftTree
 from recap.verify import accept_greedy
 
@@ -176,8 +176,9 @@ def test_best_first_scores_are_path_products_and_root_candidates_carry_shares():
     seeded(drafter, RECORDS)
     tree = drafter.propose([0, 1])
     assert tree.scores[1] == pytest.approx(0.6 * 0.9)  # 1 -> 2 -> 5
-    assert [c.token for c in tree.root_candidates] == [2, 3, 4]
-    assert tree.root_candidates[0].contributions == pytest.approx({"persistent": 0.6})
+    believed = drafter.root_candidates()  # display only: asked for, never computed while drafting
+    assert tree.root_candidates == [] and [c.token for c in believed] == [2, 3, 4]
+    assert believed[0].contributions == pytest.approx({"persistent": 0.6})
 
 
 def test_auto_budget_without_cost_model_uses_fallback():
@@ -221,11 +222,14 @@ def test_suffix_node_merged_with_memory_node_lists_both_sources():
     drafter = recap(k=3, use_context=False, budget=64)
     seeded(drafter, {2: {3: 0.8, 9: 0.1}}, prompt=[1, 2, 3, 4, 1, 2])
     tree = drafter.propose([1, 2, 3, 4, 1, 2])
-    assert tree.tokens[:4] == [3, 4, 1, 2] and tree.child(ROOT, 3) == 0
-    assert tree.sources[0] == ("suffix", "persistent")  # one node, both proposers
-    assert tree.contributions[0] == pytest.approx({"persistent": 0.8})
-    assert tree.scores[0] == pytest.approx(0.8)
     tree.validate()
+    end = tree.child(tree.child(tree.child(0, 4), 1), 2)  # the whole suffix chain 3 4 1 2 is drafted
+    assert tree.child(ROOT, 3) == 0 and tree.path(end) == [3, 4, 1, 2]
+    assert tree.sources[0] == ("persistent", "suffix")  # one node, both proposers, memories first
+    drafter.explain(tree)  # display only: the per-memory contributions
+    assert tree.contributions[0] == pytest.approx({"persistent": 0.8})
+    # Cold start: the suffix token's estimate is max(fused probability, suffix_prior = 0.5) per step.
+    assert [tree.scores[n] for n in tree.path_nodes(end)] == pytest.approx([0.8, 0.4, 0.2, 0.1])
 
 
 # ------------------------------------------------------------------------------------------ recycling
@@ -265,28 +269,49 @@ def test_keys_with_image_tokens_are_never_written_nor_looked_up():
     target = Target(cycle_rule([1, 2, 3, 4]))
     context = start(drafter, prompt, target)
     asked: list[tuple] = []
+
+    def unpack(packed: int, order: int) -> tuple[int, ...]:
+        return tuple((packed >> (KEY_BITS * (order - 1 - i))) & ((1 << KEY_BITS) - 1) for i in range(order))
+
     for name in ("ctx2", "ctx3"):
         memory = getattr(drafter, name)
-        memory.lookup = lambda key, get=memory.lookup: asked.append(key) or get(key)
-    original = drafter.persistent.lookup
-    drafter.persistent.lookup = lambda token: asked.append((token,)) or original(token)
-    context.append(IMAGE)  # an image token as the last committed token: nothing may be looked up
-    assert len(drafter.propose(context)) == 0 or all(IMAGE not in key for key in asked)
-    context.pop()
+        memory.slots = lambda packed, get=memory.slots, order=memory.order: (
+            asked.extend(unpack(p, order) for p in packed.tolist()) or get(packed)
+        )
     for _ in range(5):
         step(drafter, context, target)
     assert all(IMAGE not in key for key in asked) and asked
     assert all(IMAGE not in key for key in drafter.ctx2.keys() + drafter.ctx3.keys())
     assert drafter.persistent.lookup(IMAGE) is None
     assert (2, IMAGE) not in drafter.ctx2 and (IMAGE, 3) not in drafter.ctx2
+    # Even a record planted under the placeholder is never read: after it, nothing is drafted.
+    drafter.persistent.write_many(np.array([IMAGE]), np.array([[7] * 8]), np.array([[1.0] + [0.0] * 7]))
+    assert len(drafter.propose([*context, IMAGE])) == 0
 
 
-def test_persistent_memory_survives_begin_and_context_memories_do_not():
-    drafter = recap(k=8)
+@pytest.mark.parametrize(
+    ("scope", "contexts_kept"),
+    [
+        ("request", (0, 0)),  # the paper: contextual memories live for one request
+        ("stream", (2, 1)),  # ours: kept across requests, as a fallback this request's writes replace
+    ],
+)
+def test_persistent_memory_survives_begin_and_context_memories_follow_their_scope(scope, contexts_kept):
+    drafter = recap(k=8, context_scope=scope)
     start(drafter, [1, 2, 3], Target(cycle_rule([1, 2, 3])))
-    assert len(drafter.persistent) == 3 and len(drafter.ctx2) == 2
+    assert len(drafter.persistent) == 3 and (len(drafter.ctx2), len(drafter.ctx3)) == (2, 1)
     drafter.begin(RequestInfo((5,), frozenset(), VOCAB))
-    assert len(drafter.persistent) == 3 and len(drafter.ctx2) == 0 and len(drafter.ctx3) == 0
+    assert len(drafter.persistent) == 3 and (len(drafter.ctx2), len(drafter.ctx3)) == contexts_kept
+
+
+def test_stream_contexts_are_shared_and_stamped_with_the_request_that_wrote_them():
+    shared = PersistentMemory(VOCAB, 8)
+    first = make_drafter("recap", persistent=shared)
+    start(first, [1, 2, 3], Target(cycle_rule([1, 2, 3])))
+    written_by = first.ctx2.lookup((1, 2)).request
+    second = make_drafter("recap", persistent=shared)  # a new drafter per request, as the studio makes
+    start(second, [1, 2, 3], Target(cycle_rule([1, 2, 3])))
+    assert second.ctx2 is first.ctx2 and second.ctx2.lookup((1, 2)).request == written_by + 1
 
 
 def test_shared_persistent_memory_is_used_across_drafters():
@@ -328,7 +353,8 @@ def test_ablation_uniform_weights_ignore_specificity_and_confidence():
     drafter = make_drafter("recap-uniform", config=RecapConfig(k=2, suffix=False))
     seeded(drafter, {2: {5: 0.5, 6: 0.5}})
     drafter.ctx2.write((1, 2), PredictionRecord([6, 7], [0.9, 0.1], 0.53))
-    fused = {c.token: c.prob for c in drafter.propose([1, 2]).root_candidates}
+    drafter.propose([1, 2])
+    fused = {c.token: c.prob for c in drafter.root_candidates()}
     assert fused == pytest.approx({6: 0.7, 5: 0.25, 7: 0.05})  # plain means of the two records
 
 
@@ -504,6 +530,9 @@ def test_timing_noise_does_not_stop_a_flat_curve():
     class Unsmoothed:  # what the budget rule saw before the isotonic fit
         def cost(self, tokens):
             return float(np.interp(tokens, *zip(*points)))
+
+        def costs(self, tokens):
+            return np.interp(tokens, *zip(*points))
 
     assert auto_budget(Unsmoothed(), scores, cap=40) < 10
 

@@ -1,0 +1,165 @@
+"""Acceptance estimates: how often a drafted candidate of a given *kind* is the target's greedy token.
+
+RECAP's fused probabilities say what the memories believe; they are not chances of acceptance. A
+record is the target's top-k at *another* position whose last 1-3 tokens match this one, so a record
+that was certain there (0.99) is right here only as often as those few tokens decide the next one
+(measured on the embedded model: about 47% for a persistent-only context, 73% when a 3-token record
+agrees). This module learns, online over the stream of requests, how often candidates of each kind
+are right, and turns a candidate's kind and fused probability into an estimate. The tree grows
+best-first on products of these estimates and the cost-aware budget counts them as expected tokens;
+the fused distribution itself is untouched (it is what the studio shows).
+
+**Kind** of a candidate: which memories had a record at its context (``ctx3``/``ctx2``/``persistent``, a
+3-bit mask), whether it continues the suffix match, its rank in its context's candidate list
+(0-7; 8 = not in the fused list, a suffix-only token) and the bucket of its fused probability (`EDGES`).
+The *coarse* kind drops the bucket.
+
+**Labels.** Every verification pass computes the target's greedy token at the root and at every tree
+node, so every candidate of every context the drafter expanded gets a label (its token equals that
+greedy token or not), whether or not the candidate made it into the tree and whether or not its
+parent was accepted: the estimate is conditional on the path so far, which is what best-first search
+multiplies along a path.
+
+**Estimate** (two-level shrinkage towards the fused probability ``q``, so an empty model returns ``q``
+and a cold start drafts exactly like the uncalibrated method)::
+
+    coarse = (hits_coarse + m * q)      / (seen_coarse + m)
+    fine   = (hits_fine   + m * coarse) / (seen_fine   + m)
+
+Counts decay (multiplied by ``decay`` once ``seen`` reaches ``memory`` labels of a kind), so the
+estimate follows a stream whose statistics drift (memories fill up as requests go by).
+
+Example: with ``m = 8``, a coarse kind seen 100 times and right 40 times turns ``q = 0.99`` into
+``(40 + 8 * 0.99) / 108 = 0.44``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+#: Upper edges of the fused-probability buckets (the last bucket is [0.99, 1]).
+EDGES: tuple[float, ...] = (0.01, 0.03, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 0.95, 0.99)
+#: What one memory says about a candidate (`source_code`): 0 = no record at this context, else
+#: 1 + 5 * (the record was written by this request) + the candidate's rank in it (0, 1, 2, 3 = 3 or
+#: more, 4 = not in the record).
+CODES = 11
+#: Coarse kinds: the codes of ctx3, ctx2 and persistent, and whether the candidate continues the suffix.
+COARSE_KINDS = CODES**3 * 2
+BUCKETS = len(EDGES) + 1
+FINE_KINDS = COARSE_KINDS * BUCKETS
+
+
+def source_code(present: bool, fresh: bool, rank: int | None) -> int:
+    """What one memory says about a candidate: no record, or (fresh or not) its rank (None: absent)."""
+    if not present:
+        return 0
+    return 1 + 5 * int(fresh) + (4 if rank is None else min(rank, 3))
+
+
+def coarse_kind(codes: tuple[int, int, int], suffix: bool) -> int:
+    """Index of a coarse kind from the ctx3, ctx2 and persistent `source_code` and the suffix flag."""
+    c3, c2, c1 = codes
+    return ((c3 * CODES + c2) * CODES + c1) * 2 + int(suffix)
+
+
+def fine_kind(coarse: int, q: float) -> int:
+    """Index of a fine kind: a coarse kind and the bucket of the fused probability ``q``."""
+    return coarse * BUCKETS + bucket(q)
+
+
+def bucket(q: float) -> int:
+    """Bucket of a fused probability (0 .. ``len(EDGES)``)."""
+    for index, edge in enumerate(EDGES):
+        if q < edge:
+            return index
+    return len(EDGES)
+
+
+class AcceptanceModel:
+    """Online hit rates per candidate kind, shared by the requests of one stream (thread-safe updates).
+
+    ``strength`` (``m``): weight of the prior, in labels. ``memory``: labels of a kind after which its
+    counts decay by ``decay`` per update, so that old passes weigh less.
+    """
+
+    def __init__(self, strength: float = 8.0, memory: float = 2000.0, decay: float = 0.99) -> None:
+        if not strength > 0 or not memory > 0 or not 0 < decay <= 1:
+            raise ValueError(
+                f"need strength > 0, memory > 0, 0 < decay <= 1; got {strength}, {memory}, {decay}"
+            )
+        self.strength, self.memory, self.decay = float(strength), float(memory), float(decay)
+        self.seen_coarse = np.zeros(COARSE_KINDS)
+        self.hits_coarse = np.zeros(COARSE_KINDS)
+        self.seen_fine = np.zeros(FINE_KINDS)
+        self.hits_fine = np.zeros(FINE_KINDS)
+        self._lock = threading.Lock()
+        self._arrays: tuple[np.ndarray, ...] | None = None
+        self._linear: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        """Labels learnt so far (after decay)."""
+        return round(float(self.seen_coarse.sum()))
+
+    def reset(self) -> None:
+        with self._lock:
+            for array in (self.seen_coarse, self.hits_coarse, self.seen_fine, self.hits_fine):
+                array.fill(0.0)
+            self._arrays = self._linear = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(a_coarse, b_coarse, a_fine, b_fine)`` with ``estimate = a + b * prior`` per level (numpy),
+        cached until the next `update`."""
+        arrays = self._arrays
+        if arrays is None:
+            m = self.strength
+            with self._lock:
+                arrays = self._arrays = (
+                    self.hits_coarse / (self.seen_coarse + m),
+                    m / (self.seen_coarse + m),
+                    self.hits_fine / (self.seen_fine + m),
+                    m / (self.seen_fine + m),
+                )
+        return arrays
+
+    def linear(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(offset, slope)`` per fine kind: ``estimate = offset[kind] + slope[kind] * prior`` (the two
+        shrinkage levels composed), cached until the next `update`."""
+        if self._linear is None:
+            a_c, b_c, a_f, b_f = self.arrays()
+            coarse = np.arange(FINE_KINDS) // BUCKETS
+            self._linear = (a_f + b_f * a_c[coarse], b_f * b_c[coarse])
+        return self._linear
+
+    def estimate(self, kind: int, q: float) -> float:
+        """Estimated chance that a candidate of fine ``kind`` (`fine_kind`) with fused probability ``q``
+        (or a suffix token's prior) is right."""
+        a_c, b_c, a_f, b_f = self.arrays()
+        coarse = kind // BUCKETS
+        return float(a_f[kind] + b_f[kind] * (a_c[coarse] + b_c[coarse] * q))
+
+    def update(self, seen: np.ndarray, hits: np.ndarray) -> None:
+        """Count labels: ``seen`` holds the fine kind of every labelled candidate, ``hits`` those that
+        were right (each also in ``seen``)."""
+        seen = np.asarray(seen, dtype=np.int64)
+        if len(seen) == 0:
+            return
+        hits = np.asarray(hits, dtype=np.int64)
+        with self._lock:
+            for counts, kinds in (
+                (self.seen_fine, seen),
+                (self.hits_fine, hits),
+                (self.seen_coarse, seen // BUCKETS),
+                (self.hits_coarse, hits // BUCKETS),
+            ):
+                counts += np.bincount(kinds, minlength=len(counts))
+            for seen_counts, hit_counts in (
+                (self.seen_coarse, self.hits_coarse),
+                (self.seen_fine, self.hits_fine),
+            ):
+                full = seen_counts > self.memory
+                if full.any():
+                    seen_counts[full] *= self.decay
+                    hit_counts[full] *= self.decay
+            self._arrays = self._linear = None

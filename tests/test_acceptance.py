@@ -1,0 +1,310 @@
+"""RECAP's acceptance layer and the drafting machinery around it: estimates, depth-at-a-time best-first
+growth (checked against a plain heap), vectorised fusion (checked against `fuse`), record tables,
+flat cost curves and their replay, display-only step fields."""
+
+from __future__ import annotations
+
+import heapq
+import json
+
+import numpy as np
+import pytest
+from conftest import images_for, tiny
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_drafters import IMAGE, PATTERN, VOCAB, Target, cycle_rule, seeded, simulate, start, step
+
+from recap.acceptance import BUCKETS, CODES, AcceptanceModel, bucket, coarse_kind, fine_kind, source_code
+from recap.config import RecapConfig
+from recap.cost import MAX_TREE, CostModel, load_curve
+from recap.decode import generate
+from recap.drafters import make_drafter
+from recap.drafters.base import RequestInfo
+from recap.drafters.recap import RecapDrafter, fuse, fuse_rows
+from recap.memory import ContextMemory, PersistentMemory, PredictionRecord, pack_keys
+from recap.runtime import Runtime
+from recap.tree import ROOT
+
+
+# ------------------------------------------------------------------------------------- the estimates
+def test_kinds_encode_what_each_memory_says():
+    assert [source_code(False, False, 0), source_code(True, False, 0), source_code(True, True, 2)] == [
+        0,
+        1,
+        8,
+    ]
+    assert source_code(True, False, 7) == 4 and source_code(True, False, None) == 5  # rank 3+, absent
+    assert coarse_kind((0, 0, 1), suffix=False) == 2 and coarse_kind((0, 0, 1), suffix=True) == 3
+    assert coarse_kind((1, 0, 0), False) == 2 * CODES * CODES
+    assert fine_kind(3, 0.5) == 3 * BUCKETS + bucket(0.5) and bucket(0.0) == 0 and bucket(1.0) == BUCKETS - 1
+
+
+def test_cold_start_estimate_is_the_fused_probability_and_counts_shrink_towards_it():
+    model = AcceptanceModel(strength=8.0)
+    kind = fine_kind(coarse_kind((0, 0, 1), False), 0.99)
+    assert model.estimate(kind, 0.99) == pytest.approx(0.99)  # no labels: behaves like the method
+    model.update(np.array([kind] * 100), np.array([kind] * 40))  # 100 seen, 40 right
+    coarse = (40 + 8 * 0.99) / 108
+    assert model.estimate(kind, 0.99) == pytest.approx((40 + 8 * coarse) / 108)  # ~0.40, not 0.99
+    other = fine_kind(coarse_kind((0, 0, 1), False), 0.5)  # same coarse kind, another bucket
+    assert model.estimate(other, 0.5) == pytest.approx((40 + 8 * 0.5) / 108)
+    assert len(model) == 100
+    model.reset()
+    assert model.estimate(kind, 0.99) == pytest.approx(0.99) and len(model) == 0
+
+
+def test_old_labels_decay_once_a_kind_is_well_known():
+    model = AcceptanceModel(strength=1.0, memory=10.0, decay=0.5)
+    kind = fine_kind(0, 0.5)
+    model.update(np.array([kind] * 12), np.array([kind] * 12))  # 12 > 10 seen: halved
+    assert model.seen_fine[kind] == pytest.approx(6.0) and model.hits_fine[kind] == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize(
+    ("strength", "memory", "decay"), [(0.0, 10.0, 0.5), (1.0, 0.0, 0.5), (1.0, 10.0, 0.0), (1.0, 10.0, 1.5)]
+)
+def test_acceptance_model_rejects_bad_settings(strength, memory, decay):
+    with pytest.raises(ValueError, match="strength"):
+        AcceptanceModel(strength, memory, decay)
+
+
+def persistent_kind(rank: int, q: float, fresh: bool = False) -> int:
+    """Fine kind of a candidate only the persistent memory proposes, at ``rank`` with probability q."""
+    return fine_kind(coarse_kind((0, 0, source_code(True, fresh, rank)), False), q)
+
+
+@pytest.mark.parametrize(("method", "first"), [("recap", 8), ("recap-uncalibrated", 7)])
+def test_estimates_order_the_candidates(method, first):
+    # P1[1] says 7 (0.9) then 8 (0.05); the acceptance model has seen that such a memory's first
+    # choice is never right and its second always is: calibrated drafting tries 8 first.
+    drafter = make_drafter(method, config=RecapConfig(k=3, budget=1, suffix=False, use_context=False))
+    seeded(drafter, {1: {7: 0.9, 8: 0.05}})
+    wrong, right = persistent_kind(0, 0.9), persistent_kind(1, 0.05)
+    drafter.acceptance.update(np.array([wrong] * 50 + [right] * 50), np.array([right] * 50))
+    assert drafter.propose([0, 1]).tokens == [first]
+
+
+def test_every_expanded_context_teaches_the_acceptance_model():
+    drafter = make_drafter("recap", config=RecapConfig(budget=8, suffix=False, use_context=False))
+    simulate(drafter, [IMAGE] * 4 + PATTERN * 2, Target(cycle_rule(PATTERN)), passes=20)
+    model = drafter.acceptance
+    assert model is drafter.persistent.acceptance and len(model) > 20 * 8  # more labels than nodes
+    # A cycle: the persistent memory's first choice is always right, its second never.
+    assert model.estimate(persistent_kind(0, 0.7, fresh=True), 0.7) > 0.9
+    assert model.estimate(persistent_kind(1, 0.04, fresh=True), 0.04) < 0.04
+
+
+# ------------------------------------------------------------------------------------ vectorised parts
+@settings(max_examples=60, deadline=None)
+@given(
+    records=st.lists(
+        st.one_of(
+            st.none(),
+            st.tuples(
+                st.lists(st.integers(0, 9), min_size=4, max_size=4, unique=True),
+                st.lists(st.floats(0.0, 1.0), min_size=4, max_size=4),
+                st.floats(0.1, 3.0),
+            ),
+        ),
+        min_size=3,
+        max_size=3,
+    )
+)
+def test_fuse_rows_equals_fuse(records):
+    ids = np.full((1, 12), -1)
+    values = np.zeros((1, 12))
+    present, weights = [], []
+    for s, record in enumerate(records):
+        if record is None:
+            continue
+        tokens, probs, weight = record
+        probs = sorted(probs, reverse=True)
+        ids[0, s * 4 : s * 4 + 4] = tokens
+        present.append((("ctx3", "ctx2", "persistent")[s], PredictionRecord(tokens, probs, 0.0)))
+        weights.append(weight)
+        values[0, s * 4 : s * 4 + 4] = probs
+    total = sum(weights) or 1.0
+    at = 0
+    for s, record in enumerate(records):
+        if record is not None:
+            values[0, s * 4 : s * 4 + 4] *= weights[at] / total
+            at += 1
+    spec = {name: w for (name, _), w in zip(present, weights)}
+    expected = fuse(present, spec, 1.0)  # kappa_min 1: w_n = the weight itself
+    tokens, q = fuse_rows(ids, values, 12)
+    valid = q[0] > 0
+    nonzero = [(t, p) for t, p in zip(expected.tokens, expected.probs) if p > 0]
+    assert q[0][valid].tolist() == pytest.approx([p for _, p in nonzero])
+    assert tokens[0][valid].tolist() == [t for t, _ in nonzero]
+
+
+def reference_best_first(drafter: RecapDrafter, context, cap):
+    """Plain best-first search over the same estimates: pop the best candidate, push its children."""
+    heap, order, chosen = [], 0, []
+    tail = tuple(context[-3:])
+
+    def push(node, node_tail, path, depth):
+        nonlocal order
+        found = drafter._lookup(np.array([node_tail]))
+        tokens, q, coarse, _ = drafter._candidates(found)
+        _, estimate = drafter._estimate(coarse, q, q.copy())
+        estimate = np.where(q > 0, estimate, 0.0)[0]
+        for column in np.argsort(-estimate, kind="stable")[: drafter.config.branching]:
+            if path * estimate[column] > 0:
+                score = path * estimate[column]
+                heapq.heappush(heap, (-score, depth, order, node, int(tokens[0, column]), node_tail))
+                order += 1
+
+    push(ROOT, tail, 1.0, 1)
+    while heap and len(chosen) < cap:
+        negative, depth, _, parent, token, parent_tail = heapq.heappop(heap)
+        chosen.append((parent, token, -negative))
+        if depth < drafter.config.depth:
+            push(len(chosen) - 1, (parent_tail[1], parent_tail[2], token), -negative, depth + 1)
+    return chosen
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**16), cap=st.integers(1, 40))
+def test_depth_at_a_time_growth_picks_what_best_first_search_pops(seed, cap):
+    rng = np.random.default_rng(seed)
+    drafter = make_drafter("recap", config=RecapConfig(budget=cap, suffix=False, k=4, branching=3, depth=4))
+    context = start(drafter, [1, 2, 3], Target(lambda c: int(rng.integers(0, 12)), k=4))
+    for _ in range(4):
+        step(drafter, context, Target(lambda c: int(rng.integers(0, 12)), k=4))
+    tree = drafter.propose(context)
+    tree.validate()
+    expected = sorted(s for _, _, s in reference_best_first(drafter, context, cap))
+    assert sorted(tree.scores) == pytest.approx(expected)
+    assert tree.scores == sorted(tree.scores, reverse=True)
+
+
+# -------------------------------------------------------------------------------------- record tables
+def test_context_memory_rows_slots_and_the_empty_record():
+    memory = ContextMemory(2)
+    assert memory.slots(pack_keys(np.array([[1, 2]]))).tolist() == [0]  # nothing yet: the empty row
+    memory.write_rows(
+        pack_keys(np.array([[1, 2], [3, 4], [1, 2]])),
+        np.array([[5, 6], [7, 8], [9, 1]]),
+        np.array([[0.6, 0.4]] * 3),
+        np.array([0.1, 0.2, 0.3]),
+        request=4,
+    )
+    rows = memory.slots(pack_keys(np.array([[1, 2], [3, 4], [9, 9]])))
+    assert rows[2] == 0 and memory.table[0, 0] == -1  # missing key -> the empty record (id -1)
+    assert memory.lookup((1, 2)) == PredictionRecord([9, 1], pytest.approx([0.6, 0.4]), pytest.approx(0.3), 4)
+    assert sorted(memory.keys()) == [(1, 2), (3, 4)] and (3, 4) in memory and len(memory) == 2
+
+
+def test_a_full_stream_memory_reuses_the_oldest_row():
+    memory = ContextMemory(2, capacity=2)
+    for key in ([1, 1], [2, 2], [3, 3]):
+        memory.write_rows(pack_keys(np.array([key])), np.array([key]), np.array([[1.0, 0.0]]), np.ones(1), 0)
+    assert sorted(memory.keys()) == [(2, 2), (3, 3)] and memory.lookup((3, 3)).ids == [3, 3]
+    assert len(memory.table) == 3  # two rows and the empty one, never more
+
+
+def test_persistent_table_mirrors_the_arrays():
+    memory = PersistentMemory(10, 2)
+    memory.write_many(np.array([3]), np.array([[1, 2]]), np.array([[0.7, 0.3]]), request=5)
+    table = memory.table
+    assert table.shape == (11, 6) and table[3].tolist() == pytest.approx([1, 2, 0.7, 0.3, table[3, 4], 5])
+    assert table[4, 0] == -1 and table[10, 0] == -1  # no record, and the empty last row
+    memory.write_many(np.array([4]), np.array([[8, 9]]), np.array([[1.0, 0.0]]), request=6)
+    assert memory.table[4, :2].tolist() == [8, 9] and memory.lookup(4).request == 6
+    memory.reset()
+    assert memory.table[3, 0] == -1
+
+
+# -------------------------------------------------------------------------------- budgets and curves
+H200 = [(1, 3.151), (4, 3.537), (8, 2.904), (16, 3.46), (32, 3.486), (64, 3.516)]  # ms, recorded
+CPU = [(1, 2.004), (4, 2.45), (8, 2.374), (16, 2.955), (32, 3.731), (64, 4.866)]
+
+
+@pytest.mark.parametrize(
+    ("points_ms", "extent"),
+    [
+        (H200, 128),  # flat within its noise; trusted to twice the largest measured size
+        (CPU, 0),  # a 2-core CPU: T = 4 already costs 22% more
+        ([(1, 1.0), (256, 1.0)], MAX_TREE),  # perfectly flat
+        ([(1, 1.0), (8, 1.04), (16, 2.0)], 8),  # flat (within 5%) until the step
+    ],
+)
+def test_flat_extent(points_ms, extent):
+    assert CostModel([(t, ms / 1e3) for t, ms in points_ms]).flat_extent() == extent
+
+
+def test_the_auto_cap_follows_the_device():
+    def auto_tree(points_ms):
+        drafter = RecapDrafter(
+            RecapConfig(k=3, suffix=False, use_context=False, depth=256, branching=2),
+            cost_model=CostModel([(t, ms / 1e3) for t, ms in points_ms]),
+        )
+        drafter.begin(RequestInfo((0,), frozenset(), VOCAB))
+        rows = np.array([[t + 1, (t + 2) % VOCAB, 0] for t in range(VOCAB)])
+        drafter.persistent.write_many(np.arange(VOCAB), rows, np.array([[0.9, 0.05, 0.0]] * VOCAB))
+        return len(drafter.propose([0, 1]))
+
+    assert auto_tree(H200) == 128  # flat: grows past the default cap of 64, to the device's extent
+    assert auto_tree(CPU) < 32  # steep: the budget rule keeps what pays
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[[1, 3.1], [64, 3.5]]", None),
+        ('{"settings": {"cost_curve_ms": {"measured": [[1, 3.1], [64, 3.5]], "fitted": []}}}', None),
+        ("not json", "not readable JSON"),
+        ('{"settings": {}}', "no cost curve found"),
+        ('[[1, "fast"]]', "bad cost curve point"),
+        ("[[0, 1.0]]", "tokens >= 1"),
+    ],
+)
+def test_load_curve(tmp_path, content, message):
+    path = tmp_path / "curve.json"
+    path.write_text(content)
+    if message is None:
+        assert load_curve(path).points == ((1, pytest.approx(3.1e-3)), (64, pytest.approx(3.5e-3)))
+    else:
+        with pytest.raises(ValueError, match=message):
+            load_curve(path)
+
+
+def test_load_curve_of_a_missing_file_names_it(tmp_path):
+    with pytest.raises(ValueError, match="not found"):
+        load_curve(tmp_path / "absent.json")
+
+
+def test_bench_replays_a_recorded_curve(tmp_path):
+    from recap.bench import run_benchmark
+    from recap.datasets import Sample
+
+    target = tiny("llava")
+    runtime = Runtime(target)
+    curve = tmp_path / "curve.json"
+    curve.write_text(json.dumps([[t, ms] for t, ms in H200]))
+    runtime.use_cost_model(load_curve(curve))
+    samples = [Sample("describe the image.", images_for(target, i)) for i in range(2)]
+    result = run_benchmark(runtime, samples, "recap", max_new_tokens=8, warmup=0, progress=False)
+    assert result.settings["cost_curve_ms"]["measured"] == [[t, ms] for t, ms in H200]
+    assert result.methods["recap"].match_rate == 1.0
+
+
+# -------------------------------------------------------------------------- display-only step fields
+@pytest.mark.parametrize("details", [True, False])
+def test_display_fields_only_when_asked(details):
+    target = tiny("llava")
+    drafter = make_drafter("recap", config=RecapConfig(budget=8))
+    generate(target, drafter, "describe the image.", images_for(target), 12)  # fill the memories
+    result = generate(target, drafter, "describe the image.", images_for(target), 12, details=details)
+    drafted = [s for s in result.steps[1:] if s.nodes]
+    assert drafted and all(s.target_prob is not None for s in result.steps[1:])  # from the top-k, free
+    assert any(s.fused_at_root for s in drafted) == details
+    assert any(n.contributions for s in drafted for n in s.nodes) == details
+    assert all(bool(s.new_texts) == details for s in result.steps)
+
+
+def test_image_placeholder_context_drafts_nothing():
+    drafter = make_drafter("recap", config=RecapConfig(budget=16))
+    context = start(drafter, [1, 2, 3, IMAGE], Target(cycle_rule([1, 2, 3])))
+    assert len(drafter.propose(context)) == 0
