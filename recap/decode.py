@@ -122,6 +122,7 @@ def generate_steps(
         start = time.perf_counter()
         tree = drafter.propose(context)
         draft_ms = _ms_since(start)
+        _check_order(tree, drafter)
         explain = getattr(drafter, "explain", None) if details else None
         if explain is not None:  # display only, untimed; before `observe` changes the memories
             explain(tree)
@@ -188,11 +189,19 @@ def generate(
     details: bool = True,
 ) -> GenerationResult:
     """Run `generate_steps` to the end and collect the result (``details``: see `generate_steps`)."""
-    steps = list(
-        generate_steps(target, drafter, prompt, images, max_new_tokens, method, sampling, details)
-    )
+    steps = list(generate_steps(target, drafter, prompt, images, max_new_tokens, method, sampling, details))
     tokens = [t for s in steps for t in s.new_tokens]
     return GenerationResult(tokens, target.decode(tokens), steps, summarize(steps))
+
+
+def _check_order(tree: DraftTree, drafter: Drafter) -> None:
+    """Refuse a tree whose parents do not precede their children: its positions and attention mask
+    (derived in one sweep) would be wrong, and so, silently, would the output."""
+    parents = np.asarray(tree.parents, dtype=np.int64)
+    if len(parents) and (np.any(parents >= np.arange(len(parents))) or np.any(parents < -1)):
+        raise RuntimeError(
+            f"drafter {drafter.name!r} proposed a tree whose parents do not precede their children"
+        )
 
 
 def _verify_sampled(

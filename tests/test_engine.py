@@ -256,3 +256,32 @@ def test_gemma2_asked_for_sdpa_loads_with_eager(tmp_path, caplog):
     assert truth == reference_greedy(built, PROMPTS["short"], [], 40)
     result = generate(loaded, OracleDrafter(truth, loaded.vocab_size), PROMPTS["short"], [], 40)
     assert result.tokens == truth and result.summary.mat > 1.5
+
+
+class DisorderedDrafter(OracleDrafter):
+    """Proposes a tree whose first node names a later node as its parent (an invalid order)."""
+
+    def propose(self, context: Sequence[int]) -> DraftTree:
+        return DraftTree(
+            tokens=[5, 6], parents=[1, -1], scores=[0.5, 0.9], sources=[(), ()], contributions=[{}, {}]
+        )
+
+
+def test_a_tree_whose_parents_follow_their_children_is_refused_not_decoded_wrongly():
+    target = tiny("llama")
+    with pytest.raises(RuntimeError, match="parents do not precede"):
+        generate(target, DisorderedDrafter([], target.vocab_size), "the cat is", [], 8)
+
+
+@pytest.mark.parametrize("method", ["recap", "recap-uncalibrated", "recap-request-context"])
+def test_the_embedded_model_at_a_full_budget_equals_autoregressive(method):
+    # Regression: uncalibrated fused probabilities can round to just above 1, which made a child
+    # outrank its parent in the tree (the first held-out scene differed from greedy at token 28).
+    from recap.datasets import load_dataset
+    from recap.runtime import EMBEDDED_MODEL, Runtime
+
+    runtime = Runtime.load(str(EMBEDDED_MODEL))
+    drafter = runtime.drafter(method, budget=80)
+    for sample in load_dataset("scenes", 6):
+        truth = reference_greedy(runtime.target, sample.prompt, sample.images, 64)
+        assert generate(runtime.target, drafter, sample.prompt, sample.images, 64).tokens == truth

@@ -516,10 +516,12 @@ class RecapDrafter:
         """Fine kinds and acceptance estimates of candidates of kinds ``coarse`` with fused probability
         ``q`` and cold-start ``prior`` (uncalibrated, the estimate is the prior)."""
         kinds = coarse * BUCKETS + np.searchsorted(EDGES, q, side="right")
-        if not self.config.calibrate:
-            return kinds, prior
-        offset, slope = self.acceptance.linear()
-        return kinds, offset[kinds] + slope[kinds] * prior
+        if self.config.calibrate:
+            offset, slope = self.acceptance.linear()
+            prior = offset[kinds] + slope[kinds] * prior
+        # Clipped to [0, 1]: a path estimate must never grow along a path (a fused probability can
+        # round to just above 1), or a child would rank before its parent and the tree break its order.
+        return kinds, np.clip(prior, 0.0, 1.0)
 
     def _best_first_tree(self, context: Sequence[int], tail: Tail) -> DraftTree:
         """The ``cap`` best nodes by path estimate (a node's estimate times its parent's path estimate),
