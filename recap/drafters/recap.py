@@ -532,12 +532,16 @@ class RecapDrafter:
         self, coarse: np.ndarray, q: np.ndarray, prior: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Fine kinds and acceptance estimates of candidates of kinds ``coarse`` with fused probability
-        ``q`` and cold-start ``prior`` (uncalibrated, the estimate is the prior)."""
+        ``q`` and cold-start ``prior`` (uncalibrated, the estimate is the prior).
+
+        Estimates are clipped to [0, 1]: a fused probability summed in float32 may exceed 1 by a
+        rounding step, and a child must never score above its parent (parents precede children).
+        """
         kinds = coarse * BUCKETS + np.searchsorted(EDGES, q, side="right")
-        if not self.config.calibrate:
-            return kinds, prior
-        offset, slope = self.acceptance.linear()
-        return kinds, offset[kinds] + slope[kinds] * prior
+        if self.config.calibrate:
+            offset, slope = self.acceptance.linear()
+            prior = offset[kinds] + slope[kinds] * prior
+        return kinds, np.clip(prior, 0.0, 1.0)
 
     def _best_first_tree(self, context: Sequence[int], tail: Tail) -> DraftTree:
         """The ``cap`` best nodes by path estimate (a node's estimate times its parent's path estimate),
@@ -638,6 +642,8 @@ class RecapDrafter:
         final[order] = np.arange(len(order))
         self._final, self._parts = final, parts[order]
         chosen_parents = np.where(parents[order] < 0, ROOT, final[np.maximum(parents[order], 0)])
+        if np.any(chosen_parents >= np.arange(len(order))):  # cannot happen with estimates <= 1
+            raise RuntimeError("draft tree out of order: a node precedes its parent")
         ranked = np.argsort(-self._parts, axis=1, kind="stable")
         present = np.take_along_axis(self._parts, ranked, 1) > 0
         codes = ((ranked @ np.array([9, 3, 1])) * 8 + present @ np.array([4, 2, 1])).tolist()
