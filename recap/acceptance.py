@@ -95,8 +95,8 @@ class AcceptanceModel:
         self.seen_fine = np.zeros(FINE_KINDS)
         self.hits_fine = np.zeros(FINE_KINDS)
         self._lock = threading.Lock()
-        self._arrays: tuple[np.ndarray, ...] | None = None
-        self._linear: tuple[np.ndarray, np.ndarray] | None = None
+        # estimate = offset + slope * prior; with no labels, the prior itself.
+        self._offset, self._slope = np.zeros(FINE_KINDS), np.ones(FINE_KINDS)
 
     def __len__(self) -> int:
         """Labels learnt so far (after decay)."""
@@ -104,62 +104,53 @@ class AcceptanceModel:
 
     def reset(self) -> None:
         with self._lock:
-            for array in (self.seen_coarse, self.hits_coarse, self.seen_fine, self.hits_fine):
+            for array in (self.seen_coarse, self.hits_coarse, self.seen_fine, self.hits_fine, self._offset):
                 array.fill(0.0)
-            self._arrays = self._linear = None
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(a_coarse, b_coarse, a_fine, b_fine)`` with ``estimate = a + b * prior`` per level (numpy),
-        cached until the next `update`."""
-        arrays = self._arrays
-        if arrays is None:
-            m = self.strength
-            with self._lock:
-                arrays = self._arrays = (
-                    self.hits_coarse / (self.seen_coarse + m),
-                    m / (self.seen_coarse + m),
-                    self.hits_fine / (self.seen_fine + m),
-                    m / (self.seen_fine + m),
-                )
-        return arrays
+            self._slope.fill(1.0)
 
     def linear(self) -> tuple[np.ndarray, np.ndarray]:
         """``(offset, slope)`` per fine kind: ``estimate = offset[kind] + slope[kind] * prior`` (the two
-        shrinkage levels composed), cached until the next `update`."""
-        if self._linear is None:
-            a_c, b_c, a_f, b_f = self.arrays()
-            coarse = np.arange(FINE_KINDS) // BUCKETS
-            self._linear = (a_f + b_f * a_c[coarse], b_f * b_c[coarse])
-        return self._linear
+        shrinkage levels composed). Kept up to date by `update`, which recomputes only the kinds it
+        touched; do not modify."""
+        return self._offset, self._slope
 
     def estimate(self, kind: int, q: float) -> float:
         """Estimated chance that a candidate of fine ``kind`` (`fine_kind`) with fused probability ``q``
         (or a suffix token's prior) is right."""
-        a_c, b_c, a_f, b_f = self.arrays()
-        coarse = kind // BUCKETS
-        return float(a_f[kind] + b_f[kind] * (a_c[coarse] + b_c[coarse] * q))
+        return float(self._offset[kind] + self._slope[kind] * q)
 
     def update(self, seen: np.ndarray, hits: np.ndarray) -> None:
         """Count labels: ``seen`` holds the fine kind of every labelled candidate, ``hits`` those that
-        were right (each also in ``seen``)."""
+        were right (each also in ``seen``). Work is proportional to the kinds seen, not to all kinds."""
         seen = np.asarray(seen, dtype=np.int64)
         if len(seen) == 0:
             return
         hits = np.asarray(hits, dtype=np.int64)
         with self._lock:
-            for counts, kinds in (
-                (self.seen_fine, seen),
-                (self.hits_fine, hits),
-                (self.seen_coarse, seen // BUCKETS),
-                (self.hits_coarse, hits // BUCKETS),
+            touched = []
+            for seen_counts, hit_counts, labels, right in (
+                (self.seen_fine, self.hits_fine, seen, hits),
+                (self.seen_coarse, self.hits_coarse, seen // BUCKETS, hits // BUCKETS),
             ):
-                counts += np.bincount(kinds, minlength=len(counts))
-            for seen_counts, hit_counts in (
-                (self.seen_coarse, self.hits_coarse),
-                (self.seen_fine, self.hits_fine),
-            ):
-                full = seen_counts > self.memory
-                if full.any():
-                    seen_counts[full] *= self.decay
-                    hit_counts[full] *= self.decay
-            self._arrays = self._linear = None
+                added = np.bincount(labels, minlength=len(seen_counts))  # fast even over all kinds
+                seen_counts += added
+                hit_counts += np.bincount(right, minlength=len(hit_counts))
+                kinds = np.flatnonzero(added)
+                full = kinds[seen_counts[kinds] > self.memory]
+                seen_counts[full] *= self.decay
+                hit_counts[full] *= self.decay
+                touched.append(kinds)
+            coarse = touched[1]
+            self._refresh(coarse)
+
+    def _refresh(self, coarse: np.ndarray) -> None:
+        """Recompute ``offset``/``slope`` of every fine kind of the given coarse kinds."""
+        m = self.strength
+        fine = (coarse[:, None] * BUCKETS + np.arange(BUCKETS)).reshape(-1)
+        parent = fine // BUCKETS
+        a_c = self.hits_coarse[parent] / (self.seen_coarse[parent] + m)
+        b_c = m / (self.seen_coarse[parent] + m)
+        a_f = self.hits_fine[fine] / (self.seen_fine[fine] + m)
+        b_f = m / (self.seen_fine[fine] + m)
+        self._offset[fine] = a_f + b_f * a_c
+        self._slope[fine] = b_f * b_c

@@ -159,16 +159,19 @@ class BestPrefix:
         return self._stale >= PATIENCE
 
 
-def auto_budget(model: CostModel, scores: Sequence[float], pending: int = 1, cap: int | None = None) -> int:
+def auto_budget(
+    model: CostModel, scores: Sequence[float], pending: int = 1, cap: int | None = None, overhead: float = 0.0
+) -> int:
     """How many of ``scores`` (offered best first) the budget rule keeps; at most ``cap``.
 
-    The prefix with the best ``E(T) / c(T + pending)``, searched until `PATIENCE` sizes in a row have not
-    improved it (`BestPrefix`, in one vectorised sweep).
+    The prefix with the best ``E(T) / (c(T + pending) + overhead)``, searched until `PATIENCE` sizes in a
+    row have not improved it (`BestPrefix`, in one vectorised sweep). ``overhead``: seconds a pass
+    spends besides the forward (the drafter's own work), which makes bigger trees relatively cheaper.
     """
     limit = len(scores) if cap is None else min(cap, len(scores))
     expected = 1.0 + np.cumsum(np.asarray(scores[:limit], dtype=np.float64))
-    ratios = expected / model.costs(np.arange(1, limit + 1) + pending)
-    best, size, stale = 1.0 / model.cost(pending), 0, 0
+    ratios = expected / (model.costs(np.arange(1, limit + 1) + pending) + overhead)
+    best, size, stale = 1.0 / (model.cost(pending) + overhead), 0, 0
     for kept, ratio in enumerate(ratios.tolist(), start=1):
         if ratio > best:
             best, size, stale = ratio, kept, 0

@@ -308,3 +308,24 @@ def test_image_placeholder_context_drafts_nothing():
     drafter = make_drafter("recap", config=RecapConfig(budget=16))
     context = start(drafter, [1, 2, 3, IMAGE], Target(cycle_rule([1, 2, 3])))
     assert len(drafter.propose(context)) == 0
+
+
+def test_bench_cli_refuses_a_bad_cost_curve_before_loading_a_model(tmp_path, capsys):
+    from recap.bench import main
+
+    assert main(["--cost-curve", str(tmp_path / "absent.json"), "--out", str(tmp_path / "out")]) == 2
+    assert "cost curve file not found" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("method", ["recap", "recap-uncalibrated"])
+def test_certain_records_in_every_memory_never_score_a_child_above_its_parent(method):
+    # Three records of probability 1 fuse, in float32 with weights 4:2:1, to 1.0000000447: unclipped,
+    # a child would outscore its parent and be placed before it (a tree the verifier misreads).
+    drafter = make_drafter(method, config=RecapConfig(budget=32, suffix=False))
+    simulate(drafter, PATTERN * 3, Target(cycle_rule(PATTERN), top=1.0), passes=10)
+    tree = drafter.propose(PATTERN * 3)
+    tree.validate()
+    assert len(tree) > 1 and all(
+        tree.scores[node] <= tree.scores[parent] for node, parent in enumerate(tree.parents) if parent != ROOT
+    )

@@ -10,8 +10,9 @@ Per pass (see the method spec and the README's "paper vs ours"):
    its fused probability, whether it continues the suffix match); uncalibrated, it is the fused
    probability.
 4. **Grow** the tree best-first on path estimates (products along the path), expanding a whole depth
-   at a time with numpy (`_Growth`); the suffix-matched continuation from the request's own tokens is
-   one more candidate per context along its path. The budget is fixed or cost-aware (`recap.cost`).
+   at a time with numpy (`RecapDrafter._best_first_tree`); the suffix-matched continuation from the
+   request's own tokens is one more candidate per context along its path. The budget is fixed or
+   cost-aware (`recap.cost`), counting the drafter's own time per pass.
 5. **Recycle** (`observe`): every computed position (pending tokens, every tree node accepted or not,
    the prefill's prompt positions) writes its top-k under the 1/2/3-token keys ending there, and every
    candidate of every expanded context is labelled for the acceptance model.
@@ -20,6 +21,7 @@ Per pass (see the method spec and the README's "paper vs ours"):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -45,6 +47,9 @@ from recap.memory import (
 from recap.tree import ROOT, DraftTree, FusedCandidate
 
 logger = logging.getLogger(__name__)
+
+#: Weight of the latest pass in the smoothed drafting time the cost-aware budget counts.
+OVERHEAD_SMOOTHING = 0.1
 
 #: How many fused candidates at the root `RecapDrafter.root_candidates` returns for display.
 ROOT_CANDIDATES = 10
@@ -167,22 +172,20 @@ _SOURCE_TUPLES = _source_tuples()
 
 #: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.acceptance.coarse_kind`).
 _CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.float32)
-_COLUMNS: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+_COLUMNS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
-def _column_matrices(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For ``n = 3k`` record columns: ``block`` ``(n, 3)`` sums each memory's columns, ``rank_weights``
-    ``(n, 3)`` weighs column j of a memory by j + 1, ``earlier`` ``(n, 3)`` marks the memories before
-    each column's own (cached)."""
+def _column_matrices(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """For ``n = 3k`` record columns: ``rank_weights`` ``(n, 3)`` weighs column j of a memory by j + 1,
+    ``earlier`` ``(n, 3)`` marks the memories before each column's own (cached)."""
     found = _COLUMNS.get(k)
     if found is None:
         n = 3 * k
-        block, rank_weights = np.zeros((n, 3), np.float32), np.zeros((n, 3), np.float32)
+        rank_weights = np.zeros((n, 3), np.float32)
         for source in range(3):
-            block[source * k : source * k + k, source] = 1.0
             rank_weights[source * k : source * k + k, source] = np.arange(1, k + 1)
         earlier = np.arange(3)[None, :] < (np.arange(n) // k)[:, None]
-        found = _COLUMNS[k] = (block, rank_weights, earlier)
+        found = _COLUMNS[k] = (rank_weights, earlier)
     return found
 
 
@@ -288,6 +291,8 @@ class RecapDrafter:
         s1, s2, s3 = self.config.specificity
         self._weights = np.array([s3, s2, s1])  # specificity priors in `SOURCES` order
         self._flat: int | None = None  # `_flat_extent`, once known
+        # Seconds a pass spends drafting (propose + observe, smoothed): the budget rule counts it.
+        self._overhead, self._propose_seconds = 0.0, 0.0
         self._empty = np.zeros((0, 2 * self.config.k + 2), dtype=np.float32)  # `_empty_rows`
         self._request = -1  # this request's number (`PersistentMemory.next_request`), stamped on writes
         # The last proposal: its tree and root tail, and what labelling needs in `observe`.
@@ -330,6 +335,12 @@ class RecapDrafter:
         self._forget_proposal()
 
     def propose(self, context: Sequence[int]) -> DraftTree:
+        start = time.perf_counter()
+        tree = self._propose(context)
+        self._propose_seconds = time.perf_counter() - start
+        return tree
+
+    def _propose(self, context: Sequence[int]) -> DraftTree:
         self._forget_proposal()
         if len(context) == 0:
             return DraftTree()
@@ -351,6 +362,13 @@ class RecapDrafter:
         return self._fused(self._root_tail).candidates(limit) if self._root_tail is not None else []
 
     def observe(self, observation: Observation) -> None:
+        start = time.perf_counter()
+        self._observe(observation)
+        if observation.acceptance is not None:  # a decoding pass: fold its drafting time in
+            spent = self._propose_seconds + time.perf_counter() - start
+            self._overhead += OVERHEAD_SMOOTHING * (spent - self._overhead)
+
+    def _observe(self, observation: Observation) -> None:
         if observation.topk_ids is None or observation.topk_probs is None or self.persistent is None:
             return
         config, tree = self.config, observation.tree
@@ -492,7 +510,7 @@ class RecapDrafter:
         """
         ids, values, k = found.ids, found.values, self.config.k
         count, n = ids.shape
-        _, rank_weights, earlier = _column_matrices(k)
+        rank_weights, earlier = _column_matrices(k)
         # A record holds distinct ids, so the sum over its columns of (column + 1) * match is the
         # token's rank + 1 in it (0: absent). float32: numpy's float32 products are much faster.
         same = (ids[:, :, None] == ids[:, None, :]).astype(np.float32)  # (B, n, n)
@@ -514,7 +532,11 @@ class RecapDrafter:
         self, coarse: np.ndarray, q: np.ndarray, prior: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Fine kinds and acceptance estimates of candidates of kinds ``coarse`` with fused probability
-        ``q`` and cold-start ``prior`` (uncalibrated, the estimate is the prior)."""
+        ``q`` and cold-start ``prior`` (uncalibrated, the estimate is the prior).
+
+        Estimates are clipped to [0, 1]: a fused probability summed in float32 may exceed 1 by a
+        rounding step, and a child must never score above its parent (parents precede children).
+        """
         kinds = coarse * BUCKETS + np.searchsorted(EDGES, q, side="right")
         if self.config.calibrate:
             offset, slope = self.acceptance.linear()
@@ -616,11 +638,14 @@ class RecapDrafter:
         order = np.lexsort((np.arange(len(scores)), depths, -scores))[:cap]
         if self._cost_aware() and self._flat_extent() < cap + self.pending:
             # Where the curve is flat up to the cap, costs differ by noise only: grow to the cap.
-            order = order[: auto_budget(self.cost_model, scores[order], self.pending)]
+            kept = auto_budget(self.cost_model, scores[order], self.pending, overhead=self._overhead)
+            order = order[:kept]
         final = np.full(len(scores), -1, dtype=np.int64)
         final[order] = np.arange(len(order))
         self._final, self._parts = final, parts[order]
         chosen_parents = np.where(parents[order] < 0, ROOT, final[np.maximum(parents[order], 0)])
+        if np.any(chosen_parents >= np.arange(len(order))):  # cannot happen with estimates <= 1
+            raise RuntimeError("draft tree out of order: a node precedes its parent")
         ranked = np.argsort(-self._parts, axis=1, kind="stable")
         present = np.take_along_axis(self._parts, ranked, 1) > 0
         codes = ((ranked @ np.array([9, 3, 1])) * 8 + present @ np.array([4, 2, 1])).tolist()
