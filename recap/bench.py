@@ -295,7 +295,8 @@ def run_benchmark(
     has_split = any(n["sensitive_positions"] is not None for n in notes)
     results = {m: aggregate(m, runs[m], runs["ar"], splits[m] if has_split else None) for m in methods}
     run_settings = {
-        "model": target.name,
+        # A local folder by its name only: results carry no machine path.
+        "model": Path(target.name).name if Path(target.name).is_absolute() else target.name,
         "family": target.family,
         "samples": len(samples),
         "methods": methods,
