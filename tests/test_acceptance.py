@@ -329,3 +329,25 @@ def test_certain_records_in_every_memory_never_score_a_child_above_its_parent(me
     assert len(tree) > 1 and all(
         tree.scores[node] <= tree.scores[parent] for node, parent in enumerate(tree.parents) if parent != ROOT
     )
+
+
+def test_a_stream_memory_survives_concurrent_writers():
+    import threading
+
+    memory = ContextMemory(2, capacity=64)
+
+    def writer(offset):
+        for i in range(200):
+            key = np.array([[offset, i % 90]])
+            memory.write_rows(pack_keys(key), np.array([[offset, i]]), np.array([[1.0, 0.0]]), np.ones(1), 0)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(memory) == 64  # full, and every key maps to its own row
+    stored = memory.keys()
+    rows = [memory.slots(pack_keys(np.array([key])))[0] for key in stored]
+    assert sorted(rows) == list(range(1, 65))
+    assert all(memory.lookup(key).ids[0] == key[0] for key in stored)
