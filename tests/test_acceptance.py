@@ -331,23 +331,18 @@ def test_certain_records_in_every_memory_never_score_a_child_above_its_parent(me
     )
 
 
-def test_a_stream_memory_survives_concurrent_writers():
+def test_writes_to_a_shared_context_memory_wait_for_its_lock():
+    # Concurrent studio requests share a stream-scope memory: a write allocates rows under a lock.
     import threading
 
-    memory = ContextMemory(2, capacity=64)
+    memory = ContextMemory(2, capacity=4)
+    done = threading.Event()
 
-    def writer(offset):
-        for i in range(200):
-            key = np.array([[offset, i % 90]])
-            memory.write_rows(pack_keys(key), np.array([[offset, i]]), np.array([[1.0, 0.0]]), np.ones(1), 0)
+    def write():
+        memory.write_rows(pack_keys(np.array([[1, 2]])), np.array([[3, 4]]), np.array([[1.0, 0.0]]), [1.0], 0)
+        done.set()
 
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(memory) == 64  # full, and every key maps to its own row
-    stored = memory.keys()
-    rows = [memory.slots(pack_keys(np.array([key])))[0] for key in stored]
-    assert sorted(rows) == list(range(1, 65))
-    assert all(memory.lookup(key).ids[0] == key[0] for key in stored)
+    with memory._lock:
+        threading.Thread(target=write).start()
+        assert not done.wait(0.2) and len(memory) == 0  # blocked while another writer holds the lock
+    assert done.wait(5) and memory.lookup((1, 2)).ids == [3, 4]
