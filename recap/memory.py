@@ -409,6 +409,7 @@ class ContextMemory:
         self._slot: dict[int, int] = {}  # packed key -> row
         self._owner: list[int] = [-1]  # row -> packed key (row 0: the empty record)
         self._clock = 0  # the row a full memory reused last
+        self._lock = threading.Lock()  # stream-scope memories are shared by concurrent requests
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -466,22 +467,24 @@ class ContextMemory:
             return
         keep = last_occurrence(packed)
         ids, probs = np.asarray(ids)[keep], np.asarray(probs)[keep]
-        if self.k == 0:
-            self.k = ids.shape[1]
-            self.table = record_table(np.full((1, self.k), -1), np.zeros((1, self.k)), [0.0], [-1])
-        elif ids.shape[1] != self.k:
-            ids, probs = fit_topk(ids, probs, self.k)
-        get, row_for = self._slot.get, self._row_for
-        rows = [get(key) or row_for(key) for key in packed[keep].tolist()]
-        self.table[rows] = record_table(
-            ids, probs, np.asarray(concentrations)[keep], np.full(len(rows), request)
-        )
+        with self._lock:
+            if self.k == 0:
+                self.k = ids.shape[1]
+                self.table = record_table(np.full((1, self.k), -1), np.zeros((1, self.k)), [0.0], [-1])
+            elif ids.shape[1] != self.k:
+                ids, probs = fit_topk(ids, probs, self.k)
+            get, row_for = self._slot.get, self._row_for
+            rows = [get(key) or row_for(key) for key in packed[keep].tolist()]
+            self.table[rows] = record_table(
+                ids, probs, np.asarray(concentrations)[keep], np.full(len(rows), request)
+            )
 
     def clear(self) -> None:
         """Forget every record (start of a request)."""
-        self._slot.clear()
-        del self._owner[1:]
-        self._clock = 0
+        with self._lock:
+            self._slot.clear()
+            del self._owner[1:]
+            self._clock = 0
 
     def _pack(self, key: tuple[int, ...]) -> int:
         if len(key) != self.order:

@@ -329,3 +329,20 @@ def test_certain_records_in_every_memory_never_score_a_child_above_its_parent(me
     assert len(tree) > 1 and all(
         tree.scores[node] <= tree.scores[parent] for node, parent in enumerate(tree.parents) if parent != ROOT
     )
+
+
+def test_writes_to_a_shared_context_memory_wait_for_its_lock():
+    # Concurrent studio requests share a stream-scope memory: a write allocates rows under a lock.
+    import threading
+
+    memory = ContextMemory(2, capacity=4)
+    done = threading.Event()
+
+    def write():
+        memory.write_rows(pack_keys(np.array([[1, 2]])), np.array([[3, 4]]), np.array([[1.0, 0.0]]), [1.0], 0)
+        done.set()
+
+    with memory._lock:
+        threading.Thread(target=write).start()
+        assert not done.wait(0.2) and len(memory) == 0  # blocked while another writer holds the lock
+    assert done.wait(5) and memory.lookup((1, 2)).ids == [3, 4]
