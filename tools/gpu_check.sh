@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # The GPU checks, as one run on a machine with CUDA (no network needed):
-#   1. the GPU twins of the lossless tests (tests/test_gpu.py, marker `gpu`);
-#   2. the tree-pass cost curve of the paper's 7B language-model backbones (tools/tree_cost.py);
-#   3. the benchmark of the embedded model on CUDA (fp32, so the lossless match is exact).
-# Results go to $OUT (default runs/gpu). Wheels in .whl/ (e.g. the transformers version of
+#   1. the benchmark of the embedded model on CUDA (fp32, so the lossless match is exact), with the
+#      `auto` budget and at budget 80, first, while the GPU is otherwise idle;
+#   2. the GPU twins of the lossless tests (tests/test_gpu.py, marker `gpu`);
+#   3. the tree-pass cost curve of the paper's 7B language-model backbones (tools/tree_cost.py;
+#      TREE_COST=0 skips it, e.g. when docs/results/gpu-h200 already holds it);
+#   4. with TRAIN=SCRIPT, a training script run beside step 2 (it gets its own folder $OUT/train).
+# Results go to $OUT (default runs/gpu): the checks' files packed in $OUT/checks.tar (the device tool
+# brings back at most 8 files), the training script's own files under $OUT/train. Wheels in .whl/ (e.g. the transformers version of
 # requirements.txt) are installed first into /tmp/site when present.
 set -uo pipefail
 OUT=${OUT:-runs/gpu}
 mkdir -p "$OUT"
+C=/tmp/gpu-checks
+rm -rf "$C" && mkdir -p "$C"
+pack() { tar -C "$C" -cf "$OUT/checks.tar" . ; }
 export PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -16,15 +23,32 @@ fi
 {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
     python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__, torch.cuda.get_device_name())"
-} 2>&1 | tee "$OUT/env.txt"
+} 2>&1 | tee "$C/env.txt"
 status=0
-timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$OUT/pytest-gpu.txt" || status=1
-for preset in qwen2.5-vl-7b-lm llava-1.6-7b-lm; do
-    timeout 150 python3 -m tools.tree_cost --preset "$preset" --context 1024 2048 --out "$OUT/tree-cost-$preset.json" 2>&1 \
-        | grep -E "context|Error|error" || status=1
+for budget in auto 80; do
+    bench=/tmp/bench-scenes-cuda-$budget
+    timeout 200 python3 -m recap.bench --dataset scenes --methods ar,pld,tr,recap,recap-request-context \
+        --device cuda --dtype float32 --budget "$budget" --max-new-tokens 64 --no-progress --out "$bench" 2>&1 \
+        | tail -12 || status=1
+    cp "$bench/results.md" "$C/bench-$budget.md" && cp "$bench/results.json" "$C/bench-$budget.json" || status=1
 done
-bench=/tmp/bench-scenes-cuda
-timeout 240 python3 -m recap.bench --dataset scenes --methods ar,pld,tr,recap --device cuda --dtype float32 \
-    --max-new-tokens 64 --no-progress --out "$bench" 2>&1 | tail -20 || status=1
-cp "$bench/results.json" "$bench/results.md" "$OUT/" 2>/dev/null || status=1
+pack
+train_pid=
+if [ -n "${TRAIN:-}" ]; then
+    mkdir -p "$OUT/train"
+    OUT="$OUT/train" bash "$TRAIN" >"$C/train.log" 2>&1 &
+    train_pid=$!
+fi
+timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tail -15 | tee "$C/pytest-gpu.txt" || status=1
+if [ "${TREE_COST:-1}" != 0 ]; then
+    for preset in qwen2.5-vl-7b-lm llava-1.6-7b-lm; do
+        timeout 150 python3 -m tools.tree_cost --preset "$preset" --context 1024 2048 --out "$C/tree-cost-$preset.json" 2>&1 \
+            | grep -E "context|Error|error" || status=1
+    done
+fi
+if [ -n "$train_pid" ]; then
+    wait "$train_pid" || status=1
+    tail -30 "$C/train.log"
+fi
+pack
 exit $status
