@@ -727,6 +727,3 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     print(f"wrote {args.out}/results.json, results.md and charts", file=sys.stderr)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
