@@ -121,6 +121,19 @@ def test_text_model_has_no_sensitivity_split():
     assert (shared.filled == before).all() and not runtime.successor_matrix().ids.any()
 
 
+
+def test_warm_up_requests_never_touch_the_measured_memories():
+    # The same prompt twice: a method whose memories the warm-up had filled would draft more.
+    samples = [Sample("the cat is", [], "a"), Sample("the cat is", [], "b")]
+    runtime = Runtime(tiny("llama"))
+    kwargs = {"max_new_tokens": 12, "budget": 8, "progress": False}  # a fixed budget: no timing involved
+    cold_start = run_benchmark(runtime, samples, "recap,tr,suffix", warmup=0, **kwargs)
+    warmed = run_benchmark(runtime, samples, "recap,tr,suffix", warmup=2, **kwargs)
+    for method in ("recap", "tr", "suffix"):
+        before, after = cold_start.methods[method], warmed.methods[method]
+        assert after.accepted_length_histogram == before.accepted_length_histogram, method
+        assert after.source_acceptance == before.source_acceptance, method
+
 @pytest.mark.parametrize(
     ("methods", "expected"),
     [

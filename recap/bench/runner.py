@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +133,9 @@ def run_benchmark(
     suffix_config = suffix_config or SuffixConfig()
     target = runtime.target
     # Built before timing: a cost-aware budget measures the model's tree-cost curve here.
-    streams = {m: _fresh_stream(runtime, m, budget, config, suffix_config) for m in methods}
-    _warm_up(runtime, samples, methods, warmup, max_new_tokens, budget, config, suffix_config)
+    new_stream = partial(_fresh_stream, runtime, budget=budget, config=config, suffix_config=suffix_config)
+    streams = {m: new_stream(m) for m in methods}
+    _warm_up(target, samples, methods, warmup, max_new_tokens, new_stream)
 
     runs: dict[str, list[SampleRun]] = {m: [] for m in methods}
 
@@ -218,26 +220,24 @@ def _run_one(
 
 
 def _warm_up(
-    runtime: Runtime,
+    target: Any,
     samples: Sequence[Sample],
     methods: Sequence[str],
     warmup: int,
     max_new_tokens: int,
-    budget: str | int | None,
-    config: RecapConfig,
-    suffix_config: SuffixConfig | None = None,
+    new_stream: Callable[[str], _Stream],
 ) -> None:
-    """AR on the first ``warmup`` samples, then one short request per method, all with throwaway memories."""
+    """AR on the first ``warmup`` samples, then one short request per method, each on a throwaway stream
+    from ``new_stream(method)`` (so the measured streams' memories stay cold)."""
     if warmup == 0:
         return
     log.info("warm-up: %d AR request(s) + one short request per method", warmup)
     for i in range(warmup):
-        stream = _fresh_stream(runtime, "ar", budget, config)
-        _run_one(runtime.target, stream.drafter, samples[i % len(samples)], max_new_tokens, "ar")
+        _run_one(target, new_stream("ar").drafter, samples[i % len(samples)], max_new_tokens, "ar")
     for method in methods:
         if method != "ar":
-            stream = _fresh_stream(runtime, method, budget, config, suffix_config)
-            _run_one(runtime.target, stream.drafter, samples[0], min(WARMUP_TOKENS, max_new_tokens), method)
+            tokens = min(WARMUP_TOKENS, max_new_tokens)
+            _run_one(target, new_stream(method).drafter, samples[0], tokens, method)
 
 
 # ----------------------------------------------------------------------------------- sensitivity
