@@ -361,3 +361,8 @@ def test_cli_specbench_from_the_environment_on_a_saved_text_model(tmp_path, caps
     assert str(questions) not in (tmp_path / "out" / "results.json").read_text()
     assert list(data["categories"]) == ["qa", "rag"] and data["methods"]["suffix"]["match_rate"] == 1.0
     assert "| suffix |" in capsys.readouterr().out
+    # the peer baseline has its row, its per-category column and its bar in the report
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert "| category | samples | AR tokens | ar | suffix |" in table
+    assert "\n| qa | 1 | " in table and "\n| rag | 1 | " in table
+    assert '"suffix"' in (tmp_path / "out" / "speedup_mat.html").read_text()
