@@ -230,12 +230,10 @@ def _clip_processor_args(draw: Draw) -> dict:
     return dict(size={"shortest_edge": edge}, crop_size={"height": edge, "width": edge})
 
 
-def _llava(attn: str, draw: Draw):
-    from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
-    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
-
+def _llava_parts(draw: Draw) -> tuple[dict, dict]:
+    """What LLaVA and LLaVA-NeXT share: the config's and the processor's keyword arguments."""
     tokenizer = make_tokenizer("llava")
-    config = LlavaConfig(
+    config = dict(
         vision_config=dict(model_type="clip_vision_model", **_clip_vision(draw)),
         text_config=_backbone(tokenizer, draw),
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
@@ -243,15 +241,24 @@ def _llava(attn: str, draw: Draw):
         vision_feature_layer=draw.feature_layer,
         eos_token_id=tokenizer.eos_token_id,
     )
-    image_processor = CLIPImageProcessorPil(**_clip_processor_args(draw))
-    processor = LlavaProcessor(
-        image_processor=image_processor,
+    processor = dict(
         tokenizer=tokenizer,
         patch_size=8,
         vision_feature_select_strategy=draw.feature_strategy,
         chat_template=tokenizer.chat_template,
         num_additional_image_tokens=1,
     )
+    return config, processor
+
+
+def _llava(attn: str, draw: Draw):
+    from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    config_args, processor_args = _llava_parts(draw)
+    config = LlavaConfig(**config_args)
+    image_processor = CLIPImageProcessorPil(**_clip_processor_args(draw))
+    processor = LlavaProcessor(image_processor=image_processor, **processor_args)
     return LlavaForConditionalGeneration._from_config(config, attn_implementation=attn), processor
 
 
@@ -259,27 +266,12 @@ def _llava_next(attn: str, draw: Draw):
     from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration, LlavaNextProcessor
     from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
 
-    tokenizer = make_tokenizer("llava")
+    config_args, processor_args = _llava_parts(draw)
     edge = draw.image_size
     pinpoints = [[edge, edge], [edge, 2 * edge], [2 * edge, edge]]
-    config = LlavaNextConfig(
-        vision_config=dict(model_type="clip_vision_model", **_clip_vision(draw)),
-        text_config=_backbone(tokenizer, draw),
-        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
-        image_grid_pinpoints=pinpoints,
-        vision_feature_select_strategy=draw.feature_strategy,
-        vision_feature_layer=draw.feature_layer,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    config = LlavaNextConfig(**config_args, image_grid_pinpoints=pinpoints)
     image_processor = LlavaNextImageProcessorPil(**_clip_processor_args(draw), image_grid_pinpoints=pinpoints)
-    processor = LlavaNextProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        patch_size=8,
-        vision_feature_select_strategy=draw.feature_strategy,
-        chat_template=tokenizer.chat_template,
-        num_additional_image_tokens=1,
-    )
+    processor = LlavaNextProcessor(image_processor=image_processor, **processor_args)
     return LlavaNextForConditionalGeneration._from_config(config, attn_implementation=attn), processor
 
 
