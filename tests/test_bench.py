@@ -215,6 +215,7 @@ def test_common_prefix_and_other_images():
         (["--max-new-tokens", "0"], "max_new_tokens must be"),
         (["--dataset", "nowhere.jsonl"], "dataset file not found"),
         (["--warmup", "-1"], "warmup must be"),
+        (["--threads", "0"], "--threads must be at least 1"),
     ],
 )
 def test_cli_argument_errors(tmp_path, capsys, args, message):

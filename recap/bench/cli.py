@@ -20,7 +20,13 @@ from recap.cost import load_curve
 from recap.datasets import SPECBENCH_ENV, load_dataset
 from recap.drafters import METHODS
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
-from recap.options import add_model_options, add_sampling_options, load_runtime, sampling_settings
+from recap.options import (
+    add_model_options,
+    add_sampling_options,
+    check_model_options,
+    load_runtime,
+    sampling_settings,
+)
 from recap.runtime import EMBEDDED_MODEL, parse_budget
 
 
@@ -99,8 +105,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     if args.warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
     sampling = sampling_settings(args)
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads must be at least 1, got {args.threads}")
+    check_model_options(args)
     suffix_config = SuffixConfig(
         max_spec_tokens=args.suffix_max_spec_tokens,
         max_spec_factor=args.suffix_max_spec_factor,
