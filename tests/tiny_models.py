@@ -97,7 +97,8 @@ def _llama_text(vocab: int, **extra) -> dict:
     )
 
 
-def _clip_vision(draw: Draw) -> dict:
+def _vision(draw: Draw) -> dict:
+    """The tiny vision tower every VLM builder shares (ViT-style; Qwen's is built apart)."""
     return dict(
         hidden_size=32,
         intermediate_size=64,
@@ -105,8 +106,11 @@ def _clip_vision(draw: Draw) -> dict:
         num_attention_heads=2,
         image_size=draw.image_size,
         patch_size=8,
-        projection_dim=32,
     )
+
+
+def _clip_vision(draw: Draw) -> dict:
+    return dict(_vision(draw), projection_dim=32)
 
 
 class TinyQwenVLProcessor:
@@ -332,14 +336,7 @@ def _idefics3(model_type: str):
         tokenizer = make_tokenizer("idefics3")
         config = AutoConfig.for_model(
             model_type,
-            vision_config=dict(
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=draw.vision_layers,
-                num_attention_heads=2,
-                image_size=draw.image_size,
-                patch_size=8,
-            ),
+            vision_config=_vision(draw),
             text_config=_backbone(tokenizer, draw),
             image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
             scale_factor=draw.scale_factor,
