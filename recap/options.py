@@ -1,6 +1,7 @@
 """Command-line options shared by ``python -m recap`` and ``python -m recap.bench``: one home for each.
 
-- `add_model_options` / `load_runtime`: which model, on which device and dtype, and how it is loaded;
+- `add_model_options` / `check_model_options` / `load_runtime`: which model, on which device and dtype,
+  and how it is loaded;
 - `add_sampling_options` / `sampling_settings`: greedy (the default) or temperature / top-k / top-p
   sampling with a seed.
 
@@ -38,15 +39,20 @@ def add_model_options(parser: argparse.ArgumentParser, default_model: str) -> No
     group.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
 
+def check_model_options(args: argparse.Namespace) -> None:
+    """The model options' checks that need no model (ValueError with a reason): cheap, run them first."""
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {args.threads}")
+
+
 def load_runtime(args: argparse.Namespace):
     """Set the thread count and load ``args.model`` as a `Runtime` (ValueError with a reason if it can't)."""
     import torch
 
     from recap.runtime import Runtime
 
+    check_model_options(args)
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1, got {args.threads}")
         torch.set_num_threads(args.threads)
     return Runtime.load(
         args.model,

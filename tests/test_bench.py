@@ -121,6 +121,19 @@ def test_text_model_has_no_sensitivity_split():
     assert (shared.filled == before).all() and not runtime.successor_matrix().ids.any()
 
 
+
+def test_warm_up_requests_never_touch_the_measured_memories():
+    # The same prompt twice: a method whose memories the warm-up had filled would draft more.
+    samples = [Sample("the cat is", [], "a"), Sample("the cat is", [], "b")]
+    runtime = Runtime(tiny("llama"))
+    kwargs = {"max_new_tokens": 12, "budget": 8, "progress": False}  # a fixed budget: no timing involved
+    cold_start = run_benchmark(runtime, samples, "recap,tr,suffix", warmup=0, **kwargs)
+    warmed = run_benchmark(runtime, samples, "recap,tr,suffix", warmup=2, **kwargs)
+    for method in ("recap", "tr", "suffix"):
+        before, after = cold_start.methods[method], warmed.methods[method]
+        assert after.accepted_length_histogram == before.accepted_length_histogram, method
+        assert after.source_acceptance == before.source_acceptance, method
+
 @pytest.mark.parametrize(
     ("methods", "expected"),
     [
@@ -202,6 +215,7 @@ def test_common_prefix_and_other_images():
         (["--max-new-tokens", "0"], "max_new_tokens must be"),
         (["--dataset", "nowhere.jsonl"], "dataset file not found"),
         (["--warmup", "-1"], "warmup must be"),
+        (["--threads", "0"], "--threads must be at least 1"),
     ],
 )
 def test_cli_argument_errors(tmp_path, capsys, args, message):
@@ -348,3 +362,8 @@ def test_cli_specbench_from_the_environment_on_a_saved_text_model(tmp_path, caps
     assert str(questions) not in (tmp_path / "out" / "results.json").read_text()
     assert list(data["categories"]) == ["qa", "rag"] and data["methods"]["suffix"]["match_rate"] == 1.0
     assert "| suffix |" in capsys.readouterr().out
+    # the peer baseline has its row, its per-category column and its bar in the report
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert "| category | samples | AR tokens | ar | suffix |" in table
+    assert "\n| qa | 1 | " in table and "\n| rag | 1 | " in table
+    assert '"suffix"' in (tmp_path / "out" / "speedup_mat.html").read_text()

@@ -97,7 +97,8 @@ def _llama_text(vocab: int, **extra) -> dict:
     )
 
 
-def _clip_vision(draw: Draw) -> dict:
+def _vision(draw: Draw) -> dict:
+    """The tiny vision tower every VLM builder shares (ViT-style; Qwen's is built apart)."""
     return dict(
         hidden_size=32,
         intermediate_size=64,
@@ -105,8 +106,11 @@ def _clip_vision(draw: Draw) -> dict:
         num_attention_heads=2,
         image_size=draw.image_size,
         patch_size=8,
-        projection_dim=32,
     )
+
+
+def _clip_vision(draw: Draw) -> dict:
+    return dict(_vision(draw), projection_dim=32)
 
 
 class TinyQwenVLProcessor:
@@ -230,12 +234,10 @@ def _clip_processor_args(draw: Draw) -> dict:
     return dict(size={"shortest_edge": edge}, crop_size={"height": edge, "width": edge})
 
 
-def _llava(attn: str, draw: Draw):
-    from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
-    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
-
+def _llava_parts(draw: Draw) -> tuple[dict, dict]:
+    """What LLaVA and LLaVA-NeXT share: the config's and the processor's keyword arguments."""
     tokenizer = make_tokenizer("llava")
-    config = LlavaConfig(
+    config = dict(
         vision_config=dict(model_type="clip_vision_model", **_clip_vision(draw)),
         text_config=_backbone(tokenizer, draw),
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
@@ -243,15 +245,24 @@ def _llava(attn: str, draw: Draw):
         vision_feature_layer=draw.feature_layer,
         eos_token_id=tokenizer.eos_token_id,
     )
-    image_processor = CLIPImageProcessorPil(**_clip_processor_args(draw))
-    processor = LlavaProcessor(
-        image_processor=image_processor,
+    processor = dict(
         tokenizer=tokenizer,
         patch_size=8,
         vision_feature_select_strategy=draw.feature_strategy,
         chat_template=tokenizer.chat_template,
         num_additional_image_tokens=1,
     )
+    return config, processor
+
+
+def _llava(attn: str, draw: Draw):
+    from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    config_args, processor_args = _llava_parts(draw)
+    config = LlavaConfig(**config_args)
+    image_processor = CLIPImageProcessorPil(**_clip_processor_args(draw))
+    processor = LlavaProcessor(image_processor=image_processor, **processor_args)
     return LlavaForConditionalGeneration._from_config(config, attn_implementation=attn), processor
 
 
@@ -259,27 +270,12 @@ def _llava_next(attn: str, draw: Draw):
     from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration, LlavaNextProcessor
     from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
 
-    tokenizer = make_tokenizer("llava")
+    config_args, processor_args = _llava_parts(draw)
     edge = draw.image_size
     pinpoints = [[edge, edge], [edge, 2 * edge], [2 * edge, edge]]
-    config = LlavaNextConfig(
-        vision_config=dict(model_type="clip_vision_model", **_clip_vision(draw)),
-        text_config=_backbone(tokenizer, draw),
-        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
-        image_grid_pinpoints=pinpoints,
-        vision_feature_select_strategy=draw.feature_strategy,
-        vision_feature_layer=draw.feature_layer,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    config = LlavaNextConfig(**config_args, image_grid_pinpoints=pinpoints)
     image_processor = LlavaNextImageProcessorPil(**_clip_processor_args(draw), image_grid_pinpoints=pinpoints)
-    processor = LlavaNextProcessor(
-        image_processor=image_processor,
-        tokenizer=tokenizer,
-        patch_size=8,
-        vision_feature_select_strategy=draw.feature_strategy,
-        chat_template=tokenizer.chat_template,
-        num_additional_image_tokens=1,
-    )
+    processor = LlavaNextProcessor(image_processor=image_processor, **processor_args)
     return LlavaNextForConditionalGeneration._from_config(config, attn_implementation=attn), processor
 
 
@@ -340,14 +336,7 @@ def _idefics3(model_type: str):
         tokenizer = make_tokenizer("idefics3")
         config = AutoConfig.for_model(
             model_type,
-            vision_config=dict(
-                hidden_size=32,
-                intermediate_size=64,
-                num_hidden_layers=draw.vision_layers,
-                num_attention_heads=2,
-                image_size=draw.image_size,
-                patch_size=8,
-            ),
+            vision_config=_vision(draw),
             text_config=_backbone(tokenizer, draw),
             image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
             scale_factor=draw.scale_factor,

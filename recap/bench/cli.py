@@ -1,0 +1,146 @@
+"""The benchmark's command line: ``python -m recap.bench --dataset scenes --out runs/scenes``.
+
+Every argument is checked before a model loads; bad arguments or inputs end with a one-line
+``error: ...`` on stderr and exit code 2. The results table goes to stdout, the files to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from recap.bench.report import markdown_table, write_outputs
+from recap.bench.runner import normalize_methods, run_benchmark
+from recap.cost import load_curve
+from recap.datasets import SPECBENCH_ENV, load_dataset
+from recap.drafters import METHODS
+from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
+from recap.options import (
+    add_model_options,
+    add_sampling_options,
+    check_model_options,
+    load_runtime,
+    sampling_settings,
+)
+from recap.runtime import EMBEDDED_MODEL, parse_budget
+
+
+def _description() -> str:
+    """The first line of the package's docstring (one wording for ``--help`` and the docs)."""
+    import recap.bench
+
+    return (recap.bench.__doc__ or "").splitlines()[0]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m recap.bench", description=_description())
+    parser.add_argument(
+        "--dataset", default="scenes", help="scenes, photos, mtbench, specbench or a .jsonl file"
+    )
+    parser.add_argument(
+        "--data-file",
+        default=None,
+        metavar="FILE",
+        help=f"the question file of specbench (or of mtbench); default: ${SPECBENCH_ENV} for specbench",
+    )
+    parser.add_argument(
+        "--methods", default="ar,pld,tr,recap", help=f"comma-separated: {', '.join(METHODS)}, all"
+    )
+    parser.add_argument("--limit", type=int, default=None, help="use the first K samples")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed AR warm-up requests")
+    parser.add_argument("--budget", default=None, help="RECAP tree budget: 'auto' or a node count")
+    defaults = SuffixConfig()
+    parser.add_argument(
+        "--suffix-max-spec-tokens",
+        type=int,
+        default=defaults.max_spec_tokens,
+        help="suffix: most draft nodes per pass (its authors' default; --budget does not apply)",
+    )
+    parser.add_argument("--suffix-max-spec-factor", type=float, default=defaults.max_spec_factor)
+    parser.add_argument("--suffix-min-token-prob", type=float, default=defaults.min_token_prob)
+    parser.add_argument("--cold", action="store_true", help="reset persistent memories between samples")
+    parser.add_argument(
+        "--cost-curve",
+        default=None,
+        metavar="FILE",
+        help="replay a recorded tree-cost curve instead of measuring this device's: a JSON list of "
+        "[tokens, milliseconds] or a results.json that recorded one (e.g. a GPU's, on a CPU)",
+    )
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    add_model_options(parser, default_model=str(EMBEDDED_MODEL))
+    add_sampling_options(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry; returns the exit code (2 for bad arguments or inputs)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return _bench(args, "python -m recap.bench " + shlex.join(argv))
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _bench(args: argparse.Namespace, command: str) -> int:
+
+    from recap.inputs import check_max_new_tokens
+
+    # Check everything cheap before loading a model.
+    methods = normalize_methods(args.methods)
+    check_max_new_tokens(args.max_new_tokens)
+    budget = parse_budget(args.budget) if args.budget is not None else None
+    if args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+    sampling = sampling_settings(args)
+    check_model_options(args)
+    suffix_config = SuffixConfig(
+        max_spec_tokens=args.suffix_max_spec_tokens,
+        max_spec_factor=args.suffix_max_spec_factor,
+        min_token_prob=args.suffix_min_token_prob,
+    )
+    if "suffix" in methods:
+        SuffixTreeCache.for_config(suffix_config)  # says how to install arctic-inference before loading
+    data_file = args.data_file
+    if data_file is None and args.dataset == "specbench":
+        data_file = os.environ.get(SPECBENCH_ENV) or None
+    samples = load_dataset(args.dataset, args.limit, data_file=data_file)
+    curve = load_curve(args.cost_curve) if args.cost_curve is not None else None
+    runtime = load_runtime(args)
+    if curve is not None:
+        runtime.use_cost_model(curve)
+    result = run_benchmark(
+        runtime,
+        samples,
+        methods,
+        max_new_tokens=args.max_new_tokens,
+        warmup=args.warmup,
+        budget=budget,
+        cold=args.cold,
+        progress=not args.no_progress,
+        settings={
+            "dataset": args.dataset,
+            "data_file": Path(data_file).name if data_file else None,  # no machine path in results
+            "limit": args.limit,
+            "command": command,
+            **({"cost_curve_file": Path(args.cost_curve).name} if args.cost_curve else {}),
+        },
+        suffix_config=suffix_config,
+        sampling=sampling,
+    )
+    write_outputs(result, args.out)
+    print(markdown_table(result))
+    print(f"wrote {args.out}/results.json, results.md and charts", file=sys.stderr)
+    return 0

@@ -1,0 +1,140 @@
+"""The benchmark's report: ``results.json``, ``results.md`` (the tables) and three plotly charts.
+
+Everything here reads a finished `BenchmarkResult`; nothing runs a model. Rows are methods in run order
+(AR first); the per-source table lists RECAP methods only, the per-category table appears when the
+samples carry categories (Spec-Bench, MT-Bench, scenes' question types).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from recap.bench.metrics import BenchmarkResult
+from recap.drafters import is_recap_method
+
+#: Memories a RECAP drafter credits for accepted tokens (the per-source acceptance columns).
+RECAP_SOURCES = ("ctx3", "ctx2", "persistent", "suffix")
+
+
+def markdown_table(result: BenchmarkResult) -> str:
+    """The results as a markdown table (plus the per-source table when RECAP methods ran, and the
+    per-category table when the samples have categories)."""
+    header = (
+        "| method | MAT | MAT w/o bonus | speedup vs AR | tokens/s | nodes/pass | draft+update ms/step "
+        "| match vs AR | accept @ sensitive | accept @ insensitive | passes | tokens | seconds |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    rows = "".join(
+        f"| {r.method} | {r.mat:.2f} | {r.mat_no_bonus:.2f} | {_num(r.speedup, 'x')} | {r.tokens_per_s:.1f} "
+        f"| {r.nodes_per_step:.1f} | {r.draft_ms_per_step:.2f} | {100 * r.match_rate:.1f}% "
+        f"| {_pct(r.accept_sensitive)} | {_pct(r.accept_insensitive)} "
+        f"| {r.passes} | {r.tokens} | {r.seconds:.1f} |\n"
+        for r in result.methods.values()
+    )
+    recap = [r for r in result.methods.values() if is_recap_method(r.method)]
+    categories = category_table(result)
+    if not recap:
+        return header + rows + categories
+    sources = "\nAccepted drafted tokens by proposing memory (RECAP methods):\n\n"
+    sources += "| method | " + " | ".join(RECAP_SOURCES) + " |\n|---|" + "---|" * len(RECAP_SOURCES) + "\n"
+    for r in recap:
+        total = sum(r.source_acceptance.values()) or 1
+        cells = [
+            f"{r.source_acceptance.get(s, 0)} ({100 * r.source_acceptance.get(s, 0) / total:.0f}%)"
+            for s in RECAP_SOURCES
+        ]
+        sources += f"| {r.method} | " + " | ".join(cells) + " |\n"
+    return header + rows + sources + categories
+
+
+def category_table(result: BenchmarkResult) -> str:
+    """Per category: each method's MAT and speedup vs AR as ``MAT (speedup)``, AR's token count, and the
+    best MAT in bold (when above AR's); "" when the samples have no categories.
+
+    Example row: ``| summarization | 2 | 128 | 1.00 (1.00x) | **2.10** (1.30x) |``.
+    """
+    if not result.categories:
+        return ""
+    methods = list(result.methods)
+    table = "\nPer category: MAT (speedup vs AR):\n\n"
+    table += "| category | samples | AR tokens | " + " | ".join(methods) + " |\n"
+    table += "|---|---|---|" + "---|" * len(methods) + "\n"
+    for category, by_method in result.categories.items():
+        best = max(by_method[m].mat for m in methods)
+        cells = []
+        for method in methods:
+            r = by_method[method]
+            mat = f"**{r.mat:.2f}**" if r.mat == best > by_method["ar"].mat else f"{r.mat:.2f}"
+            cells.append(f"{mat} ({_num(r.speedup, 'x')})")
+        ar = by_method["ar"]
+        table += f"| {category} | {ar.samples} | {ar.tokens} | " + " | ".join(cells) + " |\n"
+    return table
+
+
+def _num(value: float | None, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:.2f}{unit}"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def write_outputs(result: BenchmarkResult, out_dir: str | Path) -> list[Path]:
+    """Write results.json, results.md and the three charts into ``out_dir``; return the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n")
+    settings = result.settings
+    head = (
+        f"# RECAP benchmark: {settings.get('model')} on {settings.get('dataset', '?')}\n\n"
+        f"{settings['samples']} samples, max {settings['max_new_tokens']} new tokens, "
+        f"{settings['device']} {settings['dtype']}, {settings['torch_threads']} thread(s), "
+        f"{settings['date']}\n\n"
+    )
+    command = f"\n```\n{settings['command']}\n```\n" if settings.get("command") else ""
+    (out / "results.md").write_text(head + markdown_table(result) + command)
+    paths = [out / "results.json", out / "results.md"]
+    for name, figure in charts(result).items():
+        path = out / f"{name}.html"
+        figure.write_html(path, include_plotlyjs="directory")  # one shared plotly.min.js, works offline
+        paths.append(path)
+    return paths
+
+
+def charts(result: BenchmarkResult) -> dict[str, Any]:
+    """Plotly figures: ``speedup_mat``, ``sensitivity``, ``accept_hist``."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    names = list(result.methods)
+    rows = list(result.methods.values())
+    titles = ("Speedup over AR (wall clock)", "MAT (bonus incl.)")
+    speed = make_subplots(rows=1, cols=2, subplot_titles=titles)
+    speed.add_bar(x=names, y=[r.speedup or 0.0 for r in rows], name="speedup", row=1, col=1)
+    speed.add_bar(x=names, y=[r.mat for r in rows], name="MAT", row=1, col=2)
+    speed.update_layout(title=f"{result.settings.get('model')}", showlegend=False)
+
+    sens = go.Figure()
+    sens.add_bar(x=names, y=[r.accept_sensitive for r in rows], name="image-sensitive positions")
+    sens.add_bar(x=names, y=[r.accept_insensitive for r in rows], name="insensitive positions")
+    sens.update_layout(
+        barmode="group", title="Share of tokens drafted and accepted", yaxis={"tickformat": ".0%"}
+    )
+
+    hist = go.Figure()
+    for r in rows:
+        total = sum(r.accepted_length_histogram) or 1
+        hist.add_bar(
+            x=list(range(len(r.accepted_length_histogram))),
+            y=[n / total for n in r.accepted_length_histogram],
+            name=r.method,
+        )
+    hist.update_layout(
+        barmode="group",
+        title="Accepted drafted tokens per decoding pass",
+        xaxis_title="accepted length",
+        yaxis={"title": "share of passes", "tickformat": ".0%"},
+    )
+    return {"speedup_mat": speed, "sensitivity": sens, "accept_hist": hist}

@@ -1,0 +1,293 @@
+"""The benchmark's run: every method on the same samples, sample-interleaved and timed.
+
+How a run is organised (so that the numbers mean what they say):
+
+- Samples form ONE stream of requests, in dataset order, as one user would send them, so persistent
+  memories (RECAP's token memory, TR's successor matrix, SuffixDecoding's global suffix tree) warm up
+  across requests. ``cold=True`` resets them before every
+  sample instead.
+- Every method starts its stream with FRESH memories of its own: methods never share state.
+- Methods are interleaved per sample (the method order rotates from sample to sample) so that load on a
+  shared machine hits every method alike. ``ar`` is always run: speedup and match rate are relative to it.
+- Warm-up requests (AR on the first samples, plus one short request per method with throwaway
+  memories) run before timing and never touch the measured methods' memories.
+
+It fills the records of `recap.bench.metrics`; `recap.bench.report` writes them out.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from recap.bench.metrics import BenchmarkResult, SampleRun, aggregate, per_category
+from recap.config import RecapConfig
+from recap.datasets import Sample
+from recap.decode import generate
+from recap.drafters import METHODS, shared_state
+from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
+from recap.drafters.token_recycling import SuccessorMatrix
+from recap.memory import PersistentMemory
+from recap.runtime import Runtime
+from recap.sampling import GREEDY, SamplingSettings
+from recap.sensitivity import AcceptanceSplit, sensitive_flags, split_against_reference
+
+log = logging.getLogger(__name__)
+
+#: Warm-up requests of the non-AR methods are this short (they only exercise the code paths).
+WARMUP_TOKENS = 8
+
+
+# ------------------------------------------------------------------------------------ the run
+def normalize_methods(methods: str | Sequence[str]) -> list[str]:
+    """Method names in order, ``ar`` first (added if missing), duplicates dropped; ``all`` = every method."""
+    names = [m.strip() for m in methods.split(",")] if isinstance(methods, str) else list(methods)
+    names = [n for n in names if n]
+    if names == ["all"]:
+        names = list(METHODS)
+    unknown = [n for n in names if n not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from: {', '.join(METHODS)}, all")
+    return list(dict.fromkeys(["ar", *names]))
+
+
+@dataclass
+class _Stream:
+    """A method's drafter and the memories it alone owns for this run."""
+
+    drafter: Any
+    persistent: PersistentMemory | None = None
+    successors: SuccessorMatrix | None = None
+    suffix_cache: SuffixTreeCache | None = None
+
+    def reset(self) -> None:
+        for state in (self.persistent, self.successors, self.suffix_cache):
+            if state is not None:
+                state.reset()
+
+
+def _fresh_stream(
+    runtime: Runtime,
+    method: str,
+    budget: str | int | None,
+    config: RecapConfig,
+    suffix_config: SuffixConfig | None = None,
+) -> _Stream:
+    vocab = runtime.target.vocab_size
+    needs = shared_state(method, config)  # fresh state, and only what the method uses
+    persistent = PersistentMemory(vocab, config.k) if "persistent" in needs else None
+    successors = SuccessorMatrix(vocab) if "successors" in needs else None
+    suffix_cache = (
+        SuffixTreeCache.for_config(suffix_config or SuffixConfig()) if "suffix_cache" in needs else None
+    )
+    drafter = runtime.drafter(
+        method,
+        budget=budget,
+        config=config,
+        persistent=persistent,
+        successors=successors,
+        suffix_cache=suffix_cache,
+        suffix_config=suffix_config,
+    )
+    return _Stream(drafter, persistent, successors, suffix_cache)
+
+
+def run_benchmark(
+    runtime: Runtime,
+    samples: Sequence[Sample],
+    methods: str | Sequence[str],
+    max_new_tokens: int = 128,
+    warmup: int = 1,
+    budget: str | int | None = None,
+    config: RecapConfig | None = None,
+    cold: bool = False,
+    progress: bool = True,
+    settings: dict[str, Any] | None = None,
+    suffix_config: SuffixConfig | None = None,
+    sampling: SamplingSettings = GREEDY,
+) -> BenchmarkResult:
+    """Run every method on every sample (one stream per method) and aggregate the metrics.
+
+    ``sampling``: greedy (the default) or sampling settings; sample ``i`` is drawn with seed
+    ``sampling.seed + i`` (``seed`` None counts as 0) for every method, so each method must produce
+    AR's tokens there too (one uniform draw per committed position, `recap.sampling`).
+
+    ``settings`` (e.g. the command line) are merged into the result's settings; ``suffix_config``: the
+    settings of the ``suffix`` method (its authors' defaults when None; ``budget`` does not apply to it).
+    """
+    from tqdm import tqdm
+
+    if not samples:
+        raise ValueError("no samples to benchmark")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    methods = normalize_methods(methods)
+    config = config or RecapConfig()
+    suffix_config = suffix_config or SuffixConfig()
+    target = runtime.target
+    # Built before timing: a cost-aware budget measures the model's tree-cost curve here.
+    new_stream = partial(_fresh_stream, runtime, budget=budget, config=config, suffix_config=suffix_config)
+    streams = {m: new_stream(m) for m in methods}
+    _warm_up(target, samples, methods, warmup, max_new_tokens, new_stream)
+
+    runs: dict[str, list[SampleRun]] = {m: [] for m in methods}
+
+    def seeded(index: int) -> SamplingSettings:
+        return sampling if sampling.greedy else replace(sampling, seed=(sampling.seed or 0) + index)
+
+    splits: dict[str, AcceptanceSplit] = {m: AcceptanceSplit(0, 0, 0, 0) for m in methods}
+    notes = []
+    bar = tqdm(total=len(samples) * len(methods), desc="bench", unit="req", disable=not progress)
+    for index, sample in enumerate(samples):
+        shift = index % len(methods)
+        for method in methods[shift:] + methods[:shift]:
+            bar.set_postfix_str(f"{sample.id} {method}")
+            if cold:
+                streams[method].reset()
+            runs[method].append(
+                _run_one(target, streams[method].drafter, sample, max_new_tokens, method, seeded(index))
+            )
+            bar.update()
+        ar_tokens = runs["ar"][-1].tokens
+        flags = _sensitivity_flags(target, samples, index, ar_tokens)
+        if flags is not None:
+            for method in methods:
+                run = runs[method][-1]
+                splits[method] += split_against_reference(run.tokens, run.sources, ar_tokens, flags)
+        notes.append(_sample_note(sample, target.decode(ar_tokens), ar_tokens, flags))
+    bar.close()
+
+    has_split = any(n["sensitive_positions"] is not None for n in notes)
+    results = {m: aggregate(m, runs[m], runs["ar"], splits[m] if has_split else None) for m in methods}
+    run_settings = {
+        # A local folder by its name only: results carry no machine path.
+        "model": Path(target.name).name if Path(target.name).is_absolute() else target.name,
+        "family": target.family,
+        "samples": len(samples),
+        "methods": methods,
+        "max_new_tokens": max_new_tokens,
+        "warmup": warmup,
+        "budget": budget if budget is not None else config.budget,
+        "cold": cold,
+        "recap_config": asdict(config),
+        "sampling": asdict(sampling),
+        **({"suffix_config": asdict(suffix_config)} if "suffix" in methods else {}),
+        **_cost_curve(runtime),
+        **environment(target),
+        **(settings or {}),
+    }
+    return BenchmarkResult(run_settings, results, notes, per_category(samples, runs))
+
+
+def _cost_curve(runtime: Runtime) -> dict[str, Any]:
+    """The tree-cost curve the cost-aware budget used (ms per T, measured and fitted), if one was measured."""
+    cost = runtime.measured_cost()
+    return {} if cost is None else {"cost_curve_ms": cost.to_ms()}
+
+
+def _run_one(
+    target: Any,
+    drafter: Any,
+    sample: Sample,
+    max_new_tokens: int,
+    method: str,
+    sampling: SamplingSettings = GREEDY,
+) -> SampleRun:
+    start = time.perf_counter()
+    # details=False: no display-only work (token texts, the drafter's root distribution) in the timing.
+    result = generate(
+        target,
+        drafter,
+        sample.prompt,
+        sample.images,
+        max_new_tokens,
+        method=method,
+        sampling=sampling,
+        details=False,
+    )
+    run = SampleRun.from_steps(sample.id, result.steps, time.perf_counter() - start)
+    log.info(
+        "%s %s: %d tokens, %d passes, %.2f s", sample.id, method, len(run.tokens), run.passes, run.seconds
+    )
+    return run
+
+
+def _warm_up(
+    target: Any,
+    samples: Sequence[Sample],
+    methods: Sequence[str],
+    warmup: int,
+    max_new_tokens: int,
+    new_stream: Callable[[str], _Stream],
+) -> None:
+    """AR on the first ``warmup`` samples, then one short request per method, each on a throwaway stream
+    from ``new_stream(method)`` (so the measured streams' memories stay cold)."""
+    if warmup == 0:
+        return
+    log.info("warm-up: %d AR request(s) + one short request per method", warmup)
+    for i in range(warmup):
+        _run_one(target, new_stream("ar").drafter, samples[i % len(samples)], max_new_tokens, "ar")
+    for method in methods:
+        if method != "ar":
+            tokens = min(WARMUP_TOKENS, max_new_tokens)
+            _run_one(target, new_stream(method).drafter, samples[0], tokens, method)
+
+
+# ----------------------------------------------------------------------------------- sensitivity
+def other_images(samples: Sequence[Sample], index: int) -> list | None:
+    """The images of the next sample (cyclically) that has images, or None if no other sample has one."""
+    for step in range(1, len(samples)):
+        other = samples[(index + step) % len(samples)]
+        if other.images:
+            return other.images
+    return None
+
+
+def _sensitivity_flags(
+    target: Any, samples: Sequence[Sample], index: int, ar_tokens: Sequence[int]
+) -> list[bool] | None:
+    """Image-sensitive flags of AR's answer to ``samples[index]`` (None: no image, or no other image)."""
+    sample = samples[index]
+    images = other_images(samples, index) if sample.images else None
+    if images is None or not ar_tokens:
+        return None
+    return sensitive_flags(target, images, sample.prompt, ar_tokens)
+
+
+def _sample_note(
+    sample: Sample, text: str, tokens: Sequence[int], flags: Sequence[bool] | None
+) -> dict[str, Any]:
+    return {
+        "id": sample.id,
+        "prompt": sample.prompt,
+        "images": len(sample.images),
+        "ar_tokens": len(tokens),
+        "ar_text": text,
+        "sensitive_positions": sum(flags) if flags is not None else None,
+        "meta": {k: v for k, v in sample.meta.items() if isinstance(v, str | int | float | bool)},
+    }
+
+
+# ------------------------------------------------------------------------------------- record
+def environment(target: Any) -> dict[str, Any]:
+    """Versions, device, dtype and date, for the record."""
+    import torch
+    import transformers
+
+    return {
+        "device": str(target.device),
+        "dtype": str(target.dtype).removeprefix("torch."),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
