@@ -205,7 +205,7 @@ def test_batches_built_by_workers_equal_batches_built_in_process(v2_tokenizer):
     try:
         for _ in range(3):
             a, b = (next(s) for s in streams)
-            for key in ("input_ids", "labels", "attention_mask", "pixel_values", "attn_target"):
+            for key in ("input_ids", "labels", "attention_mask", "pixels", "attn_target"):
                 assert np.array_equal(a[key], b[key]), key
             assert all(np.array_equal(a["aux"][k], b["aux"][k]) for k in a["aux"])
     finally:
@@ -246,6 +246,8 @@ def test_a_few_steps_of_each_world_save_a_plain_llava(tmp_path, world, size, ext
     assert model.config.text_config._attn_implementation == "sdpa"
     assert not any("heads." in name for name, _ in model.named_parameters())
     image = ed.WORLDS[world].scenes.render_scene(ed.WORLDS[world].scenes.scene_from_seed(1))
+    inference_pixels = processor.image_processor(images=[image], return_tensors="pt")["pixel_values"]
+    assert torch.allclose(ed.pixel_values([image]), inference_pixels, atol=1e-6)  # training sees the same
     assert len(ee.generate_answers(processor, model, [image], ["Describe the image."], max_new_tokens=3)) == 1
 
 

@@ -184,16 +184,14 @@ def build_processor(tokenizer, world: World):
 # Sequences and targets
 
 
-def pixel_array(images: list) -> np.ndarray:
-    """(N, 3, H, W) float32, normalised like the CLIP image processor."""
-    arr = np.stack([np.asarray(im, dtype=np.float32) for im in images]) / 255.0
-    arr = (arr - np.array(CLIP_MEAN, dtype=np.float32)) / np.array(CLIP_STD, dtype=np.float32)
-    return np.ascontiguousarray(arr.transpose(0, 3, 1, 2))
-
-
-def pixel_values(images: list) -> torch.Tensor:
-    """(N, 3, H, W) float tensor, normalised like the CLIP image processor."""
-    return torch.from_numpy(pixel_array(images))
+def pixel_values(images: list | np.ndarray, device: str | torch.device = "cpu") -> torch.Tensor:
+    """(N, 3, H, W) float tensor on ``device``, normalised like the CLIP image processor, from PIL
+    images or an (N, H, W, 3) uint8 array."""
+    pixels = images if isinstance(images, np.ndarray) else np.stack([np.asarray(im) for im in images])
+    x = torch.from_numpy(pixels).to(device).permute(0, 3, 1, 2).float() / 255.0
+    mean = torch.tensor(CLIP_MEAN, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(CLIP_STD, device=x.device).view(1, 3, 1, 1)
+    return ((x - mean) / std).contiguous()
 
 
 def patch_targets(scene, world: World = WORLDS["v1"], min_pixels: int | None = None) -> dict[str, np.ndarray]:
@@ -292,7 +290,8 @@ def batch_from_seeds(
     seeds: list[int], world: World, builder: SequenceBuilder, attn_scope: str = "asked"
 ) -> dict[str, np.ndarray | dict[str, np.ndarray]]:
     """Packed sequences (1-3 questions each) about the scenes of ``seeds``, as numpy arrays (right
-    padding): ``input_ids``, ``labels`` (-100 outside answers), ``attention_mask``, ``pixel_values``,
+    padding): ``input_ids``, ``labels`` (-100 outside answers), ``attention_mask``, ``pixels`` (uint8
+    images, N x H x W x 3: a quarter of the bytes of float pixels to pass between processes),
     ``aux`` (per-patch targets) and ``attn_target[n, t, p]``: True where position ``t`` predicts an
     answer token about one shape and image patch ``p`` shows that shape."""
     qtype_list = list(world.qtype_weights)
@@ -325,17 +324,21 @@ def batch_from_seeds(
         "input_ids": input_ids,
         "labels": labels,
         "attention_mask": mask,
-        "pixel_values": pixel_array(images),
+        "pixels": np.stack([np.asarray(im, dtype=np.uint8) for im in images]),
         "aux": aux,
         "attn_target": attn_target,
     }
 
 
 def to_torch(batch: dict, device: str | torch.device = "cpu") -> dict:
-    """The numpy batch of `batch_from_seeds` as tensors on ``device``."""
+    """The numpy batch of `batch_from_seeds` as tensors on ``device``; ``pixels`` become the model's
+    normalised ``pixel_values``."""
     out = {}
     for k, v in batch.items():
-        out[k] = to_torch(v, device) if isinstance(v, dict) else torch.from_numpy(v).to(device)
+        if k == "pixels":
+            out["pixel_values"] = pixel_values(v, device)
+        else:
+            out[k] = to_torch(v, device) if isinstance(v, dict) else torch.from_numpy(v).to(device)
     return out
 
 
