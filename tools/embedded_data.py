@@ -224,8 +224,13 @@ class SequenceBuilder:
         self.offsets_cache: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
         self.bos, self.eos, self.image = (tokenizer.convert_tokens_to_ids(t) for t in (BOS, EOS, IMAGE))
 
+    #: Entries kept per cache: v2 answers are mostly unique, so an unbounded cache would grow all run.
+    CACHE_LIMIT = 20_000
+
     def encode(self, text: str) -> list[int]:
         if text not in self.cache:
+            if len(self.cache) >= self.CACHE_LIMIT:
+                self.cache.clear()
             self.cache[text] = self.tok.encode(text, add_special_tokens=False)
         return self.cache[text]
 
@@ -262,6 +267,8 @@ class SequenceBuilder:
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Token ids of ``text`` and each token's character span."""
         if text not in self.offsets_cache:
+            if len(self.offsets_cache) >= self.CACHE_LIMIT:
+                self.offsets_cache.clear()
             enc = self.tok(text, add_special_tokens=False, return_offsets_mapping=True)
             self.offsets_cache[text] = (enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]])
         return self.offsets_cache[text]
