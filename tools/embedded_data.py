@@ -70,8 +70,9 @@ class World:
         return (self.image_size // self.patch_size) ** 2
 
     def available_qtypes(self, scene) -> list[str]:
-        """Question types that can be asked about ``scene`` (relations need two shapes)."""
-        return [q for q in self.qtype_weights if q != "relation" or scene.count >= 2]
+        """Question types that can be asked about ``scene`` (those about two shapes need two)."""
+        two_shape_types = getattr(self.scenes, "TWO_SHAPE_TYPES", ())
+        return [q for q in self.qtype_weights if q not in two_shape_types or scene.count >= 2]
 
     def question(self, scene, qtype: str, rng: np.random.Generator, scope: str):
         """(question, answer, shape spans the binding loss supervises under ``scope``)."""
