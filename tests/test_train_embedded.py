@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from recap import scenes
+from recap import scenes, scenes2
+from tools import embedded_data as ed
+from tools import embedded_eval as ee
 from tools import train_embedded as te
 
+NUM_IMAGE_TOKENS = ed.WORLDS["v1"].num_image_tokens
 MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-scenes-llava"
 
 
@@ -30,31 +33,31 @@ def processor():
 
 
 def test_first_turn_is_exactly_the_inference_prompt(processor):
-    builder = te.SequenceBuilder(processor.tokenizer)
+    builder = ed.SequenceBuilder(processor.tokenizer)
     question, answer = "What colour is the star?", "The star is red."
     ids, labels, _ = builder.build([(question, answer)])
     image = scenes.render_scene(scenes.scene_from_seed(3))
-    prompt = processor(images=image, text=te.prompt_text(processor, question), return_tensors="pt")
+    prompt = processor(images=image, text=ee.prompt_text(processor, question), return_tensors="pt")
     prompt_ids = prompt["input_ids"][0].tolist()
     assert ids[: len(prompt_ids)] == prompt_ids
-    assert processor.tokenizer.decode(ids[len(prompt_ids) :]) == " " + answer + te.EOS
+    assert processor.tokenizer.decode(ids[len(prompt_ids) :]) == " " + answer + ed.EOS
     assert all(lab == -100 for lab in labels[: len(prompt_ids)])
     assert labels[len(prompt_ids) :] == ids[len(prompt_ids) :]
     assert (
-        ids[builder.image_offset : builder.image_offset + te.NUM_IMAGE_TOKENS]
-        == [processor.tokenizer.convert_tokens_to_ids(te.IMAGE)] * te.NUM_IMAGE_TOKENS
+        ids[builder.image_offset : builder.image_offset + NUM_IMAGE_TOKENS]
+        == [processor.tokenizer.convert_tokens_to_ids(ed.IMAGE)] * NUM_IMAGE_TOKENS
     )
     assert ids[builder.image_offset - 1] != ids[builder.image_offset]
 
 
 def test_focus_marks_the_positions_that_predict_answer_tokens_about_a_shape(tokenizer):
-    builder = te.SequenceBuilder(tokenizer)
+    builder = ed.SequenceBuilder(tokenizer)
     rng = np.random.default_rng(0)
     scene = scenes.scene_from_seed(2)
     assert scene.count == 3
     qtypes = ("colour", "count", "position", "describe")
     turns = [scenes.make_question(scene, q, rng) for q in qtypes]
-    spans = [te.binding_spans(scene, q, question, a, "mentions") for q, (question, a) in zip(qtypes, turns)]
+    spans = [ed.binding_spans(scene, q, question, a, "mentions") for q, (question, a) in zip(qtypes, turns)]
     ids, labels, focus = builder.build(turns, spans)
     assert len(ids) == len(labels) == len(focus)
     predicts_answer = [t for t in range(len(ids) - 1) if labels[t + 1] != -100]
@@ -69,7 +72,7 @@ def test_focus_marks_the_positions_that_predict_answer_tokens_about_a_shape(toke
     assert len(runs) == len(turns)
     kinds = [s.kind for s in scene.shapes]
     for qtype, (question, answer), positions in zip(qtypes, turns, runs):
-        assert tokenizer.decode([ids[t + 1] for t in positions]) == " " + answer + te.EOS
+        assert tokenizer.decode([ids[t + 1] for t in positions]) == " " + answer + ed.EOS
         if qtype in ("colour", "position"):  # every token, eos included, is about the asked shape
             asked = kinds.index(scenes.question_target(question)) + 1
             assert [focus[t] for t in positions] == [asked] * len(positions)
@@ -80,21 +83,21 @@ def test_focus_marks_the_positions_that_predict_answer_tokens_about_a_shape(toke
                 if qtype == "describe":
                     assert shape.position in words
             assert focus[positions[0]] == 0 and focus[positions[-1]] == 0
-    asked_only = [te.binding_spans(scene, q, question, a, "asked") for q, (question, a) in zip(qtypes, turns)]
+    asked_only = [ed.binding_spans(scene, q, question, a, "asked") for q, (question, a) in zip(qtypes, turns)]
     assert asked_only[1] == asked_only[3] == []
     assert builder.build(turns, asked_only)[:2] == (ids, labels)
     assert not any(builder.build(turns)[2])
     with pytest.raises(ValueError, match="attn_scope"):
-        te.binding_spans(scene, "count", *turns[1], "everything")
+        ed.binding_spans(scene, "count", *turns[1], "everything")
 
 
 def test_patch_targets_follow_the_drawn_shapes():
     scene = scenes.scene_from_seed(5)
-    targets = te.patch_targets(scene)
+    targets = ed.patch_targets(scene)
     index = scenes.shape_index_map(scene)
     assert set(targets) == {"shape", "colour", "kind", "size", "cell"}
-    for patch in range(te.NUM_IMAGE_TOKENS):
-        row, col = divmod(patch, scenes.IMAGE_SIZE // te.PATCH_SIZE)
+    for patch in range(NUM_IMAGE_TOKENS):
+        row, col = divmod(patch, scenes.IMAGE_SIZE // 8)
         block = index[row * 8 : row * 8 + 8, col * 8 : col * 8 + 8]
         shape = targets["shape"][patch]
         if shape == 0:
@@ -109,10 +112,10 @@ def test_patch_targets_follow_the_drawn_shapes():
 
 
 def test_binding_targets_point_at_the_asked_shape(tokenizer):
-    builder = te.SequenceBuilder(tokenizer)
-    batch = te.sample_batch(np.random.default_rng(1), builder, 16)
+    builder = ed.SequenceBuilder(tokenizer)
+    batch = ed.sample_batch(np.random.default_rng(1), builder, 16)
     n, length = batch["input_ids"].shape
-    assert batch["attn_target"].shape == (n, length, te.NUM_IMAGE_TOKENS)
+    assert batch["attn_target"].shape == (n, length, NUM_IMAGE_TOKENS)
     rows = batch["attn_target"].any(-1)
     assert rows.any()
     labels = batch["labels"]
@@ -132,7 +135,7 @@ def test_binding_targets_point_at_the_asked_shape(tokenizer):
 
 def test_attention_loss_rewards_attending_to_the_target():
     n, length, offset = 2, 80, 3
-    target = torch.zeros(n, length, te.NUM_IMAGE_TOKENS, dtype=torch.bool)
+    target = torch.zeros(n, length, NUM_IMAGE_TOKENS, dtype=torch.bool)
     target[0, 70, [5, 6]] = True
     target[1, 75, [40]] = True
 
@@ -143,7 +146,7 @@ def test_attention_loss_rewards_attending_to_the_target():
             weights[..., 0] = 1.0  # rows without a target: anywhere
             for b, t in target.any(-1).nonzero().tolist():
                 weights[b, 0, t, :] = 0.0
-                weights[b, 0, t, offset : offset + te.NUM_IMAGE_TOKENS] = target[b, t] / target[b, t].sum()
+                weights[b, 0, t, offset : offset + NUM_IMAGE_TOKENS] = target[b, t] / target[b, t].sum()
         return tuple(weights for _ in range(4))
 
     good = te.attention_loss(attentions(True), (1, 2), target, offset)
@@ -166,7 +169,7 @@ def test_a_few_training_steps_save_a_plain_llava(tmp_path):
     assert model.config.text_config._attn_implementation != "eager"
     assert not any("head" in name and "lm_head" not in name for name, _ in model.named_parameters())
     image = scenes.render_scene(scenes.scene_from_seed(1))
-    answers = te.generate_answers(processor, model, [image], ["Describe the image."], max_new_tokens=4)
+    answers = ee.generate_answers(processor, model, [image], ["Describe the image."], max_new_tokens=4)
     assert len(answers) == 1
 
 
@@ -183,3 +186,120 @@ def test_training_is_reproducible(tmp_path):
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     assert not all(torch.equal(weights[0][k], weights[2][k]) for k in weights[0])
+
+
+# -------------------------------------------------------------------------------------------- world v2
+V2 = ed.WORLDS["v2"]
+
+
+@pytest.fixture(scope="module")
+def v2_tokenizer():
+    return ed.build_tokenizer(V2)
+
+
+def test_batches_built_by_workers_equal_batches_built_in_process(v2_tokenizer):
+    builder = ed.SequenceBuilder(v2_tokenizer, V2.num_image_tokens)
+    streams = [
+        ed.BatchStream(np.random.default_rng(5), V2, builder, 4, "mentions", workers=w) for w in (0, 2)
+    ]
+    try:
+        for _ in range(3):
+            a, b = (next(s) for s in streams)
+            for key in ("input_ids", "labels", "attention_mask", "pixels", "attn_target"):
+                assert np.array_equal(a[key], b[key]), key
+            assert all(np.array_equal(a["aux"][k], b["aux"][k]) for k in a["aux"])
+    finally:
+        for s in streams:
+            s.close()
+
+
+def test_v2_binding_targets_point_at_the_shape_the_answer_names(v2_tokenizer):
+    builder = ed.SequenceBuilder(v2_tokenizer, V2.num_image_tokens)
+    batch = ed.sample_batch(np.random.default_rng(2), builder, 12, "mentions", V2)
+    assert batch["pixel_values"].shape[-2:] == (96, 96)
+    assert batch["attn_target"].shape[-1] == V2.num_image_tokens == 64
+    rows = batch["attn_target"].any(-1)
+    labels = batch["labels"]
+    assert rows.any() and rows.sum() < (labels != -100).sum()
+    for i in range(len(labels)):
+        text = v2_tokenizer.decode(batch["input_ids"][i][batch["attention_mask"][i].bool()])
+        for t in rows[i].nonzero().flatten().tolist():
+            assert labels[i, t + 1] != -100  # only positions that predict an answer token
+            patches = batch["attn_target"][i, t].nonzero().flatten()
+            kinds = batch["aux"]["kind"][i, patches].unique().tolist()
+            assert len(kinds) == 1 and kinds[0] > 0
+            assert scenes2.KINDS[kinds[0] - 1] in text
+
+
+@pytest.mark.parametrize(
+    ("world", "size", "extra"),
+    [("v1", 64, {}), ("v2", 96, {"hidden": 64, "mlp": 128, "vision_hidden": 32, "workers": 1})],
+)
+def test_a_few_steps_of_each_world_save_a_plain_llava(tmp_path, world, size, extra):
+    cfg = te.TrainConfig(
+        world=world, steps=2, batch=3, warmup=1, attn_weight=1.0, attn_scope="mentions", **extra
+    )
+    summary = te.train(tmp_path, cfg)
+    assert summary["steps_done"] == 2 and set(summary["losses"]) == {"lm", "aux", "attn"}
+    processor, model = ee.load(tmp_path)
+    assert model.config.vision_config.image_size == size and ee.world_of(model).name == world
+    assert model.config.text_config._attn_implementation == "sdpa"
+    assert not any("heads." in name for name, _ in model.named_parameters())
+    image = ed.WORLDS[world].scenes.render_scene(ed.WORLDS[world].scenes.scene_from_seed(1))
+    inference_pixels = processor.image_processor(images=[image], return_tensors="pt")["pixel_values"]
+    assert torch.allclose(ed.pixel_values([image]), inference_pixels, atol=1e-6)  # training sees the same
+    assert len(ee.generate_answers(processor, model, [image], ["Describe the image."], max_new_tokens=3)) == 1
+
+
+def test_a_clock_limit_stops_the_run_annealed():
+    cfg = te.TrainConfig(steps=1000, warmup=10, time_limit_s=100.0)
+    assert te.lr_at(5, cfg, 99.0) == pytest.approx(cfg.lr * 6 / 10)  # warmup is by steps
+    assert te.lr_at(20, cfg, 0.0) == pytest.approx(te.lr_at(20, te.TrainConfig(steps=1000, warmup=10)))
+    assert te.lr_at(20, cfg, 100.0) == pytest.approx(cfg.lr * cfg.min_lr_ratio)  # the clock ran out
+    assert te.lr_at(20, cfg, 50.0) < te.lr_at(20, cfg, 10.0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"world": "v3"}, "world must be one of"),
+        ({"attn_scope": "all"}, "attn_scope"),
+        ({"layers": 2}, "binding layers"),
+        ({"hidden": 30}, "divisible"),
+    ],
+)
+def test_bad_training_configs_are_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        te.TrainConfig(**fields)
+
+
+def test_the_cli_refuses_cuda_without_a_gpu(capsys, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit):
+        te.main(["--world", "v2", "--out", str(tmp_path), "--device", "cuda"])
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_summary_page_reports_runs_and_missing_ones(tmp_path):
+    import json
+
+    from tools import embedded_summary
+
+    report = {
+        "world": "v2", "n_per_type": 10, "heldout_seed": 0, "folder_mb": 14.9,
+        "real": {"count": 1.0, "detail": 0.9}, "shuffled": {"count": 0.2, "detail": 0.0},
+        "rephrased": {"count": 0.95, "detail": 0.8}, "tokens_per_s_1_thread": 320.0,
+        "failures": {"rephrased/detail": [{"q": "Describe it fully.", "expected": "x", "got": "y"}]},
+    }  # fmt: skip
+    (tmp_path / "a.eval.json").write_text(json.dumps(report, indent=2))
+    (tmp_path / "a.train.json").write_text(
+        '{"steps_done": 5, "steps": 9, "losses": {"lm": 0.1}, "seconds": 3}\n'
+    )
+    (tmp_path / "a.args").write_text("--seed 1")
+    page = embedded_summary.summary_markdown(tmp_path, ["a", "b"])
+    assert "| detail | 0.90 | 0.80 | 0.00 |" in page
+    assert "trained 5 of 9 steps" in page and "`--seed 1`" in page
+    assert "every type >= 0.9 (held-out phrasings): NO" in page and "size <= 20.0 MB: yes" in page
+    assert "Describe it fully." in page
+    assert "## b" in page and "training did not finish" in page and "no evaluation" in page
