@@ -16,12 +16,14 @@ from test_drafters import IMAGE, PATTERN, VOCAB, Target, cycle_rule, seeded, sim
 
 from recap.acceptance import BUCKETS, CODES, AcceptanceModel, bucket, coarse_kind, fine_kind, source_code
 from recap.config import RecapConfig
+from recap.context_memory import ContextMemory
 from recap.cost import MAX_TREE, CostModel, load_curve
 from recap.decode import generate
 from recap.drafters import make_drafter
 from recap.drafters.base import RequestInfo
 from recap.drafters.recap import RecapDrafter, fuse, fuse_rows
-from recap.memory import ContextMemory, PersistentMemory, PredictionRecord, pack_keys
+from recap.memory import PersistentMemory
+from recap.records import PredictionRecord, pack_keys
 from recap.runtime import Runtime
 from recap.tree import ROOT
 

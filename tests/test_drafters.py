@@ -22,7 +22,8 @@ from recap.drafters.base import Drafter, Observation, RequestInfo
 from recap.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter, find_continuation
 from recap.drafters.recap import RecapDrafter, fuse
 from recap.drafters.token_recycling import TR_TEMPLATE, SuccessorMatrix, TokenRecyclingDrafter
-from recap.memory import KEY_BITS, PersistentMemory, PredictionRecord
+from recap.memory import PersistentMemory
+from recap.records import KEY_BITS, PredictionRecord
 from recap.tree import ROOT, DraftTree
 from recap.verify import accept_greedy
 

@@ -29,21 +29,14 @@ import numpy as np
 
 from recap.acceptance import BUCKETS, CODES, EDGES, AcceptanceModel
 from recap.config import AUTO_CAP, AUTO_FALLBACK_BUDGET, RecapConfig
+from recap.context_memory import ContextMemory
 from recap.cost import CostModel, auto_budget
 from recap.drafters.base import Observation, RequestInfo
 from recap.drafters.prompt_lookup import NgramIndex
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
-from recap.memory import (
-    KEY_BITS,
-    ContextMemory,
-    PersistentMemory,
-    PredictionRecord,
-    concentration,
-    fit_topk,
-    pack_keys,
-    record_table,
-    recycling_keys,
-)
+from recap.memory import PersistentMemory
+from recap.records import KEY_BITS, PredictionRecord, concentration, fit_topk, pack_keys, record_table
+from recap.recycling import recycling_keys
 from recap.tree import ROOT, DraftTree, FusedCandidate
 
 logger = logging.getLogger(__name__)
