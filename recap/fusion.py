@@ -147,13 +147,23 @@ def _source_tuples() -> dict[int, tuple[str, ...]]:
 _SOURCE_TUPLES = _source_tuples()
 
 #: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.acceptance.coarse_kind`).
-_CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.float32)
-_COLUMNS: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+_CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.int64)
 
 
-def _column_matrices(k: int) -> tuple[np.ndarray, np.ndarray]:
-    """For ``n = 3k`` record columns: ``rank_weights`` ``(n, 3)`` weighs column j of a memory by j + 1,
-    ``earlier`` ``(n, 3)`` marks the memories before each column's own (cached)."""
+class _Columns(NamedTuple):
+    """Constant matrices of `candidates` for ``n = 3k`` record columns (cached per k)."""
+
+    rank_weights: np.ndarray  # (n, 3): column j of memory s weighs j + 1 in column s
+    earlier: np.ndarray  # (n, 3): the memories before each column's own
+    offsets: np.ndarray  # (3,): first column of each memory, minus one
+    rank_kind: np.ndarray  # (15,): 2 * place value * rank code, by (memory, min(rank + 1, 4))
+    memory_rows: np.ndarray  # (3,): each memory's first entry in rank_kind
+
+
+_COLUMNS: dict[int, _Columns] = {}
+
+
+def _columns(k: int) -> _Columns:
     found = _COLUMNS.get(k)
     if found is None:
         n = 3 * k
@@ -161,7 +171,11 @@ def _column_matrices(k: int) -> tuple[np.ndarray, np.ndarray]:
         for source in range(3):
             rank_weights[source * k : source * k + k, source] = np.arange(1, k + 1)
         earlier = np.arange(3)[None, :] < (np.arange(n) // k)[:, None]
-        found = _COLUMNS[k] = (rank_weights, earlier)
+        # A memory's rank code: 0-3 for ranks 0, 1, 2, 3+ (rank + 1 = 1..4), 4 when absent (0).
+        rank_code = np.array([4, 0, 1, 2, 3], dtype=np.int64)
+        rank_kind = (2 * _CODE_WEIGHTS[:, None] * rank_code[None, :]).reshape(-1)
+        offsets, memory_rows = np.arange(3) * k - 1, np.arange(3) * 5
+        found = _COLUMNS[k] = _Columns(rank_weights, earlier, offsets, rank_kind, memory_rows)
     return found
 
 
@@ -171,8 +185,6 @@ def _strictly_lower(n: int) -> np.ndarray:
     if mask is None:
         mask = _LOWER[n] = np.tri(n, k=-1, dtype=bool)
     return mask
-
-
 
 
 class Lookup(NamedTuple):
@@ -192,34 +204,35 @@ def candidates(found: Lookup, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
     Returns ``tokens`` ``(B, n)``, fused probabilities ``q`` (-1 where the column is a repeat or
     empty), coarse acceptance kinds as ordinary candidates (what each memory says about the token:
-    no record; fresh or not, its rank or absent) and each memory's contribution ``(B, n, 3)``.
-    Sums over the records' columns are matrix products with small constant matrices (numpy reduces
-    short trailing axes slowly).
+    no record; fresh or not, its rank or absent; `recap.acceptance.coarse_kind`) and each memory's
+    contribution ``(B, n, 3)``. Sums over the records' columns are matrix products with small constant
+    matrices, and per-memory codes come from small tables: small arrays make numpy's per-call cost
+    dominate, so the work is a few calls over whole arrays.
     """
     ids, values = found.ids, found.values
     count, n = ids.shape
-    rank_weights, earlier = _column_matrices(k)
+    columns = _columns(k)
     # A record holds distinct ids, so the sum over its columns of (column + 1) * match is the
     # token's rank + 1 in it (0: absent). float32: numpy's float32 products are much faster.
     same = (ids[:, :, None] == ids[:, None, :]).astype(np.float32)  # (B, n, n)
-    rank = (same.reshape(count * n, n) @ rank_weights).reshape(count, n, 3).astype(np.int64)
+    rank = (same.reshape(count * n, n) @ columns.rank_weights).astype(np.int64).reshape(count, n, 3)
     found_in = rank > 0
-    column = np.clip(rank - 1, 0, k - 1)  # (empty columns, id -1, match each other: clipped)
-    taken = np.take_along_axis(values.reshape(count, 1, 3, k), column[..., None], 3)
-    parts = np.where(found_in, taken[..., 0], 0.0)  # (B, n, 3): each memory's share of q
+    # Each memory's value of the token: its column (rank + 1 clipped to k; empty columns, id -1, match
+    # each other) read from the flat values; 0 where the memory does not hold it.
+    where = np.minimum(rank, k) + (np.arange(count) * n)[:, None, None] + columns.offsets
+    parts = values.reshape(-1)[where] * found_in  # (B, n, 3): each memory's share of q
     q = parts.sum(2, dtype=np.float64)
     # A token counts once, at its first (most specific) memory's column.
-    repeated = (found_in & earlier).any(2)
+    repeated = (found_in & columns.earlier).any(2)
     q[repeated | (ids < 0)] = -1.0
-    code = np.where(found_in, np.minimum(rank - 1, 3), 4) + 1 + 5 * found.fresh.T[:, None, :]
-    code = np.where((found.shares > 0).T[:, None, :], code, 0)
-    coarse = (code.reshape(count * n, 3) @ _CODE_WEIGHTS).reshape(count, n).astype(np.int64) * 2
+    present = found.shares.T > 0  # (B, 3)
+    base = (present * (1 + 5 * found.fresh.T)) @ (2 * _CODE_WEIGHTS)  # (B,): the records present, fresh
+    by_rank = columns.rank_kind[np.minimum(rank, 4) + columns.memory_rows]  # (B, n, 3)
+    coarse = (by_rank * present[:, None, :]).sum(2) + base[:, None]
     return ids, q, coarse, parts
-
 
 
 def absent_code(found: Lookup, row: int) -> int:
     """Coarse kind (non-suffix) of a token no memory proposed at context ``row``."""
     code = np.where(found.shares[:, row] > 0, 1 + 5 * found.fresh[:, row] + 4, 0)
-    return int(code @ _CODE_WEIGHTS.astype(np.int64)) * 2
-
+    return int(code @ _CODE_WEIGHTS) * 2

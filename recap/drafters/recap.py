@@ -227,36 +227,30 @@ class RecapDrafter:
         usable = self._usable[tails]  # -1 (before the start) reads the last entry: False
         ok_c = usable[:, 2]
         ok_b = ok_c & usable[:, 1]
-        ok_a = ok_b & usable[:, 0]
-        blocks = []
         empty = self._empty_rows(count)
+        blocks = [empty, empty, empty]
         if config.use_context:
-            two = (tails[:, 1] << KEY_BITS) | tails[:, 2]
-            for memory, ok, keys in (
-                (self.ctx3, ok_a, (tails[:, 0] << (2 * KEY_BITS)) | two),
-                (self.ctx2, ok_b, two),
-            ):
-                blocks.append(memory.table[memory.slots(np.where(ok, keys, -1))] if len(memory) else empty)
-        else:
-            blocks += [empty, empty]
+            two = np.where(ok_b, (tails[:, 1] << KEY_BITS) | tails[:, 2], -1)
+            if len(self.ctx3):
+                three = np.where(ok_b & usable[:, 0], (tails[:, 0] << (2 * KEY_BITS)) | two, -1)
+                blocks[0] = self.ctx3.table[self.ctx3.slots(three)]
+            if len(self.ctx2):
+                blocks[1] = self.ctx2.table[self.ctx2.slots(two)]
         persistent = self.persistent
         if config.use_persistent and persistent is not None:
-            table = persistent.table
-            blocks.append(table[np.where(ok_c, tails[:, 2], len(table) - 1)])
-        else:
-            blocks.append(empty)
-        rows = np.stack(blocks, axis=1)  # (B, 3, 2k + 2)
-        ids = rows[:, :, :k].astype(np.int64)
-        present = ids[:, :, 0] >= 0
+            blocks[2] = persistent.table[np.where(ok_c, tails[:, 2], -1)]  # row -1: the empty record
+        rows = np.concatenate(blocks, axis=1).reshape(count, 3, 2 * k + 2)
+        present = rows[:, :, 0] >= 0
         if config.uniform_weights:
             weights = present.astype(np.float64)
         else:
             weights = self._weights * np.maximum(config.kappa_min, rows[:, :, 2 * k]) * present
-        total = weights.sum(1, keepdims=True)
-        weights /= np.where(total > 0, total, 1.0)
+        # Some memory holds a record, or every weight is 0: dividing by a tiny total leaves them 0.
+        weights /= np.maximum(weights.sum(1, keepdims=True), 1e-300)
         values = rows[:, :, k : 2 * k] * weights[:, :, None].astype(np.float32)
         fresh = rows[:, :, 2 * k + 1] == self._request
-        return Lookup(ids.reshape(count, 3 * k), values.reshape(count, 3 * k), weights.T, fresh.T)
+        ids = rows[:, :, :k].astype(np.int64).reshape(count, 3 * k)
+        return Lookup(ids, values.reshape(count, 3 * k), weights.T, fresh.T)
 
     def _empty_rows(self, count: int) -> np.ndarray:
         """``count`` empty records (`record_table` layout: id -1, probability 0), read-only."""
@@ -391,14 +385,13 @@ class RecapDrafter:
         it would continue), whether or not it was drafted and whether or not its parent was accepted.
         Contexts whose node was left out of the tree were not verified: they teach nothing.
         """
-        levels = labelled_levels(self._levels)
+        levels = labelled_levels(self._levels)  # one row per candidate of every context expanded
         nodes = levels.nodes
         node_ids = np.where(nodes < 0, -1, self._final[np.maximum(nodes, 0)])
         verified = (nodes < 0) | (node_ids >= 0)
         truth = observation.topk_ids[len(observation.positions) + node_ids[verified], 0]
         tokens, kinds, offered = levels.tokens[verified], levels.kinds[verified], levels.offered[verified]
-        self.acceptance.update(kinds[offered], kinds[offered & (tokens == truth[:, None])])
-
+        self.acceptance.update(kinds[offered], kinds[offered & (tokens == truth)])
 
 
 def _tail(context: Sequence[int]) -> Tail:
