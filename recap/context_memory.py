@@ -101,19 +101,27 @@ class ContextMemory:
         packed = np.asarray(packed, dtype=np.int64).reshape(-1)
         if len(packed) == 0:
             return
+        ids, probs = np.asarray(ids), np.asarray(probs)
+        if self.k and ids.shape[1] != self.k:
+            ids, probs = fit_topk(ids, probs, self.k)
+        stamps = np.full(len(ids), request)
+        self.write_table(packed, record_table(ids, probs, np.asarray(concentrations), stamps))
+
+    def write_table(self, packed: np.ndarray, rows: np.ndarray) -> None:
+        """Store ``rows`` (`record_table` layout, ``(R, 2k + 2)``, k this memory's width once set) under
+        the packed keys ``packed`` ``(R,)``; a key given twice keeps its last row."""
+        if len(packed) == 0:
+            return
         keep = last_occurrence(packed)
-        ids, probs = np.asarray(ids)[keep], np.asarray(probs)[keep]
         with self._lock:
             if self.k == 0:
-                self.k = ids.shape[1]
+                self.k = (rows.shape[1] - 2) // 2
                 self.table = record_table(np.full((1, self.k), -1), np.zeros((1, self.k)), [0.0], [-1])
-            elif ids.shape[1] != self.k:
-                ids, probs = fit_topk(ids, probs, self.k)
+            elif rows.shape[1] != 2 * self.k + 2:
+                raise ValueError(f"records of width {(rows.shape[1] - 2) // 2} for a memory of k={self.k}")
             get, row_for = self._slot.get, self._row_for
-            rows = [get(key) or row_for(key) for key in packed[keep].tolist()]
-            self.table[rows] = record_table(
-                ids, probs, np.asarray(concentrations)[keep], np.full(len(rows), request)
-            )
+            slots = [get(key) or row_for(key) for key in packed[keep].tolist()]
+            self.table[slots] = rows[keep]
 
     def clear(self) -> None:
         """Forget every record (start of a request)."""

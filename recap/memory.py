@@ -118,19 +118,28 @@ class PersistentMemory:
         ids, probs = fit_topk(ids, probs, self.k)
         if concentrations is None:
             concentrations = concentration(probs)
+        stamps = np.full(len(keys), request)
+        self.write_table(keys, record_table(ids, probs, np.asarray(concentrations), stamps))
+
+    def write_table(self, keys: np.ndarray, rows: np.ndarray) -> None:
+        """`write_many` for rows already in `record_table` layout ``(R, 2k + 2)`` (k this memory's), each
+        with its concentration and request stamp: what a drafter writing several memories builds once."""
+        if len(keys) == 0:
+            return
+        if rows.shape[1] != 2 * self.k + 2:
+            raise ValueError(f"records of width {(rows.shape[1] - 2) // 2} for a memory of k={self.k}")
         keep = last_occurrence(keys)
         keep = keep[(keys[keep] >= 0) & (keys[keep] < self.vocab_size)]
-        keys = keys[keep]
+        keys, rows = keys[keep], rows[keep]
+        k = self.k
         with self._lock:
-            self.ids[keys] = ids[keep]
-            self.probs[keys] = probs[keep]
+            self.ids[keys] = rows[:, :k]
+            self.probs[keys] = rows[:, k : 2 * k]
             self.filled[keys] = True
-            self.concentrations[keys] = np.asarray(concentrations)[keep]
-            self.stamps[keys] = request
+            self.concentrations[keys] = rows[:, 2 * k]
+            self.stamps[keys] = rows[:, 2 * k + 1]
             if self._table is not None:
-                self._table[keys] = record_table(
-                    ids[keep], probs[keep], np.asarray(concentrations)[keep], np.full(len(keys), request)
-                )
+                self._table[keys] = rows
 
     def reset(self) -> None:
         """Forget every record."""

@@ -49,14 +49,14 @@ class Pool:
     ``tails`` (the last three tokens of each node's context, ``(N, 3)``), ``parts`` (each memory's
     contribution ``(N, 3)``) and whether each node's context was ``expanded``."""
 
-    def __init__(self, capacity: int = 256) -> None:
+    def __init__(self, capacity: int = 256, key_type: type = np.int64) -> None:
         self.size = 0
         self.chain: set[int] = set()  # pool indices of the suffix tokens drafted
         self.scores = np.zeros(capacity)
         self.tokens = np.zeros(capacity, dtype=np.int64)
         self.parents = np.zeros(capacity, dtype=np.int64)
         self.depths = np.zeros(capacity, dtype=np.int64)
-        self.keys = np.zeros(capacity, dtype=np.int64)
+        self.keys = np.zeros(capacity, dtype=key_type)
         self.tails = np.zeros((capacity, 3), dtype=np.int64)
         self.parts = np.zeros((capacity, 3), dtype=np.float32)
         self.expanded = np.zeros(capacity, dtype=bool)
@@ -139,7 +139,7 @@ def grow(
     width, floor, max_depth = config.branching, config.score_floor, config.depth
     limit = limit or round_contexts(cap)
     key_type = np.int64 if width**max_depth < 2**62 else np.float64
-    pool, levels = Pool(), []
+    pool, levels = Pool(key_type=key_type), []
     root = np.asarray(tail, dtype=np.int64).reshape(1, 3)
     chain_node = -1  # pool index of the last suffix token drafted (-1: the root; -2: chain cut)
     frontier = np.array([-1], dtype=np.int64)
@@ -152,7 +152,7 @@ def grow(
         else:
             pool.expanded[frontier] = True
             tails, scores = pool.tails[frontier], pool.scores[frontier]
-            depths, keys = pool.depths[frontier], pool.keys[frontier].astype(key_type)
+            depths, keys = pool.depths[frontier], pool.keys[frontier]
         found = lookup(tails)
         tokens, q, coarse, parts = candidates(found, config.k)
         chain_info = None

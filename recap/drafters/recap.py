@@ -49,6 +49,8 @@ OVERHEAD_SMOOTHING = 0.1
 #: How many fused candidates at the root `RecapDrafter.root_candidates` returns for display.
 ROOT_CANDIDATES = 10
 
+_EDGES = np.array(EDGES)  # `recap.acceptance.EDGES`, for searchsorted
+
 #: The last three tokens of a context, oldest first; None where the context is shorter.
 Tail = tuple[int | None, int | None, int | None]
 
@@ -192,24 +194,16 @@ class RecapDrafter:
             accepted,
             self._excluded_array,
         )
-        concentrations = concentration(probs)  # once per row, shared by all memories
+        # Each computed position's record row, built once for all memories (concentration, stamp).
+        records = record_table(ids, probs, concentration(probs), np.full(len(ids), self._request))
         if config.use_persistent:
             usable = lengths >= 1
-            chosen = rows[usable]
-            self.persistent.write_many(
-                keys[usable, 2], ids[chosen], probs[chosen], concentrations[chosen], self._request
-            )
+            self.persistent.write_table(keys[usable, 2], records[rows[usable]])
         if config.use_context:
             usable = lengths >= 2
-            chosen = rows[usable]
-            self.ctx2.write_rows(
-                pack_keys(keys[usable, 1:]), ids[chosen], probs[chosen], concentrations[chosen], self._request
-            )
-            usable = lengths >= 3
-            chosen = rows[usable]
-            self.ctx3.write_rows(
-                pack_keys(keys[usable]), ids[chosen], probs[chosen], concentrations[chosen], self._request
-            )
+            self.ctx2.write_table(pack_keys(keys[usable, 1:]), records[rows[usable]])
+            usable = lengths == 3
+            self.ctx3.write_table(pack_keys(keys[usable]), records[rows[usable]])
 
     def _forget_proposal(self) -> None:
         self._proposed, self._root_tail, self._levels = None, None, []
@@ -310,13 +304,13 @@ class RecapDrafter:
         Estimates are clipped to [0, 1]: a fused probability summed in float32 may exceed 1 by a
         rounding step, and a child must never score above its parent (parents precede children).
         """
-        kinds = coarse * BUCKETS + np.searchsorted(EDGES, q, side="right")
+        kinds = coarse * BUCKETS + _EDGES.searchsorted(q, side="right")
         if self.config.calibrate:
             offset, slope = self.acceptance.linear()
             prior = offset[kinds] + slope[kinds] * prior
         # Clipped to [0, 1]: a path estimate must never grow along a path (a fused probability can
         # round to just above 1), or a child would rank before its parent and the tree break its order.
-        return kinds, np.clip(prior, 0.0, 1.0)
+        return kinds, np.minimum(np.maximum(prior, 0.0), 1.0)
 
     def _best_first_tree(self, context: Sequence[int], tail: Tail) -> DraftTree:
         """The best-first tree (`recap.drafters.best_first`) under ``context``, with this pass's budget."""
