@@ -154,7 +154,7 @@ class _Columns(NamedTuple):
     """Constant matrices of `candidates` for ``n = 3k`` record columns (cached per k)."""
 
     rank_weights: np.ndarray  # (n, 3): column j of memory s weighs j + 1 in column s
-    earlier: np.ndarray  # (n, 3): the memories before each column's own
+    after: np.ndarray  # (2, n): columns of a memory after ctx3, after ctx2
     offsets: np.ndarray  # (3,): first column of each memory, minus one
     rank_kind: np.ndarray  # (15,): 2 * place value * rank code, by (memory, min(rank + 1, 4))
     memory_rows: np.ndarray  # (3,): each memory's first entry in rank_kind
@@ -170,12 +170,12 @@ def _columns(k: int) -> _Columns:
         rank_weights = np.zeros((n, 3), np.float32)
         for source in range(3):
             rank_weights[source * k : source * k + k, source] = np.arange(1, k + 1)
-        earlier = np.arange(3)[None, :] < (np.arange(n) // k)[:, None]
+        after = np.arange(n)[None, :] // k > np.arange(2)[:, None]
         # A memory's rank code: 0-3 for ranks 0, 1, 2, 3+ (rank + 1 = 1..4), 4 when absent (0).
         rank_code = np.array([4, 0, 1, 2, 3], dtype=np.int64)
         rank_kind = (2 * _CODE_WEIGHTS[:, None] * rank_code[None, :]).reshape(-1)
         offsets, memory_rows = np.arange(3) * k - 1, np.arange(3) * 5
-        found = _COLUMNS[k] = _Columns(rank_weights, earlier, offsets, rank_kind, memory_rows)
+        found = _COLUMNS[k] = _Columns(rank_weights, after, offsets, rank_kind, memory_rows)
     return found
 
 
@@ -221,14 +221,15 @@ def candidates(found: Lookup, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     # each other) read from the flat values; 0 where the memory does not hold it.
     where = np.minimum(rank, k) + (np.arange(count) * n)[:, None, None] + columns.offsets
     parts = values.reshape(-1)[where] * found_in  # (B, n, 3): each memory's share of q
-    q = parts.sum(2, dtype=np.float64)
+    wide = parts.astype(np.float64)
+    q = wide[:, :, 0] + wide[:, :, 1] + wide[:, :, 2]  # (what `sum` gives, without a slow reduction)
     # A token counts once, at its first (most specific) memory's column.
-    repeated = (found_in & columns.earlier).any(2)
+    repeated = (found_in[:, :, 0] & columns.after[0]) | (found_in[:, :, 1] & columns.after[1])
     q[repeated | (ids < 0)] = -1.0
     present = found.shares.T > 0  # (B, 3)
     base = (present * (1 + 5 * found.fresh.T)) @ (2 * _CODE_WEIGHTS)  # (B,): the records present, fresh
-    by_rank = columns.rank_kind[np.minimum(rank, 4) + columns.memory_rows]  # (B, n, 3)
-    coarse = (by_rank * present[:, None, :]).sum(2) + base[:, None]
+    by_rank = columns.rank_kind[np.minimum(rank, 4) + columns.memory_rows] * present[:, None, :]
+    coarse = by_rank[:, :, 0] + by_rank[:, :, 1] + by_rank[:, :, 2] + base[:, None]
     return ids, q, coarse, parts
 
 

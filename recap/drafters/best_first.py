@@ -44,44 +44,43 @@ class Level(NamedTuple):
 
 
 class Pool:
-    """Candidates of one proposal in preallocated arrays (grown by doubling): path estimate ``scores``,
-    ``tokens``, ``parents`` (pool index, -1 the root), ``depths``, ``keys`` (tie order, see `grow`),
-    ``tails`` (the last three tokens of each node's context, ``(N, 3)``), ``parts`` (each memory's
-    contribution ``(N, 3)``) and whether each node's context was ``expanded``."""
+    """Candidates of one proposal, one row each in a preallocated float64 array ``data`` (grown by
+    doubling; ids and counts are exact in float64): columns `SCORE` (path estimate), `TOKEN`, `PARENT`
+    (pool index, -1 the root), `DEPTH`, `KEY` (tie order, see `grow`), `TAIL` (the last three tokens of
+    the node's context) and `PARTS` (each memory's contribution to its fused probability). ``open``:
+    nodes above the depth limit whose context is not expanded yet."""
 
-    def __init__(self, capacity: int = 256, key_type: type = np.int64) -> None:
+    def __init__(self, capacity: int = 256) -> None:
         self.size = 0
         self.chain: set[int] = set()  # pool indices of the suffix tokens drafted
-        self.scores = np.zeros(capacity)
-        self.tokens = np.zeros(capacity, dtype=np.int64)
-        self.parents = np.zeros(capacity, dtype=np.int64)
-        self.depths = np.zeros(capacity, dtype=np.int64)
-        self.keys = np.zeros(capacity, dtype=key_type)
-        self.tails = np.zeros((capacity, 3), dtype=np.int64)
-        self.parts = np.zeros((capacity, 3), dtype=np.float32)
-        self.expanded = np.zeros(capacity, dtype=bool)
+        self.data = np.zeros((capacity, COLUMNS))
+        self.open = np.zeros(capacity, dtype=bool)
 
-    def add(self, scores, tokens, parents, depths, keys, tails, parts) -> int:
-        """Append candidates; returns the pool index of the first."""
-        start, end = self.size, self.size + len(scores)
-        if end > len(self.scores):
-            self._grow(max(end, 2 * len(self.scores)))
-        self.scores[start:end] = scores
-        self.tokens[start:end] = tokens
-        self.parents[start:end] = parents
-        self.depths[start:end] = depths
-        self.keys[start:end] = keys
-        self.tails[start:end] = tails
-        self.parts[start:end] = parts
+    def add(self, rows: np.ndarray, open_: np.ndarray) -> int:
+        """Append candidate ``rows`` ``(m, COLUMNS)``; returns the pool index of the first."""
+        start, end = self.size, self.size + len(rows)
+        if end > len(self.data):
+            capacity = max(end, 2 * len(self.data))
+            self.data = np.concatenate([self.data, np.zeros((capacity - len(self.data), COLUMNS))])
+            self.open = np.concatenate([self.open, np.zeros(capacity - len(self.open), dtype=bool)])
+        self.data[start:end] = rows
+        self.open[start:end] = open_
         self.size = end
         return start
 
-    def _grow(self, capacity: int) -> None:
-        for name in ("scores", "tokens", "parents", "depths", "keys", "tails", "parts", "expanded"):
-            old = getattr(self, name)
-            new = np.zeros((capacity, *old.shape[1:]), dtype=old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
+    def column(self, index: int) -> np.ndarray:
+        """Column ``index`` of the pool's rows (a view)."""
+        return self.data[: self.size, index]
+
+
+#: Columns of `Pool.data`.
+SCORE, TOKEN, PARENT, DEPTH, KEY = 0, 1, 2, 3, 4
+TAIL = slice(5, 8)
+PARTS = slice(8, 11)
+COLUMNS = 11
+
+#: Row indices for gathering one entry per row of a (B, n) array (``_AT[:B]``).
+_AT = np.arange(4096)[:, None]
 
 
 class Growth(NamedTuple):
@@ -132,41 +131,41 @@ def grow(
     Every node of the final tree (above the depth limit) is expanded, whatever the round size: the
     tree and the labels do not depend on it.
 
-    ``keys`` order nodes of one depth as a depth-at-a-time search inserts them (parent's key, then
-    rank among its siblings): `select` breaks ties in score by depth, then by key. (With
-    ``branching ** depth`` beyond int64 the keys are floats: ties may then order differently.)
+    Keys order nodes of one depth as a depth-at-a-time search inserts them (parent's key, then rank
+    among its siblings): `select` breaks ties in score by depth, then by key. They are exact while
+    ``branching ** depth < 2 ** 53`` (the defaults: 8 ** 8); beyond, ties may order differently.
     """
     width, floor, max_depth = config.branching, config.score_floor, config.depth
     limit = limit or round_contexts(cap)
-    key_type = np.int64 if width**max_depth < 2**62 else np.float64
-    pool, levels = Pool(key_type=key_type), []
-    root = np.asarray(tail, dtype=np.int64).reshape(1, 3)
+    pool, levels = Pool(), []
+    root = np.zeros((1, COLUMNS))
+    root[0, SCORE], root[0, TAIL] = 1.0, tail
     chain_node = -1  # pool index of the last suffix token drafted (-1: the root; -2: chain cut)
     frontier = np.array([-1], dtype=np.int64)
     rounds = 0
     while len(frontier):
         rounds += 1
-        is_root = frontier[0] < 0
-        if is_root:
-            tails, scores, depths, keys = root, np.ones(1), np.zeros(1, np.int64), np.zeros(1, key_type)
+        if frontier[0] < 0:
+            parents = root
         else:
-            pool.expanded[frontier] = True
-            tails, scores = pool.tails[frontier], pool.scores[frontier]
-            depths, keys = pool.depths[frontier], pool.keys[frontier]
+            pool.open[frontier] = False
+            parents = pool.data[frontier]
+        scores, depths = parents[:, SCORE], parents[:, DEPTH]
+        tails = parents[:, TAIL].astype(np.int64)
         found = lookup(tails)
         tokens, q, coarse, parts = candidates(found, config.k)
         chain_info = None
-        if chain_node != -2:
-            at = np.flatnonzero(frontier == chain_node)
-            if len(at) and depths[at[0]] < len(chain):
-                row, token = int(at[0]), chain[depths[at[0]]]
+        if chain_node != -2 and chain_node in (expanded := frontier.tolist()):
+            row = expanded.index(chain_node)
+            if depths[row] < len(chain):
+                token = chain[int(depths[row])]
                 hit = np.flatnonzero((tokens[row] == token) & (q[row] > 0))
                 if len(hit) == 0:  # not proposed by any memory: one more candidate for this context
                     kind = absent_code(found, row)
                     tokens, q, coarse, parts = _widen(tokens, q, coarse, parts, row, token, kind)
                     hit = [tokens.shape[1] - 1]
                 chain_info = (row, int(hit[0]))
-                coarse[row, hit[0]] += 1  # the suffix flag
+                coarse[chain_info] += 1  # the suffix flag
         prior = q
         if chain_info is not None:
             prior = q.copy()
@@ -180,37 +179,37 @@ def grow(
         levels.append(Level(contexts, tokens.ravel(), kinds.ravel(), offered.ravel()))
         # The `branching` best candidates of each context, by estimate (ties: the earlier column).
         order = np.argsort(-estimates, axis=1, kind="stable")[:, :width]
-        at = np.arange(len(frontier))[:, None]
-        child_scores = scores[:, None] * estimates[at, order]
+        child_scores = scores[:, None] * estimates[_AT[: len(order)], order]
         rows, ranks = np.nonzero(child_scores > floor)
         columns = order[rows, ranks]
         new_tokens = tokens[rows, columns]
-        parent_tails = tails[rows]
-        start = pool.add(
-            child_scores[rows, ranks],
-            new_tokens,
-            frontier[rows],
-            depths[rows] + 1,
-            keys[rows] * width + ranks,
-            np.column_stack((parent_tails[:, 1], parent_tails[:, 2], new_tokens)),
-            parts[rows, columns],
-        )
+        above = parents[rows]
+        block = np.empty((len(rows), COLUMNS))
+        block[:, SCORE] = child_scores[rows, ranks]
+        block[:, TOKEN] = new_tokens
+        block[:, PARENT] = frontier[rows]
+        block[:, DEPTH] = above[:, DEPTH] + 1
+        block[:, KEY] = above[:, KEY] * width + ranks
+        block[:, 5:7] = above[:, 6:8]  # the child's tail: its parent's last two tokens, then its own
+        block[:, 7] = new_tokens
+        block[:, PARTS] = parts[rows, columns]
+        start = pool.add(block, block[:, DEPTH] < max_depth)
         if chain_info is not None:
             drafted = np.flatnonzero((rows == chain_info[0]) & (columns == chain_info[1]))
             chain_node = start + int(drafted[0]) if len(drafted) else -2
             if chain_node >= 0:
                 pool.chain.add(chain_node)
-        frontier = _next_round(pool, cap, max_depth, limit)
+        frontier = _next_round(pool, cap, limit)
     return Growth(pool, levels, rounds)
 
 
-def _next_round(pool: Pool, cap: int, max_depth: int, limit: int) -> np.ndarray:
-    """The unexpanded nodes to expand next: above the depth limit and at or above the ``cap``-th best
-    score so far, the ``limit`` best of them (ascending pool index)."""
+def _next_round(pool: Pool, cap: int, limit: int) -> np.ndarray:
+    """The open nodes to expand next: at or above the ``cap``-th best score so far, the ``limit`` best
+    of them (ascending pool index)."""
     size = pool.size
-    scores = pool.scores[:size]
+    scores = pool.column(SCORE)
     threshold = np.partition(scores, size - cap)[size - cap] if size >= cap else 0.0
-    waiting = np.flatnonzero((scores >= threshold) & ~pool.expanded[:size] & (pool.depths[:size] < max_depth))
+    waiting = np.flatnonzero(pool.open[:size] & (scores >= threshold))
     if len(waiting) > limit:
         best = np.argpartition(-scores[waiting], limit - 1)[:limit]
         waiting = np.sort(waiting[best])
@@ -225,25 +224,26 @@ def select(pool: Pool, cap: int, keep: Callable[[np.ndarray], int] | None = None
     ``suffix`` for a suffix-matched token; the contributions themselves are display-only.
     """
     size = pool.size
-    scores, depths = pool.scores[:size], pool.depths[:size]
-    order = np.lexsort((pool.keys[:size], depths, -scores))[:cap]
+    scores = pool.column(SCORE)
+    order = np.lexsort((pool.column(KEY), pool.column(DEPTH), -scores))[:cap]
     if keep is not None:
         order = order[: keep(scores[order])]
     final = np.full(size, -1, dtype=np.int64)
     final[order] = np.arange(len(order))
-    parents = pool.parents[order]
+    chosen = pool.data[order]
+    parents = chosen[:, PARENT].astype(np.int64)
     chosen_parents = np.where(parents < 0, ROOT, final[np.maximum(parents, 0)])
     if np.any(chosen_parents >= np.arange(len(order))):  # cannot happen with estimates <= 1
         raise RuntimeError("draft tree out of order: a node precedes its parent")
-    chosen_parts = pool.parts[order]
+    chosen_parts = chosen[:, PARTS]
     sources = node_sources(chosen_parts)
     for node in pool.chain:
         if final[node] >= 0:
             sources[final[node]] = (*sources[final[node]], "suffix")
     tree = DraftTree(
-        pool.tokens[order].tolist(),
+        chosen[:, TOKEN].astype(np.int64).tolist(),
         chosen_parents.tolist(),
-        scores[order].tolist(),
+        chosen[:, SCORE].tolist(),
         sources,
         [{} for _ in range(len(order))],
     )
