@@ -121,7 +121,7 @@ class AcceptanceModel:
 
     def update(self, seen: np.ndarray, hits: np.ndarray) -> None:
         """Count labels: ``seen`` holds the fine kind of every labelled candidate, ``hits`` those that
-        were right (each also in ``seen``). Work is proportional to the kinds seen, not to all kinds."""
+        were right (each also in ``seen``). Work is proportional to the labels, not to all kinds."""
         seen = np.asarray(seen, dtype=np.int64)
         if len(seen) == 0:
             return
@@ -132,16 +132,15 @@ class AcceptanceModel:
                 (self.seen_fine, self.hits_fine, seen, hits),
                 (self.seen_coarse, self.hits_coarse, seen // BUCKETS, hits // BUCKETS),
             ):
-                added = np.bincount(labels, minlength=len(seen_counts))  # fast even over all kinds
-                seen_counts += added
-                hit_counts += np.bincount(right, minlength=len(hit_counts))
-                kinds = np.flatnonzero(added)
+                kinds, added = np.unique(labels, return_counts=True)
+                seen_counts[kinds] += added
+                right_kinds, right_added = np.unique(right, return_counts=True)
+                hit_counts[right_kinds] += right_added
                 full = kinds[seen_counts[kinds] > self.memory]
                 seen_counts[full] *= self.decay
                 hit_counts[full] *= self.decay
                 touched.append(kinds)
-            coarse = touched[1]
-            self._refresh(coarse)
+            self._refresh(touched[1])
 
     def _refresh(self, coarse: np.ndarray) -> None:
         """Recompute ``offset``/``slope`` of every fine kind of the given coarse kinds."""

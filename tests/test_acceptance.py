@@ -16,12 +16,15 @@ from test_drafters import IMAGE, PATTERN, VOCAB, Target, cycle_rule, seeded, sim
 
 from recap.acceptance import BUCKETS, CODES, AcceptanceModel, bucket, coarse_kind, fine_kind, source_code
 from recap.config import RecapConfig
+from recap.context_memory import ContextMemory
 from recap.cost import MAX_TREE, CostModel, load_curve
 from recap.decode import generate
 from recap.drafters import make_drafter
 from recap.drafters.base import RequestInfo
-from recap.drafters.recap import RecapDrafter, fuse, fuse_rows
-from recap.memory import ContextMemory, PersistentMemory, PredictionRecord, pack_keys
+from recap.drafters.recap import RecapDrafter
+from recap.fusion import candidates, fuse, fuse_rows
+from recap.memory import PersistentMemory
+from recap.records import PredictionRecord, pack_keys
 from recap.runtime import Runtime
 from recap.tree import ROOT
 
@@ -146,7 +149,7 @@ def reference_best_first(drafter: RecapDrafter, context, cap):
     def push(node, node_tail, path, depth):
         nonlocal order
         found = drafter._lookup(np.array([node_tail]))
-        tokens, q, coarse, _ = drafter._candidates(found)
+        tokens, q, coarse, _ = candidates(found, drafter.config.k)
         _, estimate = drafter._estimate(coarse, q, q.copy())
         estimate = np.where(q > 0, estimate, 0.0)[0]
         for column in np.argsort(-estimate, kind="stable")[: drafter.config.branching]:

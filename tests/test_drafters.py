@@ -20,9 +20,11 @@ from recap.cost import CostModel, auto_budget, isotonic
 from recap.drafters import DEFAULT_METHOD, METHODS, make_drafter
 from recap.drafters.base import Drafter, Observation, RequestInfo
 from recap.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter, find_continuation
-from recap.drafters.recap import RecapDrafter, fuse
+from recap.drafters.recap import RecapDrafter
 from recap.drafters.token_recycling import TR_TEMPLATE, SuccessorMatrix, TokenRecyclingDrafter
-from recap.memory import KEY_BITS, PersistentMemory, PredictionRecord
+from recap.fusion import fuse
+from recap.memory import PersistentMemory
+from recap.records import KEY_BITS, PredictionRecord
 from recap.tree import ROOT, DraftTree
 from recap.verify import accept_greedy
 

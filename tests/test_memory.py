@@ -14,17 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recap.memory import (
-    ORPHAN_AGE_S,
-    ContextMemory,
-    PersistentMemory,
-    PredictionRecord,
-    concentration,
-    fit_topk,
-    last_occurrence,
-    recycling_keys,
-    remove_orphans,
-)
+from recap.context_memory import ContextMemory
+from recap.memory import ORPHAN_AGE_S, PersistentMemory, remove_orphans
+from recap.records import PredictionRecord, concentration, fit_topk, last_occurrence
+from recap.recycling import recycling_keys
 
 NONE = np.zeros(0, dtype=np.int64)
 

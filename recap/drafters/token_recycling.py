@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from recap.drafters.base import Observation, RequestInfo
-from recap.memory import fit_topk, last_occurrence, recycling_keys
+from recap.records import fit_topk, last_occurrence
+from recap.recycling import recycling_keys
 from recap.tree import ROOT, DraftTree
 
 # fmt: off

@@ -1,0 +1,159 @@
+"""``C2``/``C3``: the contextual memories, ``(t-1, t) -> record`` and ``(t-2, t-1, t) -> record``.
+
+Request-local in the paper (the drafter clears them at every request); kept for the whole stream
+with ``context_scope="stream"`` (`recap.memory.PersistentMemory.context2` / ``context3``, bounded).
+Overwrite-with-latest. Which keys are written is the drafter's business (`recap.recycling`).
+
+Example::
+
+    c2 = ContextMemory(2)
+    c2.write((4, 5), PredictionRecord([6, 7], [0.7, 0.2], 0.4))
+    c2.lookup((4, 5)).ids        # [6, 7]
+    c2.lookup((5, 4))            # None
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+import numpy as np
+
+from recap.records import KEY_BITS, PredictionRecord, fit_topk, last_occurrence, record_table
+
+
+class ContextMemory:
+    """``C2``/``C3``: ``key -> record`` (overwrite-with-latest), cleared per request by the drafter unless
+    it keeps them for the whole stream (then bounded by ``capacity``: a full memory reuses the row of
+    the key stored longest ago).
+
+    Array-backed: a dict maps each packed key (`pack_keys`) to a row of ``table`` (`record_table`
+    layout; row 0 is an empty record, id -1, for keys that have none), so that a drafter looks up and
+    writes many contexts at once (`slots`, `write_rows`) and no per-record Python object is kept. Keys
+    are given as token tuples (`lookup`, `write`, `keys`) or packed (`slots`, `write_rows`).
+    """
+
+    def __init__(self, order: int, capacity: int | None = None) -> None:
+        if order < 1:
+            raise ValueError(f"order must be >= 1, got {order}")
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.order = order
+        self.capacity = capacity
+        self.k = 0  # record width, set by the first write
+        self.table = np.zeros((0, 2), dtype=np.float32)
+        self._slot: dict[int, int] = {}  # packed key -> row
+        self._owner: list[int] = [-1]  # row -> packed key (row 0: the empty record)
+        self._clock = 0  # the row a full memory reused last
+        self._lock = threading.Lock()  # stream-scope memories are shared by concurrent requests
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and self._pack(key) in self._slot
+
+    def keys(self) -> list[tuple[int, ...]]:
+        """Every key that holds a record, as token tuples."""
+        mask = (1 << KEY_BITS) - 1
+        return [
+            tuple((packed >> (KEY_BITS * (self.order - 1 - i))) & mask for i in range(self.order))
+            for packed in self._slot
+        ]
+
+    def lookup(self, key: tuple[int, ...]) -> PredictionRecord | None:
+        """The latest record under ``key`` (a tuple of ``order`` tokens), or None."""
+        row = self._slot.get(self._pack(key))
+        if row is None:
+            return None
+        k, values = self.k, self.table[row]
+        return PredictionRecord(
+            values[:k].astype(np.int64).tolist(),
+            values[k : 2 * k].tolist(),
+            float(values[2 * k]),
+            int(values[-1]),
+        )
+
+    def slots(self, packed: np.ndarray) -> np.ndarray:
+        """Row of each packed key in ``table``, 0 (the empty record) where there is none."""
+        get = self._slot.get
+        return np.array([get(key, 0) for key in np.asarray(packed).tolist()], dtype=np.int64)
+
+    def write(self, key: tuple[int, ...], record: PredictionRecord) -> None:
+        """Store ``record`` under ``key`` (``order`` tokens), replacing an older one."""
+        self.write_many([(key, record)])
+
+    def write_many(self, items: Iterable[tuple[tuple[int, ...], PredictionRecord]]) -> None:
+        """Store ``(key, record)`` pairs in order, later ones winning (records narrower than the memory's
+        width are padded with probability 0)."""
+        for key, record in items:
+            width = max(len(record.ids), self.k)
+            ids, probs = fit_topk(np.array([record.ids]), np.array([record.probs], dtype=np.float32), width)
+            self.write_rows(
+                np.array([self._pack(key)]), ids, probs, np.array([record.concentration]), record.request
+            )
+
+    def write_rows(
+        self, packed: np.ndarray, ids: np.ndarray, probs: np.ndarray, concentrations: np.ndarray, request: int
+    ) -> None:
+        """Store row ``i`` of ``ids``/``probs`` ``(R, k)`` and ``concentrations`` under the packed key
+        ``packed[i]``, stamped with ``request``; a key given twice keeps its last row."""
+        packed = np.asarray(packed, dtype=np.int64).reshape(-1)
+        if len(packed) == 0:
+            return
+        ids, probs = np.asarray(ids), np.asarray(probs)
+        if self.k and ids.shape[1] != self.k:
+            ids, probs = fit_topk(ids, probs, self.k)
+        stamps = np.full(len(ids), request)
+        self.write_table(packed, record_table(ids, probs, np.asarray(concentrations), stamps))
+
+    def write_table(self, packed: np.ndarray, rows: np.ndarray) -> None:
+        """Store ``rows`` (`record_table` layout, ``(R, 2k + 2)``, k this memory's width once set) under
+        the packed keys ``packed`` ``(R,)``; a key given twice keeps its last row."""
+        if len(packed) == 0:
+            return
+        keep = last_occurrence(packed)
+        with self._lock:
+            if self.k == 0:
+                self.k = (rows.shape[1] - 2) // 2
+                self.table = record_table(np.full((1, self.k), -1), np.zeros((1, self.k)), [0.0], [-1])
+            elif rows.shape[1] != 2 * self.k + 2:
+                raise ValueError(f"records of width {(rows.shape[1] - 2) // 2} for a memory of k={self.k}")
+            get, row_for = self._slot.get, self._row_for
+            slots = [get(key) or row_for(key) for key in packed[keep].tolist()]
+            self.table[slots] = rows[keep]
+
+    def clear(self) -> None:
+        """Forget every record (start of a request)."""
+        with self._lock:
+            self._slot.clear()
+            del self._owner[1:]
+            self._clock = 0
+
+    def _pack(self, key: tuple[int, ...]) -> int:
+        if len(key) != self.order:
+            raise ValueError(f"a key of this memory has {self.order} tokens, got {key!r}")
+        packed = 0
+        for token in key:
+            packed = (packed << KEY_BITS) | int(token)
+        return packed
+
+    def _row_for(self, key: int) -> int:
+        """A new row for ``key`` (growing the table, or reusing the oldest row when full)."""
+        row = len(self._owner)
+        if self.capacity is not None and row > self.capacity:
+            self._clock = self._clock % self.capacity + 1  # rows 1..capacity, round robin
+            row = self._clock
+            del self._slot[self._owner[row]]
+            self._owner[row] = key
+        else:
+            self._owner.append(key)
+            if row >= len(self.table):
+                grown = max(1024, 2 * len(self.table))
+                if self.capacity is not None:
+                    grown = min(grown, self.capacity + 1)
+                table = np.zeros((grown, self.table.shape[1]), dtype=np.float32)
+                table[: len(self.table)] = self.table
+                self.table = table
+        self._slot[key] = row
+        return row

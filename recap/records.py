@@ -1,0 +1,108 @@
+"""Prediction records: the target's top-k at one position, and the array forms the memories keep.
+
+A *prediction record* is the target's top-k next tokens with their probabilities at one position
+(``k = 8`` by default), plus its *concentration* ``1 - H(p_hat) / log k`` (``p_hat`` = the probabilities
+renormalised), which fusion turns into a confidence weight (`recap.fusion`).
+
+- `PredictionRecord`: one record as plain Python values (tests, display, `ContextMemory.lookup`);
+- `fit_topk`, `concentration`: rows of top-k as the memories store them;
+- `record_table`: rows ``[ids, probs, concentration, stamp]`` in one float32 array, what a drafter
+  gathers in one indexing operation (`recap.memory.PersistentMemory.table`,
+  `recap.context_memory.ContextMemory.table`);
+- `pack_keys`: a 2- or 3-token context key packed into one int64;
+- `last_occurrence`: overwrite-with-latest for a bulk write.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class PredictionRecord(NamedTuple):
+    """The target's top-k at one position: ``ids``/``probs`` (length k, probs descending), concentration,
+    and the request that wrote it (`PersistentMemory.next_request`; -1: unknown)."""
+
+    ids: Sequence[int]
+    probs: Sequence[float]
+    concentration: float
+    request: int = -1
+
+
+def concentration(probs: np.ndarray) -> np.ndarray:
+    """``1 - H(p_hat) / log k`` of each row of ``probs`` (shape ``(..., k)``) -> shape ``(...)``, in [0, 1].
+
+    ``p_hat`` is the row renormalised to sum 1; an all-zero row counts as uniform (concentration 0).
+    With ``k = 1`` every record is fully concentrated. Example: ``[0.5, 0.5] -> 0``, ``[1, 0] -> 1``.
+    """
+    probs = np.asarray(probs, dtype=np.float64)
+    k = probs.shape[-1]
+    if k <= 1:
+        return np.ones(probs.shape[:-1], dtype=np.float64)
+    total = probs.sum(axis=-1, keepdims=True)
+    # An all-zero row becomes uniform; clipping before the log makes 0 * log 0 count as 0.
+    p_hat = np.where(total > 0, probs, 1.0) / np.where(total > 0, total, k)
+    entropy = -(p_hat * np.log(np.maximum(p_hat, 1e-30))).sum(axis=-1)
+    return np.clip(1.0 - entropy / math.log(k), 0.0, 1.0)
+
+
+def fit_topk(ids: np.ndarray, probs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of top-k ``(R, k')`` sorted best first, cut or padded to width ``k`` -> int32 ids, float32 probs.
+
+    Padding (a vocabulary smaller than k) repeats each row's last id with probability 0, so fusion
+    and the tree ignore it.
+    """
+    ids = np.asarray(ids).reshape(len(ids), -1)
+    probs = np.asarray(probs).reshape(len(probs), -1)
+    if ids.shape != probs.shape:
+        raise ValueError(f"top-k ids {ids.shape} and probs {probs.shape} differ in shape")
+    if ids.shape[1] == 0:
+        raise ValueError("top-k rows are empty")
+    if ids.shape[1] < k:
+        pad = k - ids.shape[1]
+        ids = np.concatenate([ids, np.repeat(ids[:, -1:], pad, axis=1)], axis=1)
+        probs = np.concatenate([probs, np.zeros((len(probs), pad), dtype=probs.dtype)], axis=1)
+    if ids.shape[1] > 1 and np.any(np.diff(probs, axis=1) > 0):
+        # Records are sorted by probability, best first; the drafters rely on that order.
+        order = np.argsort(-probs, axis=1, kind="stable")
+        ids, probs = np.take_along_axis(ids, order, axis=1), np.take_along_axis(probs, order, axis=1)
+    return ids[:, :k].astype(np.int32, copy=False), probs[:, :k].astype(np.float32, copy=False)
+
+
+def last_occurrence(keys: np.ndarray) -> np.ndarray:
+    """Indices of the last occurrence of each distinct value of ``keys`` (1-D), in ascending order.
+
+    Overwrite-with-latest for a bulk write: ``keys = [4, 2, 4] -> [1, 2]``.
+    """
+    keys = np.asarray(keys)
+    _, first_in_reversed = np.unique(keys[::-1], return_index=True)
+    return np.sort(len(keys) - 1 - first_in_reversed)
+
+
+#: Bits per token in a packed context key (`pack_keys`): vocabularies up to about a million tokens.
+KEY_BITS = 20
+
+
+def pack_keys(keys: np.ndarray) -> np.ndarray:
+    """Pack rows of ``n <= 3`` token ids ``(R, n)`` into one int64 each (oldest token highest).
+
+    Example: ``pack_keys([[1, 2]]) == [(1 << 20) | 2]``. Ids must lie in ``[0, 2**KEY_BITS)``.
+    """
+    keys = np.asarray(keys, dtype=np.int64)
+    packed = np.zeros(keys.shape[:-1], dtype=np.int64)
+    for column in range(keys.shape[-1]):
+        packed = (packed << KEY_BITS) | keys[..., column]
+    return packed
+
+
+def record_table(ids: np.ndarray, probs: np.ndarray, concentrations: Any, stamps: Any) -> np.ndarray:
+    """Rows ``[ids (k), probs (k), concentration, stamp]`` as float32 ``(R, 2k + 2)``: what a drafter reads
+    in one gather (`ContextMemory.table`, `PersistentMemory.table`). Exact for ids and stamps < 2**24."""
+    return np.concatenate(
+        [ids, probs, np.asarray(concentrations)[:, None], np.asarray(stamps)[:, None]],
+        axis=1,
+        dtype=np.float32,
+    )
