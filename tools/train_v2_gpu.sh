@@ -37,7 +37,8 @@ declare -A CONFIGS=(
 )
 NAMES=(v2a v2b v2c)
 
-if compgen -G ".whl/*.whl" >/dev/null; then
+# (skipped when a caller, e.g. tools/gpu_check.sh, installed them already: never reinstall under a running test)
+if [[ ":${PYTHONPATH:-}:" != *":/tmp/site:"* ]] && compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
         && export PYTHONPATH=/tmp/site || exit 1
 fi
