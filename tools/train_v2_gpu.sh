@@ -34,8 +34,9 @@ declare -A CONFIGS=(
     [v2a]="--hidden 256 --mlp 640 --seed 1 --lr 2e-3"
     [v2b]="--hidden 256 --mlp 640 --seed 2 --lr 3e-3"
     [v2c]="--hidden 192 --mlp 640 --seed 1 --lr 2e-3"
+    [v2d]="--hidden 256 --mlp 640 --seed 2 --lr 3e-3"  # v2b's options, run alone with more workers
 )
-NAMES=(v2a v2b v2c)
+read -ra NAMES <<<"${ONLY:-v2a v2b v2c}"  # ONLY="v2d" WORKERS=14 trains one configuration
 
 # (skipped when a caller, e.g. tools/gpu_check.sh, installed them already: never reinstall under a running test)
 if [[ ":${PYTHONPATH:-}:" != *":/tmp/site:"* ]] && compgen -G ".whl/*.whl" >/dev/null; then
