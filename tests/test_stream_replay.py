@@ -56,3 +56,10 @@ def test_replay_proposes_the_recorded_trees(events):
             np.testing.assert_allclose(tree.scores, expected.scores, rtol=1e-6, atol=1e-12, err_msg=where)
             compared += 1
     assert compared > 100
+
+
+def test_the_cost_tool_replays_every_pass(events):
+    from tools.drafter_cost import replay
+
+    propose, observe, passes = replay("recap", events, 80)
+    assert passes == sum(kind == "propose" for kind, _ in events) and propose > 0 and observe > 0

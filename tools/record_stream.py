@@ -5,7 +5,7 @@ a recorded stream replays exactly: begin each request, feed every observation, a
 proposed tree with the recorded one. ``tests/test_stream_replay.py`` does that for RECAP on the
 stream in ``tests/data/``, so a faster implementation must draft the very same trees.
 
-    python -m tools.record_stream --limit 6 --budget 80 --out tests/data/recap_scenes_stream.npz
+    python -m tools.record_stream --limit 20 --budget 80 --out tests/data/recap_scenes_stream.npz
 
 The file (``numpy.savez_compressed``) holds flat arrays with offsets (`StreamRecording.to_arrays`);
 `load_stream` turns it back into a list of events.
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", default="recap")
-    parser.add_argument("--limit", type=int, default=6, help="scenes (held-out set)")
+    parser.add_argument("--limit", type=int, default=20, help="scenes (held-out set)")
     parser.add_argument("--budget", type=int, default=80)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--out", required=True)
