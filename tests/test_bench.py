@@ -367,3 +367,21 @@ def test_cli_specbench_from_the_environment_on_a_saved_text_model(tmp_path, caps
     assert "| category | samples | AR tokens | ar | suffix |" in table
     assert "\n| qa | 1 | " in table and "\n| rag | 1 | " in table
     assert '"suffix"' in (tmp_path / "out" / "speedup_mat.html").read_text()
+
+
+def test_without_plotly_the_tables_are_still_written(tmp_path, monkeypatch, caplog):
+    """A bare GPU machine lacked plotly: the bench must keep its results and skip only the charts."""
+    from recap.bench import report
+
+    samples = load_dataset(str(write_image_set(tmp_path)))
+    result = run_benchmark(Runtime(tiny("llava")), samples, "tr", max_new_tokens=4, warmup=0, progress=False)
+    real = report.importlib.util.find_spec
+
+    def find_spec(name, *args):
+        return None if name == "plotly" else real(name, *args)
+
+    monkeypatch.setattr(report.importlib.util, "find_spec", find_spec)
+    paths = write_outputs(result, tmp_path / "out")
+    assert [p.name for p in paths] == ["results.json", "results.md"]
+    assert not list((tmp_path / "out").glob("*.html"))
+    assert "plotly is not installed" in caplog.text

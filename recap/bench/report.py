@@ -7,12 +7,16 @@ samples carry categories (Spec-Bench, MT-Bench, scenes' question types).
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from recap.bench.metrics import BenchmarkResult
 from recap.drafters import is_recap_method
+
+log = logging.getLogger(__name__)
 
 #: Memories a RECAP drafter credits for accepted tokens (the per-source acceptance columns).
 RECAP_SOURCES = ("ctx3", "ctx2", "persistent", "suffix")
@@ -96,6 +100,9 @@ def write_outputs(result: BenchmarkResult, out_dir: str | Path) -> list[Path]:
     command = f"\n```\n{settings['command']}\n```\n" if settings.get("command") else ""
     (out / "results.md").write_text(head + markdown_table(result) + command)
     paths = [out / "results.json", out / "results.md"]
+    if importlib.util.find_spec("plotly") is None:  # e.g. a bare GPU machine: the tables still count
+        log.warning("plotly is not installed: results.json and results.md written, charts skipped")
+        return paths
     for name, figure in charts(result).items():
         path = out / f"{name}.html"
         figure.write_html(path, include_plotlyjs="directory")  # one shared plotly.min.js, works offline
