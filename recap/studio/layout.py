@@ -76,7 +76,18 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
             with gr.Row():
                 ui["run"] = gr.Button("Run", variant="primary", elem_id="run-button")
                 ui["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-button")
-                ui["reset"] = gr.Button("Reset persistent memory", elem_id="reset-button")
+            with gr.Row(equal_height=True, elem_id="memory-row"):
+                ui["memory"] = gr.HTML(
+                    render.memory_state_html(render.MemoryState(SESSION_SCOPE)),
+                    elem_id="memory-state",
+                    min_width=200,
+                )
+                ui["reset"] = gr.Button(
+                    "Reset: back to the shipped memory", size="sm", min_width=120, elem_id="reset-button"
+                )
+                ui["reset_empty"] = gr.Button(
+                    "Reset: empty", size="sm", min_width=90, elem_id="reset-empty-button"
+                )
             ui["status"] = gr.Markdown("", elem_id="status")
             ui["answer"] = gr.HighlightedText(
                 label="Answer: each token coloured by what proposed it",
@@ -208,13 +219,18 @@ def compare_tab() -> dict[str, Any]:
     with gr.Column():
         gr.Markdown(
             "Runs the Run tab's image, prompt and model through **AR, PLD, TR and RECAP** with greedy "
-            "decoding (after a short warm-up) and compares them."
+            "decoding and compares them. **A fair start:** every method begins with empty memories, "
+            "and those that keep memories across requests (TR's matrix, RECAP's memories, "
+            "SuffixDecoding's global tree) are first warmed on the *same* few requests (training "
+            "scenes for the embedded model, the other examples otherwise; never this input). Your "
+            "session's memory is not used."
         )
         button = gr.Button("Compare methods", variant="primary", elem_id="compare-button")
         status = gr.Markdown("", elem_id="compare-status")
         table = gr.Dataframe(headers=render.COMPARE_HEADERS, interactive=False, elem_id="compare-table")
+        story = gr.HTML("", elem_id="compare-story")
         strip = gr.HTML(render.compare_strip_html({}), elem_id="compare-strip")
-    return {"button": button, "status": status, "table": table, "strip": strip}
+    return {"button": button, "status": status, "table": table, "story": story, "strip": strip}
 
 
 def sensitivity_tab() -> dict[str, Any]:
