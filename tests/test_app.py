@@ -645,7 +645,8 @@ def test_sampled_runs_are_seeded_exact_and_show_their_draws(served):
     assert all(step.draws for step in first.steps[1:]), "every sampled pass records its draws"
     assert "children tried (target's p)" in final[WORDS]
     # Compare stays greedy, and says so when sampling is set
-    status, table, _story, _strip = served.client.predict(*_args(served.image, **sampled)[:-1], api_name="/compare")
+    compare_args = _args(served.image, **sampled)[:-1]
+    status, table, _story, _strip = served.client.predict(*compare_args, api_name="/compare")
     assert "Compare decodes greedily" in status
     assert all(row[6] == "yes" for row in (table["data"] if isinstance(table, dict) else table))
 

@@ -436,7 +436,7 @@ def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path)
     assert image is None or f"example {Path(image).name}" not in state["warmup"]  # never this input
     assert warmups["pld"] == [] and len(warmups["ar"]) == 1  # AR's one short untimed run
     status = next(v for v in final.values() if isinstance(v, str) and v.startswith("Done"))
-    assert "warmed on the same" in status
+    assert "warmed on the same" in status and "not this input" in status
 
 
 # ------------------------------------------------------------------------------------- the story line

@@ -48,10 +48,8 @@ def remembers(method: str, config) -> bool:
 
 def fairness_note(count: int, source: str) -> str:
     return (
-        f"Every method starts from empty memories; those that keep memories across requests (Token "
-        f"Recycling's matrix, RECAP's memories, SuffixDecoding's global tree) are first warmed on the "
-        f"same {count} requests ({source}, never this input). AR and prompt lookup keep nothing between "
-        "requests. Your session's memory is not used."
+        f"TR, SuffixDecoding and RECAP started from empty memories warmed on the same {count} requests "
+        f"({source}, not this input); your session's memory was not used."
     )
 
 

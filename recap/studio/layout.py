@@ -76,17 +76,15 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
             with gr.Row():
                 ui["run"] = gr.Button("Run", variant="primary", elem_id="run-button")
                 ui["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-button")
-            with gr.Row(equal_height=True, elem_id="memory-row"):
-                ui["memory"] = gr.HTML(
-                    render.memory_state_html(render.MemoryState(SESSION_SCOPE)),
-                    elem_id="memory-state",
-                    min_width=200,
-                )
+            ui["memory"] = gr.HTML(
+                render.memory_state_html(render.MemoryState(SESSION_SCOPE)), elem_id="memory-state"
+            )
+            with gr.Row(elem_id="memory-row"):
                 ui["reset"] = gr.Button(
-                    "Reset: back to the shipped memory", size="sm", min_width=120, elem_id="reset-button"
+                    "Reset: back to the shipped memory", size="sm", min_width=160, elem_id="reset-button"
                 )
                 ui["reset_empty"] = gr.Button(
-                    "Reset: empty", size="sm", min_width=90, elem_id="reset-empty-button"
+                    "Reset: empty", size="sm", min_width=100, elem_id="reset-empty-button"
                 )
             ui["status"] = gr.Markdown("", elem_id="status")
             ui["answer"] = gr.HighlightedText(
