@@ -504,9 +504,8 @@ def test_token_drafts(steps, outcomes):
         (
             [False, False, True, False],
             "1 of 4 tokens depend on the image (the greedy token changes when the image is replaced by "
-            "a blank one). Accepted drafts there (drafted there): TR 1 (1), RECAP 1 (1). No "
-            "image-dependent token here where TR's draft was rejected was accepted from RECAP's "
-            "contextual memory.",
+            "a blank one). Accepted drafts there (drafted there): TR 1 (1), RECAP 1 (1). At none of "
+            "them was TR's draft rejected where RECAP's contextual memory was accepted.",
         ),
         # the first token never counts
         (

@@ -47,7 +47,12 @@ ABOUT = """
   ◆ = bonus token), the fused distribution at the root stacked by source (★ = the token the target
   actually chose), and the step's timings. With a temperature, each verified position lists the
   children tried with the target's probability `p` of each, and marks a token drawn from the residual.
-- **Compare**: the same input through every method, greedy; outputs are identical to greedy decoding (fp32).
+- **Memory**: the line under Run says what the next run drafts from. The embedded model's memory
+  starts warm, from a memory shipped with the studio (built on training scenes, never the examples);
+  *Reset: empty* shows the paper's cold start.
+- **Compare**: the same input through every method, greedy; outputs are identical to greedy decoding
+  (fp32). Every method with memories is first warmed on the same requests; the line above the strip
+  tells the paper's story at the tokens that depend on the image.
 - **Sensitivity**: tokens whose greedy prediction changes when the image is replaced.
 - **Replay**: upload a downloaded run (below the answer) to inspect it without a model.
 

@@ -112,8 +112,8 @@ def _contrast(tr, recap, ref_tokens, texts, counted, labels) -> str:
     tr_name, recap_name = labels.get("tr", "tr"), labels.get("recap", "recap")
     if not won:
         return (
-            f"No image-dependent token here where {tr_name}'s draft was rejected was accepted from "
-            f"{recap_name}'s contextual memory."
+            f"At none of them was {tr_name}'s draft rejected where {recap_name}'s contextual memory "
+            "was accepted."
         )
     named = ", ".join(quote(texts[i]) for i in won)
     return f"{tr_name}'s draft was rejected and {recap_name}'s contextual memory was accepted at {named}."
