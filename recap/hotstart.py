@@ -13,7 +13,8 @@ scope (each studio session, the process-wide scope, the CLI) starts from its own
   below `recap.scenes.HELDOUT_SEED_START`, training question templates. The held-out seeds (which the
   benchmark and the studio's examples use) are never drawn.
 - `warm_up`: run requests through a drafter (its memories learn from every pass), optionally bounded
-  in time.
+  in time; `AveragedRecords` averages the target's predictions at their committed positions into the
+  records a starting memory ships (not the latest record of each token).
 - `StartingMemory`: a model's starting point (a file, or nothing), its origin and one sentence about
   it; `starting_memory` resolves it from a file, with a log line and a cold start when the file is
   missing, damaged or made for another model. `StartingMemory.fresh` gives each scope its own copy.
@@ -39,7 +40,7 @@ import numpy as np
 from PIL import Image
 
 from recap import scenes
-from recap.memory import PersistentMemory
+from recap.memory import PersistentMemory, recycling_keys
 
 if TYPE_CHECKING:
     from recap.drafters.base import Drafter
@@ -178,6 +179,72 @@ def warm_up(
     return WarmupReport(started, finished, tokens, clock() - start)
 
 
+class AveragedRecords:
+    """A drafter wrapper that also averages, for every token ``t``, the target's top-k next-token
+    distribution at every COMMITTED position ending in ``t`` over a stream of requests (the prompt's
+    text positions and the answer's; rejected tree nodes are left out), and turns the averages into a
+    `PersistentMemory` (`memory`): each token's record is the top-k of its averaged distribution.
+
+    A 1-token memory written as it goes keeps the latest record per token: after the last request of a
+    warm-up, ``« The»`` predicts that request's next word with probability 0.99, whatever the question.
+    The average over the whole warm-up says how far one token decides the next (``« The»`` -> ``« image»``
+    0.4, ``« triangle»`` 0.2, ...), which is what a first request needs from a shipped memory. Every
+    committed position's prediction is computed exactly once whatever the drafter proposes, so the
+    averages depend on the model and the requests only.
+
+    Example: after token 5 the target said ``{7: 1.0}`` once and ``{8: 0.6, 7: 0.4}`` once -> the record
+    of 5 is ``[7, 8]`` with probabilities ``[0.7, 0.3]``.
+    """
+
+    def __init__(self, drafter: Drafter, vocab_size: int, k: int = SHIPPED_K) -> None:
+        self.inner, self.vocab_size, self.k = drafter, vocab_size, k
+        self.name = drafter.name
+        self.record_k = max(drafter.record_k, k)
+        self._sums: dict[int, dict[int, float]] = {}
+        self._counts: dict[int, int] = {}
+        self._excluded = np.zeros(0, dtype=np.int64)
+
+    def begin(self, request) -> None:
+        self._excluded = np.fromiter(request.excluded_tokens, dtype=np.int64)
+        self.inner.begin(request)
+
+    def propose(self, context):
+        return self.inner.propose(context)
+
+    def observe(self, observation) -> None:
+        self.inner.observe(observation)
+        if observation.topk_ids is None or observation.topk_probs is None:
+            return
+        tree = observation.tree
+        accepted = tuple(observation.acceptance.nodes) if observation.acceptance is not None else ()
+        rows, keys, lengths = recycling_keys(
+            observation.context, observation.positions, tree.parents, tree.tokens, accepted, self._excluded
+        )
+        committed = len(observation.positions) + np.asarray(accepted, dtype=np.int64)
+        keep = (lengths >= 1) & ((rows < len(observation.positions)) | np.isin(rows, committed))
+        for row, key in zip(rows[keep].tolist(), keys[keep, 2].tolist()):
+            sums = self._sums.setdefault(key, {})
+            for token, prob in zip(observation.topk_ids[row].tolist(), observation.topk_probs[row].tolist()):
+                sums[token] = sums.get(token, 0.0) + prob
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def memory(self) -> PersistentMemory:
+        """A persistent memory holding each seen token's averaged record (top-k, best first)."""
+        memory = PersistentMemory(self.vocab_size, self.k)
+        keys = sorted(self._sums)
+        if not keys:
+            return memory
+        ids = np.zeros((len(keys), self.k), dtype=np.int64)
+        probs = np.zeros((len(keys), self.k), dtype=np.float32)
+        for row, key in enumerate(keys):
+            best = sorted(self._sums[key].items(), key=lambda item: (-item[1], item[0]))[: self.k]
+            ids[row, : len(best)] = [token for token, _ in best]
+            ids[row, len(best) :] = best[-1][0]  # padding: the last id again, probability 0
+            probs[row, : len(best)] = [total / self._counts[key] for _, total in best]
+        memory.write_many(np.array(keys, dtype=np.int64), ids, probs)
+        return memory
+
+
 # ---------------------------------------------------------------------------------- starting point
 @dataclass(frozen=True)
 class StartingMemory:
@@ -254,10 +321,11 @@ def warm_start(
     folder: str | Path | None = None,
 ) -> StartingMemory:
     """A starting memory made now: ``requests`` decoded by ``drafter_for(memory)`` for at most
-    ``seconds``, then saved to a file in ``folder`` (a temporary folder by default) that every scope
-    copies."""
-    memory = PersistentMemory(target.vocab_size, SHIPPED_K)
-    report = warm_up(target, drafter_for(memory), requests, max_new_tokens, seconds)
+    ``seconds``, their committed positions' predictions averaged (`AveragedRecords`), saved to a file
+    in ``folder`` (a temporary folder by default) that every scope copies."""
+    averaged = AveragedRecords(drafter_for(PersistentMemory(target.vocab_size, SHIPPED_K)), target.vocab_size)
+    report = warm_up(target, averaged, requests, max_new_tokens, seconds)
+    memory = averaged.memory()
     folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="recap-warm-"))
     path = folder / "warm-up.safetensors"
     fingerprint = model_fingerprint(target)

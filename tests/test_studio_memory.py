@@ -108,6 +108,36 @@ def test_build_memory_writes_a_loadable_memory_and_its_record(tmp_path):
     assert json.loads(out.with_suffix(".json").read_text()) == record
 
 
+def test_averaged_records_average_committed_positions_only():
+    from recap.drafters.autoregressive import AutoregressiveDrafter
+    from recap.drafters.base import Observation, RequestInfo
+    from recap.hotstart import AveragedRecords
+    from recap.tree import DraftTree
+    from recap.verify import Acceptance
+
+    averaged = AveragedRecords(AutoregressiveDrafter(), vocab_size=10, k=2)
+    averaged.begin(RequestInfo((5,), frozenset(), 10))
+    # after 5 the target said {7: 1.0} (the prefill's prompt position)
+    averaged.observe(
+        Observation([5], np.array([0]), topk_ids=np.array([[7, 1]]), topk_probs=np.array([[1.0, 0.0]]))
+    )
+    # a pass over [5, 7, 5]: its pending token (after 5: {8: 0.6, 7: 0.4}), an accepted node 9
+    # (after 9: {3: 1.0}) and a rejected node 4 (after 4: {2: 1.0}, never committed: left out)
+    tree = DraftTree()
+    tree.add(9, -1)
+    tree.add(4, -1)
+    rows_ids = np.array([[8, 7], [3, 0], [2, 0]])
+    rows_probs = np.array([[0.6, 0.4], [1.0, 0.0], [1.0, 0.0]])
+    averaged.observe(
+        Observation([5, 7, 5], np.array([2]), tree, rows_ids, rows_probs, Acceptance((0,), (9, 3)))
+    )
+    memory = averaged.memory()
+    record = memory.lookup(5)
+    assert list(record.ids) == [7, 8] and np.allclose(record.probs, [0.7, 0.3])
+    assert list(memory.lookup(9).ids)[:1] == [3] and memory.lookup(4) is None
+    assert averaged.record_k == 2 and len(memory) == 2
+
+
 # ------------------------------------------------------------------------- files that do not load
 def _another_models(path: Path) -> None:
     target = tiny("llava")

@@ -2,10 +2,12 @@
 
     python -m tools.build_memory                      # writes assets/memory/tiny-scenes-llava.safetensors
 
-RECAP (fixed budget, so the result depends on no timing) decodes ``--requests`` questions about
-TRAINING scenes (`recap.hotstart.training_requests`: seeds 0 .. n-1, below the held-out range the
-benchmark and the studio's examples draw from), and the memory it learnt is saved with
-`PersistentMemory.save`, tagged with the model's fingerprint (tokenizer and weights digest). A JSON
+The target decodes ``--requests`` questions about TRAINING scenes (`recap.hotstart.training_requests`:
+seeds 0 .. n-1, below the held-out range the benchmark and the studio's examples draw from; RECAP with
+a fixed budget drafts, only to make it fast). Each token's record is the target's next-token
+distribution averaged over every committed position ending in that token (`AveragedRecords`: the
+answers do not depend on the drafter, so neither does the memory), saved with `PersistentMemory.save`
+and tagged with the model's fingerprint (tokenizer and weights digest). A JSON
 file beside it records how it was built. Rerun this whenever the embedded model changes: a memory built
 for another model is not loaded (the studio and CLI log it and start cold).
 """
@@ -21,7 +23,14 @@ from pathlib import Path
 import torch
 
 from recap.config import RecapConfig
-from recap.hotstart import SHIPPED_K, SHIPPED_MEMORY_DIR, model_fingerprint, training_requests, warm_up
+from recap.hotstart import (
+    SHIPPED_K,
+    SHIPPED_MEMORY_DIR,
+    AveragedRecords,
+    model_fingerprint,
+    training_requests,
+    warm_up,
+)
 from recap.memory import PersistentMemory
 from recap.runtime import EMBEDDED_MODEL, Runtime
 
@@ -42,9 +51,12 @@ def build(
     of ``model``'s folder); returns the build record written beside it (``<out>.json``)."""
     runtime = Runtime.load(str(model))
     out = Path(out) if out is not None else SHIPPED_MEMORY_DIR / f"{Path(model).resolve().name}.safetensors"
-    memory = PersistentMemory(runtime.target.vocab_size, SHIPPED_K)
-    drafter = runtime.drafter("recap", config=RecapConfig(budget=budget, k=SHIPPED_K), persistent=memory)
-    report = warm_up(runtime.target, drafter, training_requests(requests), max_new_tokens)
+    vocab = runtime.target.vocab_size
+    config = RecapConfig(budget=budget, k=SHIPPED_K)  # RECAP only makes the build fast
+    drafter = runtime.drafter("recap", config=config, persistent=PersistentMemory(vocab, SHIPPED_K))
+    averaged = AveragedRecords(drafter, vocab)
+    report = warm_up(runtime.target, averaged, training_requests(requests), max_new_tokens)
+    memory = averaged.memory()
     fingerprint = model_fingerprint(runtime.target)
     memory.save(out, fingerprint)
     out.chmod(0o644)  # the save's temporary file was private to its writer
@@ -56,6 +68,7 @@ def build(
         "requests": requests,
         "scene_seeds": [0, requests - 1],
         "question_types": "describe, colour, count, position in turn (training templates)",
+        "records": "each token's top-k averaged over every committed position ending in it",
         "budget": budget,
         "max_new_tokens": max_new_tokens,
         "tokens_generated": report.tokens,

@@ -143,7 +143,9 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         studio.check_request(image, prompt, settings)  # refuse bad input before saying "loading"
         memories = memories if isinstance(memories, dict) else {}
         if studio.cache.loaded(settings.model) is None:
-            yield {ui["status"]: f"Loading {model_label(settings.model)} (first use, once per server)…"}
+            warm = studio.plan.warmup_s
+            then = f"; a model with no memory of its own warms it up for up to {warm:.0f} s" if warm else ""
+            yield {ui["status"]: f"Loading {model_label(settings.model)} (first use, once per server{then})…"}
         runtime, config, prompt, images = studio.prepare(image, prompt, settings)
         drafter = drafter_for(runtime, settings, settings.method, config, memories, studio.cache)
         steps: list[StepRecord] = []
