@@ -4,6 +4,11 @@ Prints the answer and a one-line summary; ``--json OUT`` writes the run's step r
 studio can replay). Errors in the input are reported in one line with exit code 2, before anything
 runs; an output file that cannot be written (``--json``, ``--memory``) is reported the same way after
 the answer is printed. A ``--memory`` file that does not load is never overwritten.
+
+Memories (RECAP's persistent memory, Token Recycling's matrix) start from the shipped memory of the
+model's folder when one ships (the embedded model: `recap.hotstart`), read-only: nothing is written
+back to it. ``--memory FILE`` starts from FILE instead and saves a RECAP run's memory back to it;
+``--cold-start`` starts empty.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import sys
 from pathlib import Path
 
 from recap.drafters import is_recap_method
+from recap.hotstart import seed_successors, shipped_start
 from recap.inputs import check_max_new_tokens, check_prompt, load_image
 from recap.options import add_model_options, add_sampling_options, load_runtime, sampling_settings
 
@@ -37,7 +43,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="persistent token memory: loaded from FILE if it exists, saved back after a recap run "
-        "(a file that does not load is left untouched)",
+        "(a file that does not load is left untouched); default: the shipped memory of the model, "
+        "read-only (the embedded model has one)",
+    )
+    gen.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="start with empty memories (not the shipped one); the paper's cold-start setting",
     )
     gen.add_argument("--json", default=None, metavar="OUT", help="write the run's step records to this file")
     gen.add_argument("-v", "--verbose", action="store_true")
@@ -50,6 +62,8 @@ def _generate(args: argparse.Namespace) -> int:
     from recap.decode import generate
     from recap.runtime import parse_budget
 
+    if args.memory and args.cold_start:
+        raise ValueError("give either --memory FILE or --cold-start, not both")
     prompt = check_prompt(args.prompt)
     check_max_new_tokens(args.max_new_tokens)
     budget = parse_budget(args.budget)
@@ -59,25 +73,33 @@ def _generate(args: argparse.Namespace) -> int:
     problems: list[str] = []  # reported after the answer, with exit code 2
     memory_file = Path(args.memory) if args.memory else None
     save_memory = memory_file is not None and is_recap_method(args.method)
+    memory_note = f"{memory_file} (new)" if memory_file is not None else "empty (cold start)"
     if memory_file is not None and memory_file.exists() and not memory_file.is_file():
         problems.append(f"--memory {memory_file} is a folder, not a file: nothing was loaded or saved")
         save_memory = False
     elif memory_file is not None and memory_file.exists():
         try:
-            runtime.load_persistent_memory(memory_file, method=args.method, strict=True)
+            loaded = runtime.load_persistent_memory(memory_file, method=args.method, strict=True)
+            seed_successors(runtime.successor_matrix(), loaded)  # TR starts from the same records
+            memory_note = f"{memory_file}, {len(loaded)} tokens known"
         except (ValueError, OSError) as error:
             log.warning("%s; the file is left as it is and will not be overwritten", error)
             save_memory = False
-    drafter = runtime.drafter(args.method, budget=budget)
+    persistent = successors = None
+    if memory_file is None and not args.cold_start:
+        persistent, successors, memory_note = _shipped(runtime)
+    drafter = runtime.drafter(args.method, budget=budget, persistent=persistent, successors=successors)
     result = generate(
         runtime.target, drafter, prompt, images, args.max_new_tokens, method=args.method, sampling=sampling
     )
     summary = result.summary
     # The answer first: a file that cannot be written below must not lose it.
     print(result.text, flush=True)
+    remembers = is_recap_method(args.method) or args.method == "tr"
     print(
         f"[{args.method}] {summary.passes} target passes, {summary.tokens} tokens, "
-        f"{summary.mat:.2f} accepted tokens/pass, {summary.tokens_per_s:.1f} tokens/s",
+        f"{summary.mat:.2f} accepted tokens/pass, {summary.tokens_per_s:.1f} tokens/s"
+        + (f"; memory: {memory_note}" if remembers else ""),
         file=sys.stderr,
     )
     if args.json:
@@ -105,6 +127,17 @@ def _generate(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     return 2 if problems else 0
+
+
+def _shipped(runtime):
+    """``(persistent memory, TR matrix, note)`` copied from the model's shipped memory (Nones and
+    "empty" when none ships or it does not load: logged). The copies are never saved."""
+    start = shipped_start(runtime.target)
+    if not start.warm:
+        return None, None, "empty (cold start" + (f": {start.note})" if start.note else ")")
+    vocab = runtime.target.vocab_size
+    persistent = start.fresh(vocab)
+    return persistent, start.successors(persistent, vocab), f"shipped, {len(persistent)} tokens known"
 
 
 def _image(path: str):

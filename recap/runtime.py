@@ -19,6 +19,7 @@ from recap.cost import CostModel
 from recap.drafters import DEFAULT_METHOD, Drafter, make_drafter, shared_state
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix
+from recap.hotstart import model_fingerprint
 from recap.memory import PersistentMemory
 from recap.models import TargetModel
 
@@ -91,11 +92,12 @@ class Runtime:
     ) -> PersistentMemory:
         """Replace ``method``'s memory by the one saved at ``path``.
 
-        A missing, corrupt or mismatched file (another tokenizer, vocabulary or k) gives a fresh memory
+        A missing, corrupt or mismatched file (another model: `recap.hotstart.model_fingerprint`, or
+        another vocabulary or k) gives a fresh memory
         with a warning, or with ``strict=True`` raises (``FileNotFoundError`` / ``ValueError`` with the
         reason) and leaves the current memory in place. The file itself is never modified.
         """
-        fingerprint, vocab = self.target.fingerprint(), self.target.vocab_size
+        fingerprint, vocab = model_fingerprint(self.target), self.target.vocab_size
         if strict:
             memory = PersistentMemory.read(path, fingerprint, vocab, k)
         else:
@@ -105,8 +107,8 @@ class Runtime:
         return memory
 
     def save_persistent_memory(self, path: str | Path, k: int = 8, method: str = DEFAULT_METHOD) -> None:
-        """Save ``method``'s memory atomically, tagged with this tokenizer's fingerprint."""
-        self.persistent_memory(k, method).save(path, self.target.fingerprint())
+        """Save ``method``'s memory atomically, tagged with this model's fingerprint."""
+        self.persistent_memory(k, method).save(path, model_fingerprint(self.target))
 
     def successor_matrix(self) -> SuccessorMatrix:
         """The process-wide Token Recycling matrix of this model (hot start across requests)."""

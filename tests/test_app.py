@@ -405,7 +405,7 @@ def test_k_larger_than_the_vocabulary_is_refused():
     from recap.studio.serving import Studio
     from recap.studio.validation import parse_settings
 
-    small = SimpleNamespace(target=SimpleNamespace(vocab_size=4, family="text"))
+    small = SimpleNamespace(target=SimpleNamespace(vocab_size=4, family="text", name="small"))
     studio = Studio(lambda model_id: small, ["small"])
     values = ["small", "recap", "auto", 8, 8, 8, True, True, True, 8, "per session", 0.0, 0, 1.0, None]
     settings = parse_settings(values, studio.models, studio.scopes)
@@ -454,10 +454,11 @@ def test_reset_clears_only_this_sessions_memories(served):
     original = gr.Info
     gr.Info = infos.append
     try:
-        left = reset(TINY, "per session", mine)
+        left, line = reset(TINY, "per session", mine)
     finally:
         gr.Info = original
     assert left == {MISSING: {"k": 8}} and "session" in infos[0] and len(shared) == 0
+    assert "Memory</b> (per session)" in line
 
 
 def test_download_before_a_run_is_refused(served):
@@ -536,7 +537,7 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
 
     client = served.client
     client.predict(*_args(served.image, max_new=16), api_name="/run")
-    _status, table, strip = client.predict(*_args(served.image, max_new=16)[:-1], api_name="/compare")
+    _status, table, _story, strip = client.predict(*_args(served.image, max_new=16)[:-1], api_name="/compare")
     rows = table["data"] if isinstance(table, dict) else table
     compared = ["Autoregressive", "Prompt lookup", "Token Recycling", "SuffixDecoding", "RECAP"]
     if not suffix_decoding_available():  # offered only where its authors' package is installed
@@ -644,7 +645,8 @@ def test_sampled_runs_are_seeded_exact_and_show_their_draws(served):
     assert all(step.draws for step in first.steps[1:]), "every sampled pass records its draws"
     assert "children tried (target's p)" in final[WORDS]
     # Compare stays greedy, and says so when sampling is set
-    status, table, _strip = served.client.predict(*_args(served.image, **sampled)[:-1], api_name="/compare")
+    compare_args = _args(served.image, **sampled)[:-1]
+    status, table, _story, _strip = served.client.predict(*compare_args, api_name="/compare")
     assert "Compare decodes greedily" in status
     assert all(row[6] == "yes" for row in (table["data"] if isinstance(table, dict) else table))
 

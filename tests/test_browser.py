@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -82,6 +83,65 @@ def _browser(playwright, tmp_path, width: int = 1400):
         viewport={"width": width, "height": 1000},
         accept_downloads=True,
     )
+
+
+@pytest.fixture
+def fresh_studio():
+    """A fresh server on the embedded model (nothing loaded, no visitor yet): the issue's first click."""
+    import app
+    from recap.runtime import EMBEDDED_MODEL
+    from recap.studio.serving import RuntimeCache
+
+    if not (EMBEDDED_MODEL / "config.json").is_file():
+        pytest.skip("the embedded model is not in assets/ yet")
+    demo = app.build_demo(models=["embedded"], cache=RuntimeCache())
+    port = _free_port()
+    kwargs = {**app.launch_kwargs(), "server_name": "127.0.0.1", "server_port": port}
+    demo.queue().launch(**kwargs, prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+def _cards(page) -> dict[str, str]:
+    """The stats cards, label -> value."""
+    return page.evaluate(
+        """() => Object.fromEntries([...document.querySelectorAll('#stats .recap-card')].map(
+            card => [card.querySelector('.recap-card-label').innerText,
+                     card.querySelector('.recap-card-value').innerText]))"""
+    )
+
+
+def test_first_click_on_a_fresh_server_drafts_at_step_one_and_commits_1_5_tokens_per_pass(
+    fresh_studio, tmp_path
+):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    with sync_api.sync_playwright() as playwright:
+        context = _browser(playwright, tmp_path)
+        try:
+            page = context.new_page()
+            page.goto(fresh_studio)
+            page.wait_for_selector("#run-button", timeout=60_000)
+            assert "loads with the model on your first run" in page.locator("#memory-state").inner_text()
+            page.click("#run-button")  # the first example is pre-filled; RECAP is the default method
+            page.wait_for_function(
+                "document.querySelector('#status').innerText.includes('Done')", timeout=120_000
+            )
+            mat = float(_cards(page)["mean accepted / pass"])
+            memory = page.locator("#memory-state").inner_text()
+            assert "warm" in memory and "started from the shipped memory" in memory
+            number = page.locator("#step-slider input[type=number]")
+            number.fill("1")
+            number.press("Enter")
+            page.wait_for_function(
+                "document.querySelector('#step-words').innerText.startsWith('Step 1:')", timeout=10_000
+            )
+            words = page.locator("#step-words").inner_text()
+            proposed = re.match(r"Step 1: the drafter proposed (\d+) node", words)
+            _save(page, tmp_path, "first-click-1500.png")
+            assert proposed and int(proposed.group(1)) >= 1, words
+            assert mat >= 1.5, f"first click: {mat} tokens per pass"
+        finally:
+            context.close()
 
 
 def test_example_run_shows_answer_tree_and_fused_distribution(studio, tmp_path):
@@ -225,8 +285,9 @@ PANELS = {
         "#tree-plot",
         "#fused-plot",
         "#step-table",
+        "#memory-state",
     ),
-    "compare": ("#compare-status", "#compare-table", "#compare-strip"),
+    "compare": ("#compare-status", "#compare-table", "#compare-story", "#compare-strip"),
     "sensitivity": ("#sensitivity-status", "#sensitive-answer", "#sensitivity-table"),
 }
 

@@ -14,29 +14,41 @@ from recap.studio.compare import wire_compare
 from recap.studio.environment import (
     configure_environment,
     default_runtime_factory,
+    memory_plan,
     memory_scopes,
     offered_models,
 )
 from recap.studio.examples import EXAMPLES_DIR
 from recap.studio.exports import TraceExports
 from recap.studio.sensitivity import wire_sensitivity
-from recap.studio.serving import RuntimeFactory, Studio
+from recap.studio.serving import CACHE, RuntimeCache, RuntimeFactory, Studio
 from recap.studio.validation import setting_names
 
 #: Per-visitor state (memories, the last run) is freed after this long without a change.
 SESSION_TTL_S = 2 * 3600
 
 
-def build_demo(runtime_factory: RuntimeFactory | None = None, models: list[str] | None = None) -> gr.Blocks:
+def build_demo(
+    runtime_factory: RuntimeFactory | None = None,
+    models: list[str] | None = None,
+    cache: RuntimeCache | None = None,
+) -> gr.Blocks:
     """Build the studio's Blocks (nothing is loaded until a visitor runs something).
 
     ``runtime_factory(model_id) -> Runtime`` replaces the hub/disk loader (tests inject tiny models);
-    ``models`` replaces the offered model ids (the first is the default). The returned Blocks carry
+    ``models`` replaces the offered model ids (the first is the default); ``cache`` replaces the
+    process's loaded models (a fresh one is a fresh server). The returned Blocks carry
     ``trace_exports`` (where this demo's downloads are, for tests and operators).
     """
     configure_environment()
     models = models or offered_models()
-    studio = Studio(runtime_factory or default_runtime_factory, models, scopes=memory_scopes())
+    studio = Studio(
+        runtime_factory or default_runtime_factory,
+        models,
+        cache=cache or CACHE,
+        scopes=memory_scopes(),
+        plan=memory_plan(models),
+    )
     # delete_cache: gradio's copies of uploads and downloads older than a day go, checked hourly
     with gr.Blocks(title="RECAP Studio", delete_cache=(3600, 86400)) as demo:
         # Per visitor, freed after SESSION_TTL_S without a change (and an hour after the tab closes).
@@ -62,9 +74,10 @@ def build_demo(runtime_factory: RuntimeFactory | None = None, models: list[str] 
         handlers.wire_run(studio, ui, setting_inputs, session, run_state)
         handlers.wire_scrub(ui, run_state)
         handlers.wire_reset(studio, ui, session)
+        handlers.wire_memory_view(studio, ui, session, demo)
         handlers.wire_download(ui, run_state, exports)
         handlers.wire_replay(ui, run_state)
-        wire_compare(studio, ui, cmp, setting_inputs, session, compare_state)
+        wire_compare(studio, ui, cmp, setting_inputs, compare_state)
         wire_sensitivity(studio, ui, sens, run_state, compare_state)
         demo.unload(handlers.forget_exports(exports))
     demo.trace_exports = exports

@@ -14,12 +14,18 @@ Read here and nowhere else in the studio:
 - ``RECAP_SHARED_MEMORY``: if ``1``, visitors may also choose the process-wide persistent memory, which
   every visitor of a model reads and writes (its drafts then show words from other visitors' answers).
   Unset (the default), every browser session has its own memories and nothing else;
+- ``RECAP_MEMORY``: a persistent-memory file (``python -m recap generate --memory FILE`` or
+  ``python -m tools.build_memory --model ... --out FILE`` make one) that the default model's memories
+  start from, instead of its shipped memory; a file made for another model is not loaded (logged);
+- ``RECAP_WARMUP_S``: seconds of warm-up on the examples when a model with no shipped memory and no
+  ``RECAP_MEMORY`` file loads (default 60 on a GPU, 0 = off on a CPU); every scope starts from it;
 - ``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT``: where to listen (default 127.0.0.1:7860).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,15 @@ PAPER_MODELS = (
     "llava-hf/llava-v1.6-vicuna-7b-hf",
 )
 SESSION_SCOPE, SHARED_SCOPE = "per session", "process-wide"
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The operator's choice of starting memories: ``files`` (model id -> memory file, `RECAP_MEMORY`)
+    and ``warmup_s`` (seconds of warm-up on the examples for a model with no file of its own)."""
+
+    files: dict[str, Path] = field(default_factory=dict)
+    warmup_s: float = 0.0
 
 
 def configure_environment() -> None:
@@ -73,6 +88,22 @@ def default_runtime_factory(model_id: str) -> Runtime:
             "(train it with python -m tools.train_embedded)"
         )
     return Runtime.load(path, dtype=os.environ.get("RECAP_DTYPE"))
+
+
+def memory_plan(models: list[str]) -> MemoryPlan:
+    """Where each offered model's memories start: ``RECAP_MEMORY`` for the default (first) model, the
+    shipped memory of a model folder, or a warm-up of ``RECAP_WARMUP_S`` seconds on the examples."""
+    memory = os.environ.get("RECAP_MEMORY", "").strip()
+    files = {models[0]: Path(memory).expanduser()} if memory and models else {}
+    default_s = 60.0 if torch.cuda.is_available() else 0.0
+    raw = os.environ.get("RECAP_WARMUP_S", "").strip()
+    try:
+        warmup_s = float(raw) if raw else default_s
+    except ValueError:
+        raise ValueError(f"RECAP_WARMUP_S must be a number of seconds, got {raw!r}") from None
+    if not 0.0 <= warmup_s <= 3600.0:
+        raise ValueError(f"RECAP_WARMUP_S must be from 0 to 3600 seconds, got {warmup_s}")
+    return MemoryPlan(files=files, warmup_s=warmup_s)
 
 
 def memory_scopes() -> tuple[str, ...]:

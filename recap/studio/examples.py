@@ -13,6 +13,7 @@ from pathlib import Path
 from PIL import Image
 
 from recap.datasets import PHOTO_PROMPTS
+from recap.hotstart import WarmupRequest
 from recap.inputs import check_choice, load_image
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "assets" / "examples"
@@ -49,6 +50,22 @@ def photo_examples() -> list[list[str]]:
             Image.fromarray(getattr(data, name)()).save(path)
         rows.append([str(path), prompt])
     return rows
+
+
+def example_requests(
+    rows: list[list[str]], exclude: tuple[str | None, str] | None = None
+) -> list[WarmupRequest]:
+    """Warm-up requests from example ``rows`` (``[image path, prompt]``), leaving out the one whose
+    image file and prompt are ``exclude`` (the request being measured must not be learnt beforehand)."""
+    requests = []
+    for path, prompt in rows:
+        if exclude is not None and (Path(path).name, prompt) == (
+            Path(exclude[0]).name if exclude[0] else None,
+            exclude[1],
+        ):
+            continue
+        requests.append(WarmupRequest(prompt, (load_image(path),), f"example {Path(path).name}"))
+    return requests
 
 
 def other_image_choices() -> list[str]:

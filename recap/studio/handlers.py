@@ -19,7 +19,7 @@ import gradio as gr
 
 from recap.inputs import check_integer, shown
 from recap.studio import figures, render, validation
-from recap.studio.environment import SHARED_SCOPE, concurrency, model_label
+from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, concurrency, model_label
 from recap.studio.exports import TraceExports, read_trace
 from recap.studio.serving import Studio, drafter_for
 from recap.studio.validation import display_delay_s, markdown_text, refusal
@@ -64,6 +64,48 @@ def panels(ui: dict, steps: list[StepRecord], scrubbable: bool) -> dict:
     }
 
 
+def memory_state(studio: Studio, model_id: object, scope: object, session: object) -> render.MemoryState:
+    """The persistent memory the next run of ``model_id`` in ``scope`` drafts from (see
+    `render.MemoryState`); values are the visitor's: an unknown model or scope shows the default."""
+    scope = scope if isinstance(scope, str) and scope in studio.scopes else SESSION_SCOPE
+    runtime = (
+        studio.cache.loaded(model_id) if isinstance(model_id, str) and model_id in studio.models else None
+    )
+    if runtime is None:
+        return render.MemoryState(scope)
+    start, vocab = studio.cache.start(model_id), runtime.target.vocab_size
+    if scope == SHARED_SCOPE:
+        memories = studio.cache.peek_shared(model_id)
+    else:
+        memories = session.get(model_id) if isinstance(session, dict) else None
+    if memories and "persistent" in memories:
+        note = ""
+        if memories["origin"] == "empty" and memories.get("start") != "empty":
+            note = start.note or (f"the starting memory has k={start.k}" if start.warm else "")
+        return render.MemoryState(scope, len(memories["persistent"]), vocab, memories["origin"], note)
+    if memories and memories.get("start") == "empty":
+        return render.MemoryState(scope, 0, vocab, "empty")
+    origin = start.origin if start.warm else "empty"
+    return render.MemoryState(scope, start.tokens if start.warm else 0, vocab, origin, start.note)
+
+
+def memory_html(studio: Studio, model_id: object, scope: object, session: object) -> str:
+    return render.memory_state_html(memory_state(studio, model_id, scope, session))
+
+
+def wire_memory_view(studio: Studio, ui: dict, session, demo) -> None:
+    """The memory line follows the model and scope chosen, and shows the page's start."""
+    inputs = [ui["model"], ui["scope"], session]
+
+    def view(model_id, scope, memories):
+        return memory_html(studio, model_id, scope, memories)
+
+    common = {"show_progress": "hidden", "preprocess": False, "api_visibility": "private", "queue": False}
+    ui["model"].change(view, inputs, ui["memory"], **common)
+    ui["scope"].change(view, inputs, ui["memory"], **common)
+    demo.load(view, inputs, ui["memory"], **common)
+
+
 def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state) -> None:
     """Run (streamed) and Stop."""
     names = (
@@ -77,14 +119,16 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         "status",
         "download",
         "words",
+        "memory",
     )
     outputs = [ui[n] for n in names] + [run_state, session]
 
-    def update(steps, status, state, memories) -> dict:
+    def update(steps, status, state, memories, settings) -> dict:
         return {
             **panels(ui, steps, scrubbable=False),
             ui["status"]: status,
             ui["download"]: gr.Button(interactive=False),
+            ui["memory"]: memory_html(studio, settings.model, settings.scope, memories),
             run_state: state,
             session: memories,
         }
@@ -99,9 +143,11 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         studio.check_request(image, prompt, settings)  # refuse bad input before saying "loading"
         memories = memories if isinstance(memories, dict) else {}
         if studio.cache.loaded(settings.model) is None:
-            yield {ui["status"]: f"Loading {model_label(settings.model)} (first use, once per server)…"}
+            warm = studio.plan.warmup_s
+            then = f"; a model with no memory of its own warms it up for up to {warm:.0f} s" if warm else ""
+            yield {ui["status"]: f"Loading {model_label(settings.model)} (first use, once per server{then})…"}
         runtime, config, prompt, images = studio.prepare(image, prompt, settings)
-        drafter = drafter_for(runtime, settings, settings.method, config, memories)
+        drafter = drafter_for(runtime, settings, settings.method, config, memories, studio.cache)
         steps: list[StepRecord] = []
         trace = RunTrace(settings={**asdict(settings), "prompt": prompt}, steps=steps)
         state = {
@@ -130,7 +176,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
             if pause or record.finished or now - last_update >= MIN_UPDATE_INTERVAL or len(steps) == 1:
                 if len(steps) == 1:
                     log.info("first token after %.0f ms", 1000 * (now - started))
-                yield update(steps, f"Generating… step {record.step}", state, memories)
+                yield update(steps, f"Generating… step {record.step}", state, memories, settings)
                 last_update = time.perf_counter()
                 if pause:
                     time.sleep(pause)
@@ -138,7 +184,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         trace.text = runtime.target.decode(trace.tokens)
         reason = steps[-1].finish_reason if steps else None
         done = f"Done: {len(trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'})."
-        final = update(steps, done, state, memories)
+        final = update(steps, done, state, memories, settings)
         final[ui["download"]] = gr.Button(interactive=True)
         final[ui["step"]] = gr.Slider(
             minimum=0, maximum=max(1, len(steps) - 1), value=len(steps) - 1, interactive=True
@@ -185,24 +231,45 @@ def wire_scrub(ui: dict, run_state) -> None:
     ui["step"].release(scrub, [run_state, ui["step"]], outputs, api_visibility="private", **common)
 
 
-def wire_reset(studio: Studio, ui: dict, session) -> None:
-    def reset(model_id, scope, memories):
-        """Clear this session's memories of ``model_id``; the shared ones are never reset from here."""
-        if not isinstance(model_id, str) or model_id not in studio.models:
-            raise refusal(f"Unknown model {shown(model_id)}: choose one from the list.")
-        memories = memories if isinstance(memories, dict) else {}
-        memories.pop(model_id, None)
-        note = (
-            " (the process-wide memory is shared with other visitors: it is kept)"
-            if scope == SHARED_SCOPE
-            else ""
-        )
-        gr.Info(f"This session's persistent memories are cleared{note}.")
-        return memories
+#: What each reset button brings this session's memories back to, and what it then says.
+RESETS = {
+    "reset": ("starting", "This session's memories are back to the model's starting memory"),
+    "reset_empty": ("empty", "This session's memories are empty (a cold start)"),
+}
 
-    ui["reset"].click(
-        reset, [ui["model"], ui["scope"], session], [session], api_name="reset", preprocess=False
-    )
+
+def wire_reset(studio: Studio, ui: dict, session) -> None:
+    """Two resets of this session's memories of the chosen model: back to its starting memory (the
+    shipped one for the embedded model), or empty. The process-wide ones are never reset from here."""
+
+    def resetter(to: str, message: str):
+        def reset(model_id, scope, memories):
+            if not isinstance(model_id, str) or model_id not in studio.models:
+                raise refusal(f"Unknown model {shown(model_id)}: choose one from the list.")
+            if not isinstance(scope, str) or scope not in studio.scopes:
+                raise refusal(f"Unknown memory scope {shown(scope)}: choose one from the list.")
+            memories = memories if isinstance(memories, dict) else {}
+            memories.pop(model_id, None)
+            if to == "empty":
+                memories[model_id] = {"start": "empty"}
+            note = (
+                " (the process-wide memory is shared with other visitors: it is kept)"
+                if scope == SHARED_SCOPE
+                else ""
+            )
+            gr.Info(f"{message}{note}.")
+            return memories, memory_html(studio, model_id, scope, memories)
+
+        return reset
+
+    for name, (to, message) in RESETS.items():
+        ui[name].click(
+            resetter(to, message),
+            [ui["model"], ui["scope"], session],
+            [session, ui["memory"]],
+            api_name=name,
+            preprocess=False,
+        )
 
 
 #: Run in the browser after the Download click's handler: fetch the file it wrote, as a download.

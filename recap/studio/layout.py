@@ -47,7 +47,12 @@ ABOUT = """
   ◆ = bonus token), the fused distribution at the root stacked by source (★ = the token the target
   actually chose), and the step's timings. With a temperature, each verified position lists the
   children tried with the target's probability `p` of each, and marks a token drawn from the residual.
-- **Compare**: the same input through every method, greedy; outputs are identical to greedy decoding (fp32).
+- **Memory**: the line under Run says what the next run drafts from. The embedded model's memory
+  starts warm, from a memory shipped with the studio (built on training scenes, never the examples);
+  *Reset: empty* shows the paper's cold start.
+- **Compare**: the same input through every method, greedy; outputs are identical to greedy decoding
+  (fp32). Every method with memories is first warmed on the same requests; the line above the strip
+  tells the paper's story at the tokens that depend on the image.
 - **Sensitivity**: tokens whose greedy prediction changes when the image is replaced.
 - **Replay**: upload a downloaded run (below the answer) to inspect it without a model.
 
@@ -76,7 +81,16 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
             with gr.Row():
                 ui["run"] = gr.Button("Run", variant="primary", elem_id="run-button")
                 ui["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-button")
-                ui["reset"] = gr.Button("Reset persistent memory", elem_id="reset-button")
+            ui["memory"] = gr.HTML(
+                render.memory_state_html(render.MemoryState(SESSION_SCOPE)), elem_id="memory-state"
+            )
+            with gr.Row(elem_id="memory-row"):
+                ui["reset"] = gr.Button(
+                    "Reset: back to the shipped memory", size="sm", min_width=160, elem_id="reset-button"
+                )
+                ui["reset_empty"] = gr.Button(
+                    "Reset: empty", size="sm", min_width=100, elem_id="reset-empty-button"
+                )
             ui["status"] = gr.Markdown("", elem_id="status")
             ui["answer"] = gr.HighlightedText(
                 label="Answer: each token coloured by what proposed it",
@@ -208,13 +222,18 @@ def compare_tab() -> dict[str, Any]:
     with gr.Column():
         gr.Markdown(
             "Runs the Run tab's image, prompt and model through **AR, PLD, TR and RECAP** with greedy "
-            "decoding (after a short warm-up) and compares them."
+            "decoding and compares them. **A fair start:** every method begins with empty memories, "
+            "and those that keep memories across requests (TR's matrix, RECAP's memories, "
+            "SuffixDecoding's global tree) are first warmed on the *same* few requests (training "
+            "scenes for the embedded model, the other examples otherwise; never this input). Your "
+            "session's memory is not used."
         )
         button = gr.Button("Compare methods", variant="primary", elem_id="compare-button")
         status = gr.Markdown("", elem_id="compare-status")
         table = gr.Dataframe(headers=render.COMPARE_HEADERS, interactive=False, elem_id="compare-table")
+        story = gr.HTML("", elem_id="compare-story")
         strip = gr.HTML(render.compare_strip_html({}), elem_id="compare-strip")
-    return {"button": button, "status": status, "table": table, "strip": strip}
+    return {"button": button, "status": status, "table": table, "story": story, "strip": strip}
 
 
 def sensitivity_tab() -> dict[str, Any]:

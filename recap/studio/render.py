@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
@@ -97,6 +98,46 @@ def plot_name(name: str, limit: int = 40) -> str:
     """
     shown = visible_token(name)
     return html.escape(shown if len(shown) <= limit else shown[: limit - 1] + "…", quote=False)
+
+
+# ------------------------------------------------------------------------------------------ memory
+#: How a memory's starting point reads in the memory line (`recap.hotstart.Origin`).
+ORIGIN_WORDS: dict[str, str] = {
+    "shipped": "started from the shipped memory (warmed on training scenes)",
+    "file": "started from the operator's memory file",
+    "warm-up": "started from a warm-up on the examples",
+    "empty": "started empty",
+}
+
+
+@dataclass(frozen=True)
+class MemoryState:
+    """What the memory line shows: the scope, tokens known of the vocabulary (None: the model is not
+    loaded yet), where the memory started (`ORIGIN_WORDS`), and a note (why a file did not load)."""
+
+    scope: str
+    tokens: int | None = None
+    vocab: int | None = None
+    origin: str = "empty"
+    note: str = ""
+
+
+def memory_state_html(state: MemoryState) -> str:
+    """One line about the persistent memory the next run drafts from: warm or cold, tokens known, scope
+    and starting point. Example: ``Memory (per session): warm, 84 of 460 tokens known; started from the
+    shipped memory (warmed on training scenes).``"""
+    scope = html.escape(state.scope, quote=False)
+    if state.tokens is None:
+        body = "loads with the model on your first run, from the model's starting memory."
+    else:
+        warmth = "warm" if state.tokens > 0 else "cold"
+        known = (
+            f"{state.tokens} of {state.vocab} tokens known" if state.vocab else f"{state.tokens} tokens known"
+        )
+        origin = ORIGIN_WORDS.get(state.origin, "started empty")
+        body = f'<span class="recap-{warmth}">{warmth}</span>, {known}; {html.escape(origin, quote=False)}.'
+    note = f" <small>({html.escape(state.note, quote=False)})</small>" if state.note else ""
+    return f'<div class="recap-memory"><b>Memory</b> ({scope}): {body}{note}</div>'
 
 
 # ----------------------------------------------------------------------------------------- answer

@@ -8,7 +8,8 @@ each visitor's own memories.
   its steps (`stream`).
 - `session_memories` / `drafter_for`: a visitor's persistent memory and Token Recycling matrix live
   in their ``gr.State`` (per browser session); the process-wide ones only when the operator offers
-  that scope.
+  that scope. Every scope starts from its own copy of the model's starting memory (`recap.hotstart`:
+  the shipped memory of the embedded model, ``RECAP_MEMORY``, or a warm-up at load).
 """
 
 from __future__ import annotations
@@ -23,23 +24,34 @@ from recap.config import RecapConfig
 from recap.decode import generate_steps
 from recap.drafters.suffix_decoding import SuffixTreeCache, suffix_decoding_available
 from recap.drafters.token_recycling import SuccessorMatrix
+from recap.hotstart import (
+    EMPTY_START,
+    StartingMemory,
+    shipped_start,
+    starting_memory,
+    training_requests,
+    warm_start,
+)
 from recap.inputs import check_prompt, shown
 from recap.memory import PersistentMemory
-from recap.runtime import Runtime
+from recap.runtime import EMBEDDED_MODEL, Runtime
 from recap.sampling import GREEDY, SamplingSettings
-from recap.studio.environment import SESSION_SCOPE
-from recap.studio.examples import EXAMPLES_DIR
+from recap.studio.environment import SESSION_SCOPE, MemoryPlan
+from recap.studio.examples import EXAMPLES_DIR, example_requests, examples, photo_examples
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
 from recap.trace import StepRecord
 
 log = logging.getLogger("recap.studio")
 
 RuntimeFactory = Callable[[str], Runtime]
+#: ``(model id, loaded runtime) -> where its memories start``.
+StartFactory = Callable[[str, Runtime], StartingMemory]
 
 
 class RuntimeCache:
     """Loaded models, shared by all visitors: each loads once (concurrent first requests wait for it),
-    and each has a lock so that one target pass runs at a time per model.
+    and each has a lock so that one target pass runs at a time per model. With each model, its
+    starting memory (`recap.hotstart.StartingMemory`) and the process-wide memories made from it.
     """
 
     def __init__(self) -> None:
@@ -47,13 +59,16 @@ class RuntimeCache:
         self._runtimes: dict[str, Runtime] = {}
         self._loading: dict[str, threading.Lock] = {}
         self._passes: dict[str, threading.Lock] = {}
+        self._starts: dict[str, StartingMemory] = {}
+        self._shared: dict[str, dict] = {}
 
     def loaded(self, model_id: str) -> Runtime | None:
         with self._lock:
             return self._runtimes.get(model_id)
 
-    def get(self, model_id: str, factory: RuntimeFactory) -> Runtime:
-        """The runtime of ``model_id``, loading it with ``factory`` on first use (ValueError if it can't)."""
+    def get(self, model_id: str, factory: RuntimeFactory, prepare: StartFactory | None = None) -> Runtime:
+        """The runtime of ``model_id``, loading it with ``factory`` on first use (ValueError if it can't);
+        ``prepare(model_id, runtime)`` then gives its starting memory (before anyone can use it)."""
         with self._lock:
             loading = self._loading.setdefault(model_id, threading.Lock())
         with loading:
@@ -62,10 +77,29 @@ class RuntimeCache:
                 start = time.perf_counter()
                 runtime = factory(model_id)
                 log.info("loaded %s in %.1f s", model_id, time.perf_counter() - start)
+                starting = prepare(model_id, runtime) if prepare is not None else EMPTY_START
                 with self._lock:
                     self._runtimes[model_id] = runtime
                     self._passes[model_id] = threading.Lock()
+                    self._starts[model_id] = starting
             return runtime
+
+    def start(self, model_id: str) -> StartingMemory:
+        """Where ``model_id``'s memories start (empty before it is loaded, or when nothing was given)."""
+        with self._lock:
+            return self._starts.get(model_id, EMPTY_START)
+
+    def shared_memories(self, model_id: str, k: int, vocab_size: int) -> dict:
+        """The process-wide memories of ``model_id`` (every visitor who chose that scope), made from its
+        starting memory on first use (renewed when k changes)."""
+        start = self.start(model_id)
+        with self._lock:
+            return session_memories(self._shared, model_id, k, vocab_size, start)
+
+    def peek_shared(self, model_id: str) -> dict | None:
+        """The process-wide memories of ``model_id`` if a visitor has used them yet (never creates them)."""
+        with self._lock:
+            return self._shared.get(model_id)
 
     def pass_lock(self, model_id: str) -> threading.Lock:
         with self._lock:
@@ -99,33 +133,83 @@ def decode_steps(
     yield from generate_steps(runtime.target, drafter, prompt, images, max_new_tokens, method, sampling)
 
 
-def session_memories(session: dict, model_id: str, k: int, vocab_size: int) -> dict:
-    """This session's persistent memory and Token Recycling matrix for ``model_id`` (created on first
-    use; the persistent memory is renewed when k changes)."""
+def session_memories(
+    session: dict, model_id: str, k: int, vocab_size: int, start: StartingMemory = EMPTY_START
+) -> dict:
+    """A scope's persistent memory and Token Recycling matrix for ``model_id``: created on first use
+    (renewed when k changes) as copies of ``start``, or empty after "Reset: empty" (``"start": "empty"``).
+
+    Keys: ``k``, ``persistent``, ``successors``, ``origin`` (`recap.hotstart.Origin` of the copy),
+    ``start`` (``"empty"`` when the visitor asked for an empty memory), ``suffix_cache`` (SuffixDecoding's
+    global tree, added on first use).
+    """
     memories = session.setdefault(model_id, {})
-    if memories.get("k") != k:
-        memories.update(k=k, persistent=PersistentMemory(vocab_size, k))
-    memories.setdefault("successors", SuccessorMatrix(vocab_size))
+    if memories.get("k") != k or "persistent" not in memories:
+        begin = EMPTY_START if memories.get("start") == "empty" else start
+        persistent = begin.fresh(vocab_size, k)
+        warm = len(persistent) > 0
+        memories.update(
+            k=k,
+            persistent=persistent,
+            successors=begin.successors(persistent, vocab_size) if warm else SuccessorMatrix(vocab_size),
+            origin=begin.origin if warm else "empty",
+        )
     return memories
 
 
-def drafter_for(runtime: Runtime, settings: RunSettings, method: str, config: RecapConfig, session: dict):
-    """A drafter whose persistent memories follow the chosen scope: this session's own (the default),
-    or the process-wide ones every visitor shares (only when the operator offers that scope).
+def scope_memories(
+    cache: RuntimeCache, runtime: Runtime, settings: RunSettings, k: int, session: dict
+) -> dict:
+    """The memories of the visitor's chosen scope: their session's own, or the process-wide ones."""
+    vocab = runtime.target.vocab_size
+    if settings.scope == SESSION_SCOPE:
+        return session_memories(session, settings.model, k, vocab, cache.start(settings.model))
+    return cache.shared_memories(settings.model, k, vocab)
+
+
+def drafter_for(
+    runtime: Runtime,
+    settings: RunSettings,
+    method: str,
+    config: RecapConfig,
+    session: dict,
+    cache: RuntimeCache | None = None,
+):
+    """A drafter whose memories follow the chosen scope (`scope_memories`): this session's own (the
+    default), or the process-wide ones every visitor shares (only when the operator offers that scope).
+    Both start from the model's starting memory.
 
     A drafter that cannot be built here (SuffixDecoding without its package) is refused with the
     reason, which names the install command.
     """
-    persistent = successors = suffix_cache = None
-    if settings.scope == SESSION_SCOPE:
-        memories = session_memories(session, settings.model, config.k, runtime.target.vocab_size)
-        persistent, successors = memories["persistent"], memories["successors"]
-        if method == "suffix" and suffix_decoding_available():
-            # Its global tree holds this session's answers only; created on first use (a C++ object).
-            suffix_cache = memories.setdefault("suffix_cache", SuffixTreeCache())
+    memories = scope_memories(cache or CACHE, runtime, settings, config.k, session)
+    suffix_cache = None
+    if method == "suffix" and suffix_decoding_available():
+        # Its global tree holds this scope's answers only; created on first use (a C++ object).
+        suffix_cache = memories.setdefault("suffix_cache", SuffixTreeCache())
     try:
         return runtime.drafter(
-            method, config=config, persistent=persistent, successors=successors, suffix_cache=suffix_cache
+            method,
+            config=config,
+            persistent=memories["persistent"],
+            successors=memories["successors"],
+            suffix_cache=suffix_cache,
+        )
+    except ValueError as error:
+        raise refusal(str(error)) from None
+
+
+def fresh_drafter(runtime: Runtime, method: str, config: RecapConfig):
+    """A drafter with fresh, empty memories of its own (the Compare tab warms them itself)."""
+    vocab = runtime.target.vocab_size
+    suffix_cache = SuffixTreeCache() if method == "suffix" and suffix_decoding_available() else None
+    try:
+        return runtime.drafter(
+            method,
+            config=config,
+            persistent=PersistentMemory(vocab, config.k),
+            successors=SuccessorMatrix(vocab),
+            suffix_cache=suffix_cache,
         )
     except ValueError as error:
         raise refusal(str(error)) from None
@@ -141,22 +225,61 @@ class Studio:
         models: list[str],
         cache: RuntimeCache = CACHE,
         scopes: tuple[str, ...] = (SESSION_SCOPE,),
+        plan: MemoryPlan | None = None,
     ) -> None:
         self.factory = runtime_factory
         self.models = list(models)
         self.cache = cache
         self.scopes = scopes
+        self.plan = plan or MemoryPlan()
         #: Folders an image may come from: gradio's upload cache (set by `build_demo`) and the examples.
         self.upload_roots: list[Path] = [EXAMPLES_DIR]
 
     def runtime(self, model_id: str) -> Runtime:
         try:
-            return self.cache.get(model_id, self.factory)
+            return self.cache.get(model_id, self.factory, self.starting_memory)
         except ValueError as error:
             message = str(error)
             if not message.lower().startswith("cannot load model"):
                 message = f"cannot load model {model_id!r}: {message}"
             raise refusal("C" + message[1:]) from None
+
+    def starting_memory(self, model_id: str, runtime: Runtime) -> StartingMemory:
+        """Where ``model_id``'s memories start (resolved once, when it loads): the operator's
+        ``RECAP_MEMORY`` file, else the shipped memory of its folder, else a warm-up of
+        ``RECAP_WARMUP_S`` seconds on the examples, else empty. A file that does not load is logged and
+        gives an empty start."""
+        target = runtime.target
+        if model_id in self.plan.files:
+            return starting_memory(target, self.plan.files[model_id], "file")
+        shipped = shipped_start(target)
+        if shipped.warm or shipped.note:  # a shipped memory exists (loaded, or refused with a reason)
+            return shipped
+        if self.plan.warmup_s > 0:
+            log.info("warming %s's memory on the examples for up to %.0f s", model_id, self.plan.warmup_s)
+            return warm_start(
+                target,
+                lambda memory: runtime.drafter("recap", persistent=memory),
+                self.warmup_requests(runtime),
+                self.plan.warmup_s,
+            )
+        return EMPTY_START
+
+    def warmup_requests(self, runtime: Runtime, exclude: tuple[str | None, str] | None = None, n: int = 8):
+        """``n`` warm-up requests for ``runtime``'s model: training scenes for the embedded model (its
+        own distribution, never the held-out scenes of the examples), else the studio's examples (the
+        photos too), leaving out ``exclude`` (image file, prompt)."""
+        target = runtime.target
+        if _is_embedded(runtime):
+            return training_requests(n)
+        requests = example_requests(examples() + photo_examples(), exclude)[:n]
+        if target.family == "text":
+            requests = [r._replace(images=()) for r in requests]
+        return requests
+
+    def warmup_source(self, runtime: Runtime) -> str:
+        """Where `warmup_requests` come from, in words."""
+        return "training scenes" if _is_embedded(runtime) else "the studio's other examples"
 
     def stream(
         self,
@@ -211,3 +334,8 @@ class Studio:
             raise refusal(f"k must be at most the model's vocabulary size ({runtime.target.vocab_size}).")
         image = read_image(path, needs_image=runtime.target.family != "text")
         return runtime, config, prompt, [image] if image is not None else []
+
+
+def _is_embedded(runtime: Runtime) -> bool:
+    """Whether ``runtime`` runs the embedded model (it was trained on scenes: warm it on training scenes)."""
+    return Path(runtime.target.name).resolve() == EMBEDDED_MODEL.resolve()

@@ -43,6 +43,8 @@ def offered_methods() -> tuple[str, ...]:
     from recap.drafters.suffix_decoding import suffix_decoding_available
 
     return tuple(m for m in METHODS if m != "suffix" or suffix_decoding_available())
+
+
 BUDGET_MODES = ("auto", "fixed")
 #: The Run tab's numeric controls as ``(low, high)``: the sliders' ranges, and the bounds the server
 #: enforces on every request (an API caller sees no slider).

@@ -1,0 +1,124 @@
+"""The paper's story in one line, above the Compare strip: what each method drafted at the tokens that
+depend on the image, and where Token Recycling's draft was rejected but RECAP's contextual memory was
+accepted.
+
+Pure functions of step records and the sensitivity flags of the reference answer (AR's): no model,
+no gradio. The counts are `recap.sensitivity.split_against_reference`'s (the benchmark's rule: the
+first token never counts, and a method counts only where its answer agrees with the reference).
+
+Example (reference ``« The» «␣red» «␣circle»``, flags ``[F, T, T]``; TR drafted at both flagged tokens
+and only «␣circle» was accepted; RECAP's ``ctx2`` node «␣red» was accepted, then the bonus «␣circle»)::
+
+    2 of 3 tokens depend on the image (the greedy token changes when the image is replaced by a blank
+    one). Accepted drafts there (drafted there): RECAP 1 (1), Token Recycling 1 (2). Token Recycling's
+    draft was rejected and RECAP's contextual memory was accepted at «␣red».
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Literal, NamedTuple
+
+from recap.explain import quote
+from recap.sensitivity import common_prefix, split_against_reference, token_sources
+from recap.trace import StepRecord
+
+#: The memories whose records are conditioned on this request (its image and prompt).
+CONTEXTUAL = frozenset({"ctx2", "ctx3"})
+
+Outcome = Literal["accepted", "rejected", "none"]
+
+
+class TokenDraft(NamedTuple):
+    """What a method's drafter did at one committed token: ``accepted`` (a drafted node was it),
+    ``rejected`` (the tree had children there, none of them was it) or ``none`` (nothing drafted
+    there); ``sources``: the accepted node's sources (empty otherwise)."""
+
+    outcome: Outcome
+    sources: tuple[str, ...] = ()
+
+
+def token_drafts(steps: Sequence[StepRecord]) -> list[TokenDraft]:
+    """One `TokenDraft` per committed token of ``steps``, in order.
+
+    Example: a step whose tree was ``root -> [a, b]`` that accepted ``a`` and then chose a bonus token
+    under ``a`` (which has no child) gives ``[accepted, none]``; had it accepted nothing, the bonus
+    token would be ``rejected`` (the root had children).
+    """
+    drafts: list[TokenDraft] = []
+    for step in steps:
+        parents = {node.parent for node in step.nodes}
+        path = [-1, *step.accepted_ids]
+        for i in range(len(step.new_tokens)):
+            if i < len(step.accepted_ids) and 0 <= step.accepted_ids[i] < len(step.nodes):
+                drafts.append(TokenDraft("accepted", tuple(step.nodes[step.accepted_ids[i]].sources)))
+            else:
+                at = path[min(i, len(path) - 1)]
+                drafts.append(TokenDraft("rejected" if at in parents else "none"))
+    return drafts
+
+
+def _tokens(steps: Sequence[StepRecord]) -> list[int]:
+    return [t for s in steps for t in s.new_tokens]
+
+
+def story_line(
+    runs: Mapping[str, Sequence[StepRecord]],
+    flags: Sequence[bool],
+    labels: Mapping[str, str],
+    reference: str = "ar",
+    replaced_by: str = "a blank one",
+) -> str:
+    """The line (plain text). ``flags`` mark the image-dependent tokens of ``runs[reference]``'s answer;
+    ``labels``: display names of the methods."""
+    base = runs[reference] if reference in runs else next(iter(runs.values()))
+    ref_tokens = _tokens(base)
+    texts = [t for s in base for t in s.new_texts]
+    counted = [i for i, flag in enumerate(flags[: len(ref_tokens)]) if flag and i > 0]
+    head = (
+        f"{len(counted)} of {len(ref_tokens)} tokens depend on the image (the greedy token changes "
+        f"when the image is replaced by {replaced_by})."
+    )
+    if not counted:
+        return head + " So no drafter can be told apart by the image here: try another example."
+    parts = []
+    for method, steps in runs.items():
+        if method == reference:
+            continue
+        tokens, drafts = _tokens(steps), token_drafts(steps)
+        split = split_against_reference(tokens, token_sources(steps), ref_tokens, flags)
+        agree = common_prefix(tokens, ref_tokens)
+        drafted = sum(1 for i in counted if i < agree and drafts[i].outcome != "none")
+        parts.append(f"{labels.get(method, method)} {split.sensitive_drafted} ({drafted})")
+    line = f"{head} Accepted drafts there (drafted there): {', '.join(parts)}."
+    if "tr" in runs and "recap" in runs:
+        line += " " + _contrast(runs["tr"], runs["recap"], ref_tokens, texts, counted, labels)
+    return line
+
+
+def _contrast(tr, recap, ref_tokens, texts, counted, labels) -> str:
+    """Name the image-dependent tokens where TR's draft was rejected and RECAP's contextual memory won."""
+    tr_drafts, recap_drafts = token_drafts(tr), token_drafts(recap)
+    agree = min(common_prefix(_tokens(tr), ref_tokens), common_prefix(_tokens(recap), ref_tokens))
+    won = [
+        i
+        for i in counted
+        if i < agree
+        and tr_drafts[i].outcome == "rejected"
+        and recap_drafts[i].outcome == "accepted"
+        and CONTEXTUAL.intersection(recap_drafts[i].sources)
+    ]
+    tr_name, recap_name = labels.get("tr", "tr"), labels.get("recap", "recap")
+    if not won:
+        return (
+            f"At none of them was {tr_name}'s draft rejected where {recap_name}'s contextual memory "
+            "was accepted."
+        )
+    named = ", ".join(quote(texts[i]) for i in won)
+    return f"{tr_name}'s draft was rejected and {recap_name}'s contextual memory was accepted at {named}."
+
+
+def story_html(line: str) -> str:
+    """The line as the HTML above the strip (escaped once)."""
+    return f'<p class="recap-story">{html.escape(line, quote=False)}</p>'
