@@ -40,7 +40,8 @@ import numpy as np
 from PIL import Image
 
 from recap import scenes
-from recap.memory import PersistentMemory, recycling_keys
+from recap.memory import PersistentMemory
+from recap.recycling import recycling_keys
 
 if TYPE_CHECKING:
     from recap.drafters.base import Drafter
