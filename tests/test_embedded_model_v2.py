@@ -173,3 +173,25 @@ def test_bench_refuses_the_other_worlds_scenes_before_loading(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert "another scene world" in err and suggested in err and str(tmp_path) not in err
     assert not out.exists()
+
+
+def test_v2_examples_are_heldout_scenes_it_answers_right(loaded):
+    """assets/examples-v2 (for the studio, once it offers v2): one held-out scene per question type."""
+    import json
+
+    import numpy as np
+    from PIL import Image
+
+    from tools.embedded_eval import generate_answers
+
+    folder = MODEL_DIR.parents[1] / "examples-v2"
+    prompts = json.loads((folder / "prompts.json").read_text())
+    items = {it["seed"]: it for it in scenes2.heldout_set(seed=7, n_per_type=1)}  # how they were written
+    assert sorted(p["qtype"] for p in prompts) == sorted(scenes2.QUESTION_TYPES)
+    images = [Image.open(folder / p["image"]).convert("RGB") for p in prompts]
+    for p, image in zip(prompts, images, strict=True):
+        assert p["seed"] >= scenes2.HELDOUT_SEED_START and p["prompt"] == items[p["seed"]]["prompt"]
+        assert np.array_equal(np.asarray(image), np.asarray(items[p["seed"]]["image"]))
+    answers = generate_answers(*loaded, images, [p["prompt"] for p in prompts], max_new_tokens=200)
+    for p, answer in zip(prompts, answers, strict=True):
+        assert scenes2.answer_is_correct(p["qtype"], items[p["seed"]]["scene"], answer, p["prompt"]), answer
