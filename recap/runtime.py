@@ -27,8 +27,11 @@ log = logging.getLogger(__name__)
 
 #: The embedded default model (trained by ``python -m tools.train_embedded``; ships in assets/).
 EMBEDDED_MODEL = Path(__file__).resolve().parent.parent / "assets" / "models" / "tiny-scenes-llava"
+#: The embedded model v2 (the wider scene world of `recap.scenes2`, detailed descriptions, relations),
+#: shipped beside v1 and not yet the default: pass it as ``--model`` (benchmark dataset ``scenes2``).
+EMBEDDED_MODEL_V2 = EMBEDDED_MODEL.with_name("tiny-scenes-llava-v2")
 
-__all__ = ["DEFAULT_METHOD", "EMBEDDED_MODEL", "Runtime", "parse_budget"]
+__all__ = ["DEFAULT_METHOD", "EMBEDDED_MODEL", "EMBEDDED_MODEL_V2", "Runtime", "parse_budget"]
 
 
 def parse_budget(value: str | int) -> str | int:

@@ -7,6 +7,7 @@ Every argument is checked before a model loads; bad arguments or inputs end with
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shlex
@@ -17,7 +18,7 @@ from pathlib import Path
 from recap.bench.report import markdown_table, write_outputs
 from recap.bench.runner import normalize_methods, run_benchmark
 from recap.cost import load_curve
-from recap.datasets import SPECBENCH_ENV, load_dataset
+from recap.datasets import SPECBENCH_ENV, check_scene_world, load_dataset
 from recap.drafters import METHODS
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.options import (
@@ -40,7 +41,10 @@ def _description() -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m recap.bench", description=_description())
     parser.add_argument(
-        "--dataset", default="scenes", help="scenes, photos, mtbench, specbench or a .jsonl file"
+        "--dataset",
+        default="scenes",
+        help="scenes (embedded model v1), scenes2 / scenes2-detail (v2), photos, mtbench, specbench "
+        "or a .jsonl file",
     )
     parser.add_argument(
         "--data-file",
@@ -80,6 +84,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def local_image_size(model: str) -> int | None:
+    """The vision input size in a local model folder's ``config.json`` (None for a hub id, a text model
+    or a config without one); read without loading the model."""
+    config_file = Path(model).expanduser() / "config.json"
+    try:
+        size = json.loads(config_file.read_text(encoding="utf-8"))["vision_config"]["image_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return size if isinstance(size, int) else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry; returns the exit code (2 for bad arguments or inputs)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -117,6 +132,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     if data_file is None and args.dataset == "specbench":
         data_file = os.environ.get(SPECBENCH_ENV) or None
     samples = load_dataset(args.dataset, args.limit, data_file=data_file)
+    check_scene_world(args.dataset, local_image_size(args.model))  # v1 scenes for v2's model: refused
     curve = load_curve(args.cost_curve) if args.cost_curve is not None else None
     runtime = load_runtime(args)
     if curve is not None:
