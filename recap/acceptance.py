@@ -127,20 +127,22 @@ class AcceptanceModel:
             return
         hits = np.asarray(hits, dtype=np.int64)
         with self._lock:
-            touched = []
-            for seen_counts, hit_counts, labels, right in (
-                (self.seen_fine, self.hits_fine, seen, hits),
-                (self.seen_coarse, self.hits_coarse, seen // BUCKETS, hits // BUCKETS),
+            # Fine kinds counted once (one sort each for the labels and the hits); coarse counts are
+            # their sums per coarse kind, exact integers, as counting the coarse labels would give.
+            fine, fine_added = _counts(seen)
+            right, right_added = _counts(hits)
+            coarse, coarse_added = _sums_by_coarse(fine, fine_added)
+            right_coarse, right_coarse_added = _sums_by_coarse(right, right_added)
+            for seen_counts, hit_counts, kinds, added, right_kinds, right_counts in (
+                (self.seen_fine, self.hits_fine, fine, fine_added, right, right_added),
+                (self.seen_coarse, self.hits_coarse, coarse, coarse_added, right_coarse, right_coarse_added),
             ):
-                kinds, added = np.unique(labels, return_counts=True)
                 seen_counts[kinds] += added
-                right_kinds, right_added = np.unique(right, return_counts=True)
-                hit_counts[right_kinds] += right_added
+                hit_counts[right_kinds] += right_counts
                 full = kinds[seen_counts[kinds] > self.memory]
                 seen_counts[full] *= self.decay
                 hit_counts[full] *= self.decay
-                touched.append(kinds)
-            self._refresh(touched[1])
+            self._refresh(coarse)
 
     def _refresh(self, coarse: np.ndarray) -> None:
         """Recompute ``offset``/``slope`` of every fine kind of the given coarse kinds."""
@@ -153,3 +155,23 @@ class AcceptanceModel:
         b_f = m / (self.seen_fine[fine] + m)
         self._offset[fine] = a_f + b_f * a_c
         self._slope[fine] = b_f * b_c
+
+
+def _counts(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of ``labels`` (ascending) and how often each occurs (`np.unique` with
+    counts, in fewer calls: labels come a thousand a pass)."""
+    if len(labels) == 0:
+        return labels, labels
+    ordered = np.sort(labels)
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    return ordered[starts], np.diff(np.append(starts, len(ordered)))
+
+
+def _sums_by_coarse(fine: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Coarse kinds of the ascending distinct fine kinds ``fine`` and their ``counts`` summed per
+    coarse kind (fine kinds of one coarse kind are adjacent)."""
+    if len(fine) == 0:
+        return fine, counts
+    coarse = fine // BUCKETS
+    starts = np.flatnonzero(np.concatenate(([True], coarse[1:] != coarse[:-1])))
+    return coarse[starts], np.add.reduceat(counts, starts)

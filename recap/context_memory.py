@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from recap.records import KEY_BITS, PredictionRecord, fit_topk, last_occurrence, record_table
+from recap.records import KEY_BITS, PredictionRecord, fit_topk, last_rows, record_table
 
 
 class ContextMemory:
@@ -112,7 +112,10 @@ class ContextMemory:
         the packed keys ``packed`` ``(R,)``; a key given twice keeps its last row."""
         if len(packed) == 0:
             return
-        keep = last_occurrence(packed)
+        keys = packed.tolist()
+        keep = last_rows(keys)
+        if keep is not None:
+            keys, rows = [keys[row] for row in keep], rows[keep]
         with self._lock:
             if self.k == 0:
                 self.k = (rows.shape[1] - 2) // 2
@@ -120,8 +123,8 @@ class ContextMemory:
             elif rows.shape[1] != 2 * self.k + 2:
                 raise ValueError(f"records of width {(rows.shape[1] - 2) // 2} for a memory of k={self.k}")
             get, row_for = self._slot.get, self._row_for
-            slots = [get(key) or row_for(key) for key in packed[keep].tolist()]
-            self.table[slots] = rows[keep]
+            slots = [get(key) or row_for(key) for key in keys]
+            self.table[slots] = rows
 
     def clear(self) -> None:
         """Forget every record (start of a request)."""

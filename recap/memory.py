@@ -31,7 +31,7 @@ from safetensors.numpy import save_file
 
 from recap.acceptance import AcceptanceModel
 from recap.context_memory import ContextMemory
-from recap.records import PredictionRecord, concentration, fit_topk, last_occurrence, record_table
+from recap.records import PredictionRecord, concentration, fit_topk, last_rows, record_table
 
 logger = logging.getLogger(__name__)
 
@@ -128,9 +128,13 @@ class PersistentMemory:
             return
         if rows.shape[1] != 2 * self.k + 2:
             raise ValueError(f"records of width {(rows.shape[1] - 2) // 2} for a memory of k={self.k}")
-        keep = last_occurrence(keys)
-        keep = keep[(keys[keep] >= 0) & (keys[keep] < self.vocab_size)]
-        keys, rows = keys[keep], rows[keep]
+        listed = keys.tolist()
+        keep = last_rows(listed)
+        if keep is None:
+            keep = range(len(listed))
+        inside = [row for row in keep if 0 <= listed[row] < self.vocab_size]
+        if len(inside) < len(listed):
+            keys, rows = keys[inside], rows[inside]
         k = self.k
         with self._lock:
             self.ids[keys] = rows[:, :k]

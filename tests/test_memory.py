@@ -16,7 +16,7 @@ import pytest
 
 from recap.context_memory import ContextMemory
 from recap.memory import ORPHAN_AGE_S, PersistentMemory, remove_orphans
-from recap.records import PredictionRecord, concentration, fit_topk, last_occurrence
+from recap.records import PredictionRecord, concentration, fit_topk, last_occurrence, last_rows
 from recap.recycling import recycling_keys
 
 NONE = np.zeros(0, dtype=np.int64)
@@ -53,6 +53,9 @@ def test_fit_topk_sorts_cuts_and_pads():
 )
 def test_last_occurrence(keys, expected):
     assert last_occurrence(np.array(keys)).tolist() == expected
+    kept = last_rows(keys)  # the list form: None when nothing is dropped
+    assert (list(range(len(keys))) if kept is None else kept) == expected
+    assert (kept is None) == (len(set(keys)) == len(keys))
 
 
 def test_persistent_write_lookup_overwrite():

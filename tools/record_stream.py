@@ -173,7 +173,7 @@ def load_stream(path: str | Path) -> list[tuple[str, Any]]:
 def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
-    from recap.bench import _run_one
+    from recap.bench.runner import _run_one
     from recap.config import RecapConfig
     from recap.datasets import load_scenes
     from recap.runtime import EMBEDDED_MODEL, Runtime
