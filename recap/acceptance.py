@@ -18,7 +18,9 @@ The *coarse* kind drops the bucket.
 node, so every candidate of every context the drafter expanded gets a label (its token equals that
 greedy token or not), whether or not the candidate made it into the tree and whether or not its
 parent was accepted: the estimate is conditional on the path so far, which is what best-first search
-multiplies along a path.
+multiplies along a path. When sampling, a child is accepted with the target's processed probability
+``p(c)`` rather than when it is the argmax, so the label is that probability (a soft label, the
+expected value of the accept/reject outcome): the estimates then track sampling acceptance.
 
 **Estimate** (two-level shrinkage towards the fused probability ``q``, so an empty model returns ``q``
 and a cold start drafts exactly like the uncalibrated method)::
@@ -119,9 +121,11 @@ class AcceptanceModel:
         (or a suffix token's prior) is right."""
         return float(self._offset[kind] + self._slope[kind] * q)
 
-    def update(self, seen: np.ndarray, hits: np.ndarray) -> None:
+    def update(self, seen: np.ndarray, hits: np.ndarray, hit_weights: np.ndarray | None = None) -> None:
         """Count labels: ``seen`` holds the fine kind of every labelled candidate, ``hits`` those that
-        were right (each also in ``seen``). Work is proportional to the kinds seen, not to all kinds."""
+        were right (each also in ``seen``). ``hit_weights``: a soft label per hit in [0, 1] (under
+        sampling, the chance the target commits the candidate), 1 each when None. Work is proportional
+        to the kinds seen, not to all kinds."""
         seen = np.asarray(seen, dtype=np.int64)
         if len(seen) == 0:
             return
@@ -134,7 +138,7 @@ class AcceptanceModel:
             ):
                 added = np.bincount(labels, minlength=len(seen_counts))  # fast even over all kinds
                 seen_counts += added
-                hit_counts += np.bincount(right, minlength=len(hit_counts))
+                hit_counts += np.bincount(right, weights=hit_weights, minlength=len(hit_counts))
                 kinds = np.flatnonzero(added)
                 full = kinds[seen_counts[kinds] > self.memory]
                 seen_counts[full] *= self.decay

@@ -702,6 +702,8 @@ class RecapDrafter:
 
         A candidate is right when it is the target's greedy token at its context (the root, or the node
         it would continue), whether or not it was drafted and whether or not its parent was accepted.
+        When sampling, its label is instead the chance that the target commits it there (a soft label,
+        `Observation.commit_probs`): what its acceptance is worth under the sampling rule.
         Contexts whose node was left out of the tree were not verified: they teach nothing.
         """
         width = max(level.tokens.shape[1] for level in self._levels)
@@ -709,11 +711,20 @@ class RecapDrafter:
         nodes = np.concatenate([level.nodes for level in levels])
         node_ids = np.where(nodes < 0, -1, self._final[np.maximum(nodes, 0)])
         verified = (nodes < 0) | (node_ids >= 0)
-        truth = observation.topk_ids[len(observation.positions) + node_ids[verified], 0]
+        rows = len(observation.positions) + node_ids[verified]
         tokens = np.concatenate([level.tokens for level in levels])[verified]
         kinds = np.concatenate([level.kinds for level in levels])[verified]
         offered = np.concatenate([level.offered for level in levels])[verified]
-        self.acceptance.update(kinds[offered], kinds[offered & (tokens == truth[:, None])])
+        if observation.commit_probs is None:  # greedy: right when it is the target's argmax
+            right = offered & (tokens == observation.topk_ids[rows, 0][:, None])
+            self.acceptance.update(kinds[offered], kinds[right])
+            return
+        # Sampling: a candidate is accepted with the target's processed probability of it (soft
+        # label; 0 outside the target's top-k).
+        found = tokens[:, :, None] == observation.topk_ids[rows][:, None, :]
+        worth = (found * observation.commit_probs[rows][:, None, :]).sum(2)
+        right = offered & (worth > 0)
+        self.acceptance.update(kinds[offered], kinds[right], worth[right])
 
 
 def _tail(context: Sequence[int]) -> Tail:
