@@ -450,3 +450,25 @@ def test_sampling_labels_are_the_chance_the_target_commits_the_candidate(commit,
     greedy_seen, greedy_hits = _learnt("greedy")
     assert np.array_equal(seen, greedy_seen) and greedy_hits.sum() > 0
     assert np.allclose(hits, hits_vs_greedy * greedy_hits)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_the_decode_loop_hands_drafters_commit_probabilities_only_when_sampling(temperature):
+    target = tiny("llama")
+    drafter = Runtime(target).drafter("recap", budget=8)
+    seen = []
+    observe = drafter.observe
+    drafter.observe = lambda observation: (seen.append(observation), observe(observation))
+    sampling = SamplingSettings(temperature, seed=0)
+    generate(target, drafter, "the cat is", [], 12, sampling=sampling)
+    decoding = [o for o in seen if o.acceptance is not None]
+    assert decoding and all(o.topk_ids is not None for o in decoding)
+    if temperature == 0.0:  # greedy: labels stay "is the argmax"
+        assert all(o.commit_probs is None for o in seen)
+        return
+    for observation in decoding:
+        commit = observation.commit_probs
+        assert commit.shape == observation.topk_ids.shape
+        # The processed distribution is sharper than softmax at T = 1: the argmax gains.
+        assert np.all(commit[:, 0] >= observation.topk_probs[:, 0] - 1e-6)
+        assert np.all(commit.sum(1) <= 1 + 1e-9)
