@@ -94,7 +94,7 @@ def generate_steps(
     verify_ms = _ms_since(start)
 
     start = time.perf_counter()
-    drafter.begin(RequestInfo(tuple(prompt_ids), target.excluded_ids, target.vocab_size, target.eos_ids, rng))
+    drafter.begin(RequestInfo(tuple(prompt_ids), target.excluded_ids, target.vocab_size, target.eos_ids))
     topk_ids, topk_probs = _topk(logits, k)
     drafter.observe(Observation(prompt_ids, np.asarray(keep), DraftTree(), topk_ids, topk_probs))
     context = [*prompt_ids, first]

@@ -17,15 +17,6 @@ it that way round (one uniform draw per committed position, turned into a token 
 cumulative distribution, then looked up among the children), which adds a property the sequential
 form lacks: a seeded run commits the same tokens whichever drafter ran, autoregressive included.
 
-The other exact family, for children *drawn* from a draft distribution ``q`` without replacement
-(`choose_drawn`, recursive rejection sampling): child ``c_i`` is accepted with probability
-``min(1, p_i(c_i) / q_i(c_i))``; on rejection ``p_{i+1} = norm(max(0, p_i - q_i))`` and ``q_{i+1}`` is
-``q_i`` without ``c_i``, renormalised; if no child is accepted the token is drawn from the last ``p``.
-A tree says which positions' children were drawn (`DraftTree.drawn`); `accept_sampled` applies this
-rule there and the chosen-children rule everywhere else. Drawn children cost the seed property
-above: the committed tokens then depend on the draws, so a seeded run no longer equals
-autoregressive sampling with that seed (its distribution still does).
-
 Temperature 0 means greedy: callers keep the greedy path (`recap.verify.accept_greedy`) for it.
 
 Worked example (one position, ``p = [0.5, 0.3, 0.2]`` over tokens 0, 1, 2; children 1 then 2):
@@ -175,69 +166,17 @@ def choose_among(p: np.ndarray, children: Sequence[int], u: float) -> tuple[int 
     return None, token, PositionDraw(tried, token, residual=True)
 
 
-def choose_drawn(
-    p: np.ndarray,
-    candidates: Sequence[int],
-    q: Sequence[float],
-    children: Sequence[int],
-    rng: np.random.Generator,
-) -> tuple[int | None, int, PositionDraw]:
-    """The ``min(1, p/q)`` rule at a position whose ``children`` were drawn, in this order and without
-    replacement, from the draft distribution ``q`` over ``candidates`` (weights, normalised here).
-
-    Accept ``c_i`` when ``u * q_i(c_i) < p_i(c_i)`` (one uniform ``u`` per child tried); on rejection
-    ``p_{i+1} = norm(max(0, p_i - q_i))`` (``c_i`` drops out of it: it was rejected only if
-    ``p_i(c_i) < q_i(c_i)``) and ``q_{i+1}`` is ``q_i`` without ``c_i``. If none is accepted, the token
-    is drawn from the last ``p_i`` (one more uniform). Averaged over the children's draws, the token is
-    distributed exactly as ``p``; for fixed children it is not (unlike `choose_among`).
-
-    Worked example: ``p = [0.5, 0.3, 0.2]``, ``q = {1: 0.6, 2: 0.4}``, children drawn ``1`` then ``2``.
-    Child 1 is accepted with ``0.3 / 0.6 = 0.5``; else ``p_2 = norm([0.5, 0, 0]) = [1, 0, 0]`` and child 2
-    (``q_2(2) = 1``) has ``p_2(2) = 0``: rejected; the residual gives token 0.
-
-    Returns ``(index of the accepted child or None, committed token, PositionDraw)``; ``tried`` holds the
-    target's ``p`` of each child before any renormalisation. Raises ValueError for a child ``q`` could
-    not have drawn (probability 0, or drawn twice).
-    """
-    residual = np.array(p, dtype=np.float64)
-    residual /= residual.sum()
-    draft = np.zeros_like(residual)
-    draft[np.asarray(candidates, dtype=np.int64)] = np.asarray(q, dtype=np.float64)
-    tried: list[tuple[int, float]] = []
-    for index, child in enumerate(int(c) for c in children):
-        tried.append((child, float(p[child])))
-        mass = draft.sum()
-        if not draft[child] > 0 or not mass > 0:
-            raise ValueError(f"child {child} could not have been drawn: its draft probability is 0")
-        draft /= mass
-        if rng.random() * draft[child] < residual[child]:
-            return index, child, PositionDraw(tuple(tried), child, residual=False)
-        left = np.maximum(residual - draft, 0.0)
-        total = left.sum()
-        # total == 0 would mean p_i == q_i, where a rejection has probability 0 (rounding aside).
-        if total > 0:
-            residual = left / total
-        residual[child] = 0.0
-        residual /= residual.sum()
-        draft[child] = 0.0
-    cumulative = np.cumsum(residual)
-    token = min(int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right")), len(p) - 1)
-    return None, token, PositionDraw(tuple(tried), token, residual=True)
-
-
 def accept_sampled(
     tree: DraftTree, distribution: Callable[[int], np.ndarray], rng: np.random.Generator
 ) -> SampledAcceptance:
-    """Sampling verification of ``tree``: walk from the root applying `choose_among` at each position
-    (`choose_drawn` at a position whose children were drawn, listed in ``tree.drawn``).
+    """Sampling verification of ``tree``: walk from the root applying `choose_among` at each position.
 
     ``distribution(row)`` gives the processed distribution (1-D, over the vocabulary) at the root
     (row 0) or at node ``row - 1``; it is asked only for the rows the walk visits (at most depth + 1),
     so a caller never materialises ``len(tree) + 1`` full-vocabulary rows. The committed tokens are
     the accepted nodes' tokens plus the last visited position's token (drawn from its residual).
-    Each visited position with chosen children consumes exactly one uniform draw from ``rng`` and
-    commits one token, so without drawn positions the committed tokens depend on the seed and the
-    target alone, never on the tree.
+    Each visited position consumes exactly one uniform draw from ``rng`` and commits one token, so
+    the committed tokens depend on the seed and the target alone, never on the tree.
     """
     children: dict[int, list[int]] = {}
     for node, parent in enumerate(tree.parents):
@@ -248,12 +187,7 @@ def accept_sampled(
     while True:
         kids = children.get(position, [])
         p = distribution(position + 1)
-        tokens = [tree.tokens[c] for c in kids]
-        drawn = tree.drawn.get(position)
-        if drawn is not None and kids:
-            chosen, token, draw = choose_drawn(p, drawn[0], drawn[1], tokens, rng)
-        else:
-            chosen, token, draw = choose_among(p, tokens, float(rng.random()))
+        chosen, token, draw = choose_among(p, [tree.tokens[c] for c in kids], float(rng.random()))
         draws.append(draw)
         if chosen is None:
             tokens = (*(tree.tokens[n] for n in nodes), token)

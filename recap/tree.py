@@ -89,11 +89,6 @@ class DraftTree:
     contributions: list[dict[str, float]] = field(default_factory=list)
     #: What the drafter believed at the root (for display); empty when it has no distribution.
     root_candidates: list[FusedCandidate] = field(default_factory=list)
-    #: Positions (``ROOT`` or a node id) whose children were *drawn*, in node order and without
-    #: replacement, from a draft distribution: position -> ``(candidate tokens, their probabilities)``.
-    #: Sampling verifies those positions with the ``min(1, p/q)`` rule (`recap.sampling.choose_drawn`);
-    #: empty for drafters that choose their children.
-    drawn: dict[int, tuple[list[int], list[float]]] = field(default_factory=dict)
 
     # Children index: (parent, token) -> node id, kept in sync by `add`.
     _child: dict[tuple[int, int], int] = field(default_factory=dict, repr=False, compare=False)
@@ -169,7 +164,6 @@ class DraftTree:
             self.sources[:size],
             [dict(c) for c in self.contributions[:size]],
             list(self.root_candidates),
-            {position: entry for position, entry in self.drawn.items() if position < size},
         )
         tree._child = {key: node for key, node in self._child.items() if node < size}
         return tree

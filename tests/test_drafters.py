@@ -579,7 +579,7 @@ def test_unknown_ablation():
 # ---------------------------------------------------------------------------------------------- registry
 def test_registry_names_and_options():
     assert DEFAULT_METHOD == "recap"
-    assert {"recap", "tr", "pld", "ar", "suffix", "recap-pq", *ABLATIONS} == set(METHODS)
+    assert {"recap", "tr", "pld", "ar", "suffix", *ABLATIONS} == set(METHODS)
     options = {"config": RecapConfig(budget=8), "cost_model": None, "persistent": None, "unused": 1}
     for method in METHODS:
         drafter = make_drafter(method, **options)  # the same options for every method

@@ -18,11 +18,10 @@ from transformers.generation.logits_process import (
 )
 
 from recap.decode import generate
-from recap.drafters.drawn import gumbel_order
 from recap.memory import PersistentMemory
 from recap.runtime import Runtime
-from recap.sampling import SamplingSettings, accept_sampled, choose_among, choose_drawn, processed_probs
-from recap.tree import ROOT, DraftTree
+from recap.sampling import SamplingSettings, accept_sampled, choose_among, processed_probs
+from recap.tree import DraftTree
 
 
 def _transformers_probs(logits: torch.Tensor, temperature: float, top_k: int, top_p: float):
@@ -172,93 +171,6 @@ def test_seeded_runs_are_reproducible():
     assert first[0] == first[1]
 
 
-# ---------------------------------------------------------------- drawn children, min(1, p/q) rule
-@pytest.mark.parametrize("case", range(6))
-def test_drawn_rule_commits_tokens_distributed_as_p(case):
-    # Random p over 7 tokens; q over a random candidate set (p may be 0 on some, q far from p);
-    # 0 to all candidates drawn as children, freshly for every trial (the rule is exact on average
-    # over the draws).
-    setup = np.random.default_rng(200 + case)
-    p = setup.dirichlet(np.full(7, 0.5))
-    if case % 2:
-        p[setup.integers(7)] = 0.0
-        p /= p.sum()
-    candidates = setup.permutation(7)[: setup.integers(1, 7)]
-    q = setup.dirichlet(np.full(len(candidates), 0.5)) * 0.9  # raw weights, normalised by the rule
-    count = int(setup.integers(0, len(candidates) + 1))
-    rng = np.random.default_rng(case)
-    n = 40_000
-    counts = np.zeros(7)
-    for _ in range(n):
-        children = candidates[gumbel_order(q, rng)[:count]]
-        chosen, token, draw = choose_drawn(p, candidates, q, children, rng)
-        counts[token] += 1
-        assert draw.residual == (chosen is None) and draw.token == token
-        assert chosen is None or children[chosen] == token
-    assert np.all(np.abs(counts / n - p) <= _bound(p, n))
-
-
-def test_drawn_rule_worked_example():
-    # p = [0.5, 0.3, 0.2], q = {1: 0.6, 2: 0.4}, children 1 then 2: child 1 with 0.3 / 0.6, else the
-    # residual is [1, 0, 0] and child 2 is always rejected.
-    p, rng, n = np.array([0.5, 0.3, 0.2]), np.random.default_rng(0), 20_000
-    tokens = Counter(choose_drawn(p, [1, 2], [0.6, 0.4], [1, 2], rng)[1] for _ in range(n))
-    assert set(tokens) == {0, 1}
-    assert abs(tokens[1] / n - 0.5) <= _bound(np.array(0.5), n)
-
-
-def test_drawn_rule_refuses_a_child_its_proposal_could_not_draw():
-    with pytest.raises(ValueError, match="could not have been drawn"):
-        choose_drawn(np.array([0.5, 0.5]), [0], [1.0], [1], np.random.default_rng(0))
-    with pytest.raises(ValueError, match="could not have been drawn"):  # drawn twice
-        choose_drawn(np.array([0.0, 1.0]), [0, 1], [0.9, 0.1], [0, 0], np.random.default_rng(0))
-
-
-def test_gumbel_order_draws_without_replacement():
-    q = np.array([0.5, 0.3, 0.2])
-    rng = np.random.default_rng(1)
-    n = 30_000
-    pairs = Counter(tuple(gumbel_order(q, rng)[:2].tolist()) for _ in range(n))
-    for (a, b), seen in pairs.items():
-        expected = q[a] * q[b] / (1 - q[a])
-        assert abs(seen / n - expected) <= _bound(np.array(expected), n)
-
-
-def test_tree_with_drawn_positions_reproduces_the_targets_joint_distribution():
-    # Each trial draws 2 root children from q0 and 1 child under each from q1 (fresh draws), marks
-    # those positions as drawn, and verifies; the first two tokens must follow p.
-    setup = np.random.default_rng(11)
-    root_p = setup.dirichlet(np.ones(4))
-    next_p = setup.dirichlet(np.ones(4), size=4)  # p of the second token after each first token
-    q0, q1 = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.7, 0.1, 0.1, 0.1])
-    rng = np.random.default_rng(4)
-    n = 40_000
-    pairs: Counter = Counter()
-    for _ in range(n):
-        tree = DraftTree()
-        tree.drawn[ROOT] = ([0, 1, 2, 3], q0.tolist())
-        for first in gumbel_order(q0, rng)[:2].tolist():
-            node = tree.add(first)
-            tree.drawn[node] = ([0, 1, 2, 3], q1.tolist())
-            tree.add(int(gumbel_order(q1, rng)[0]), node)
-
-        def distribution(row: int, tree: DraftTree = tree) -> np.ndarray:
-            return root_p if row == 0 else next_p[tree.path(row - 1)[0]]
-
-        acceptance = accept_sampled(tree, distribution, rng)
-        if acceptance.nodes:  # a first node accepted: a second token was drawn after it
-            pairs[acceptance.tokens[0], acceptance.tokens[1]] += 1
-        else:
-            pairs[acceptance.tokens[0], None] += 1
-    firsts = np.array([sum(seen for (a, _), seen in pairs.items() if a == first) for first in range(4)])
-    assert np.all(np.abs(firsts / n - root_p) <= _bound(root_p, n))
-    for first in range(4):  # after an accepted first node, the second token follows p there
-        seconds = np.array([pairs[first, second] for second in range(4)])
-        m = seconds.sum()
-        assert m > 500
-        assert np.all(np.abs(seconds / m - next_p[first]) <= _bound(next_p[first], m))
-
-
 # ------------------------------------------------------------------------------------ end to end
 @functools.cache
 def _exact_joint(settings: SamplingSettings, prompt: str) -> dict[tuple[int, int], float]:
@@ -316,44 +228,6 @@ def test_speculative_sampling_draws_the_first_tokens_like_generate():
             )
             theirs[tuple(out[0, -2:].tolist())] += 1
     assert not _within_bound(theirs, exact, n)
-
-
-@pytest.mark.slow
-def test_drawn_children_draw_the_first_tokens_like_the_target():
-    # recap-pq: children drawn from the fused distribution, accepted with min(1, p/q).
-    settings = SamplingSettings(temperature=0.9, top_k=4, top_p=0.95)
-    prompt = "the cat sat on the mat and"
-    exact = _exact_joint(settings, prompt)
-    target = tiny("llama")
-    runtime = Runtime(target)
-    persistent = PersistentMemory(target.vocab_size)
-    n = 2500
-    ours: Counter = Counter()
-    drafted = 0
-    for seed in range(n):
-        run = SamplingSettings(settings.temperature, settings.top_k, settings.top_p, seed=seed)
-        drafter = runtime.drafter("recap-pq", persistent=persistent)
-        result = generate(target, drafter, prompt, [], 2, sampling=run)
-        ours[tuple(result.tokens)] += 1
-        drafted += sum(s.accepted_len for s in result.steps)
-        assert all(s.nodes == [] or s.draws for s in result.steps[1:])
-    assert not _within_bound(ours, exact, n)
-    assert drafted > n // 4
-
-
-def test_drawn_children_seeded_runs_are_reproducible():
-    # The same memories and seed give the same tokens (children are drawn from the run's generator).
-    target = tiny("llama")
-    runtime = Runtime(target)
-
-    def warm_then_sample() -> list[int]:
-        drafter = runtime.drafter("recap-pq", persistent=PersistentMemory(target.vocab_size))
-        generate(target, drafter, "the cat is on the mat", [], 24)  # greedy: fills the memories
-        return generate(target, drafter, "the cat is", [], 24, sampling=SamplingSettings(1.0, seed=3))
-
-    first, second = warm_then_sample(), warm_then_sample()
-    assert first.tokens == second.tokens
-    assert any(draw["tried"] for s in first.steps[1:] for draw in s.draws)  # drawn children were tried
 
 
 @pytest.mark.parametrize("method", ["pld", "tr", "recap", "recap-no-context", "suffix"])

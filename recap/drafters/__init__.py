@@ -10,8 +10,6 @@ it uses and ignores the rest:
 - ``cost_model``: `recap.cost.CostModel` for ``budget="auto"``;
 - ``successors``: a shared `SuccessorMatrix` (TR's hot-started matrix); ``cold_start`` for TR;
 - ``max_ngram``, ``num_tokens`` for PLD;
-- ``recap-pq``: RECAP's memories in TR's template with children drawn from the fused distribution,
-  verified by the ``min(1, p/q)`` rule when sampling (`recap.drafters.drawn`; greedy: ``recap-template``);
 - ``suffix_cache``: a shared `SuffixTreeCache` (SuffixDecoding's global tree), ``suffix_config`` for
   ``suffix`` (needs the authors' package ``arctic-inference``; without it, a ValueError says how to
   install it).
@@ -26,7 +24,6 @@ from recap.config import ABLATIONS, RecapConfig, apply_ablation
 from recap.cost import CostModel
 from recap.drafters.autoregressive import AutoregressiveDrafter
 from recap.drafters.base import Drafter, Observation, RequestInfo
-from recap.drafters.drawn import DrawnTemplateDrafter
 from recap.drafters.prompt_lookup import PromptLookupDrafter
 from recap.drafters.recap import RecapDrafter
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixDecodingDrafter, SuffixTreeCache
@@ -51,15 +48,6 @@ def _recap_factory(method: str) -> Callable[..., Drafter]:
         )
 
     return build
-
-
-def _recap_drawn(
-    config: RecapConfig | None = None,
-    persistent: PersistentMemory | None = None,
-    cost_model: CostModel | None = None,
-    **_: Any,
-) -> Drafter:
-    return DrawnTemplateDrafter(config, persistent=persistent, cost_model=cost_model)
 
 
 def _tr(
@@ -91,7 +79,6 @@ _FACTORIES: dict[str, Callable[..., Drafter]] = {
     "ar": lambda **_: AutoregressiveDrafter(),
     "suffix": _suffix,
     **{name: _recap_factory(name) for name in ABLATIONS},
-    "recap-pq": _recap_drawn,
 }
 
 METHODS: tuple[str, ...] = tuple(_FACTORIES)

@@ -25,15 +25,12 @@ class RequestInfo:
 
     ``prompt_tokens``: the full prefilled input ids (image placeholders included).
     ``excluded_tokens``: image-placeholder / vision special ids; keys containing them are never used.
-    ``rng``: the run's random generator when sampling (None: greedy), for a drafter that *draws* its
-    children (`recap.drafters.drawn`); drafters that choose their children ignore it.
     """
 
     prompt_tokens: tuple[int, ...]
     excluded_tokens: frozenset[int]
     vocab_size: int
     eos_ids: frozenset[int] = frozenset()
-    rng: np.random.Generator | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
