@@ -18,7 +18,9 @@ The *coarse* kind drops the bucket.
 node, so every candidate of every context the drafter expanded gets a label (its token equals that
 greedy token or not), whether or not the candidate made it into the tree and whether or not its
 parent was accepted: the estimate is conditional on the path so far, which is what best-first search
-multiplies along a path.
+multiplies along a path. When sampling, a child is accepted with the target's processed probability
+``p(c)`` rather than when it is the argmax, so the label is that probability (a soft label, the
+expected value of the accept/reject outcome): the estimates then track sampling acceptance.
 
 **Estimate** (two-level shrinkage towards the fused probability ``q``, so an empty model returns ``q``
 and a cold start drafts exactly like the uncalibrated method)::
@@ -119,9 +121,11 @@ class AcceptanceModel:
         (or a suffix token's prior) is right."""
         return float(self._offset[kind] + self._slope[kind] * q)
 
-    def update(self, seen: np.ndarray, hits: np.ndarray) -> None:
+    def update(self, seen: np.ndarray, hits: np.ndarray, hit_weights: np.ndarray | None = None) -> None:
         """Count labels: ``seen`` holds the fine kind of every labelled candidate, ``hits`` those that
-        were right (each also in ``seen``). Work is proportional to the labels, not to all kinds."""
+        were right (each also in ``seen``). ``hit_weights``: a soft label per hit in [0, 1] (under
+        sampling, the chance the target commits the candidate), 1 each when None. Work is proportional
+        to the labels, not to all kinds."""
         seen = np.asarray(seen, dtype=np.int64)
         if len(seen) == 0:
             return
@@ -130,7 +134,7 @@ class AcceptanceModel:
             # Fine kinds counted once (one sort each for the labels and the hits); coarse counts are
             # their sums per coarse kind, exact integers, as counting the coarse labels would give.
             fine, fine_added = _counts(seen)
-            right, right_added = _counts(hits)
+            right, right_added = _counts(hits, hit_weights)
             coarse, coarse_added = _sums_by_coarse(fine, fine_added)
             right_coarse, right_coarse_added = _sums_by_coarse(right, right_added)
             for seen_counts, hit_counts, kinds, added, right_kinds, right_counts in (
@@ -157,14 +161,20 @@ class AcceptanceModel:
         self._slope[fine] = b_f * b_c
 
 
-def _counts(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct values of ``labels`` (ascending) and how often each occurs (`np.unique` with
-    counts, in fewer calls: labels come a thousand a pass)."""
+def _counts(labels: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of ``labels`` (ascending) and how often each occurs, or the sum of their
+    ``weights`` when given (`np.unique` with counts, in fewer calls: labels come a thousand a pass)."""
     if len(labels) == 0:
         return labels, labels
-    ordered = np.sort(labels)
+    if weights is None:
+        ordered = np.sort(labels)
+    else:
+        order = np.argsort(labels, kind="stable")
+        ordered = labels[order]
     starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-    return ordered[starts], np.diff(np.append(starts, len(ordered)))
+    if weights is None:
+        return ordered[starts], np.diff(np.append(starts, len(ordered)))
+    return ordered[starts], np.add.reduceat(np.asarray(weights, dtype=np.float64)[order], starts)
 
 
 def _sums_by_coarse(fine: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -143,6 +143,7 @@ def generate_steps(
         acceptance, finished = truncate(acceptance, target.eos_ids, max_new_tokens - generated)
         target.commit(state, len(tree), acceptance.nodes)
         topk_ids, topk_probs = _topk(logits, k)
+        commit_probs = None if rng is None else _commit_probs(logits, topk_ids, sampling)
         verify_ms = _ms_since(start)
         if root_prob is None and topk_probs is not None:
             root_prob = float(topk_probs[len(pending) - 1, 0])  # the greedy token's probability, computed
@@ -152,7 +153,7 @@ def generate_steps(
         # 4. Recycle: the drafter learns from every computed position, rejected nodes included.
         start = time.perf_counter()
         positions = np.arange(len(context) - len(pending), len(context))
-        drafter.observe(Observation(context, positions, tree, topk_ids, topk_probs, acceptance))
+        drafter.observe(Observation(context, positions, tree, topk_ids, topk_probs, acceptance, commit_probs))
         update_ms = _ms_since(start)
 
         # 5. Commit and report.
@@ -225,6 +226,17 @@ def _verify_sampled(
 def _distribution(logits: torch.Tensor, sampling: SamplingSettings) -> np.ndarray:
     """The target's processed next-token distribution at one position, as float64 numpy."""
     return processed_probs(logits[None], sampling)[0].cpu().numpy()
+
+
+def _commit_probs(
+    logits: torch.Tensor, topk_ids: np.ndarray | None, sampling: SamplingSettings
+) -> np.ndarray | None:
+    """The target's processed probability of each top-k token per row ``(rows, k)``: what a drafted
+    child's acceptance is worth under sampling (`Observation.commit_probs`)."""
+    if topk_ids is None:
+        return None
+    probs = processed_probs(logits, sampling)
+    return probs.gather(-1, torch.from_numpy(topk_ids).to(probs.device)).cpu().numpy()
 
 
 def _draw_record(draw) -> dict:

@@ -280,3 +280,69 @@ def test_sampling_records_each_positions_draw():
         last = step.draws[-1]
         if step.bonus_token is not None:
             assert last["token"] == step.bonus_token and last["residual"]
+
+
+# ------------------------------------------------------------------ acceptance estimates when sampling
+def _learnt(commit: str) -> tuple[np.ndarray, np.ndarray]:
+    """RECAP's acceptance counts (seen, hits per coarse kind) after one verified pass whose target
+    commits: ``greedy`` (the argmax), ``one-hot`` (sampling that puts all mass on the argmax),
+    ``none`` (sampling with no mass on the top-k) or ``spread`` (the top-k probabilities)."""
+    from recap.config import RecapConfig
+    from recap.drafters.base import Observation, RequestInfo
+    from recap.drafters.recap import RecapDrafter
+    from recap.verify import accept_greedy
+
+    drafter = RecapDrafter(RecapConfig(k=2, budget=4, suffix=False))
+    drafter.begin(RequestInfo((1, 2, 3), frozenset(), 50))
+    ids, probs = np.array([[2, 5], [3, 6], [4, 7]]), np.array([[0.7, 0.3]] * 3)
+    drafter.observe(Observation([1, 2, 3], np.arange(3), topk_ids=ids, topk_probs=probs))
+    tree = drafter.propose([1, 2, 3])
+    assert len(tree)  # the records proposed a tree
+    rows = np.array([[4, 9]] + [[8, 9]] * len(tree))  # the target: 4 after 3, then 8
+    probs = np.array([[0.6, 0.4]] * (len(tree) + 1))
+    commit_probs = {
+        "greedy": None,
+        "one-hot": np.array([[1.0, 0.0]] * len(rows)),
+        "none": np.zeros((len(rows), 2)),
+        "spread": probs,
+    }[commit]
+    acceptance = accept_greedy(tree, rows[:, 0].tolist())
+    drafter.observe(Observation([1, 2, 3], np.array([2]), tree, rows, probs, acceptance, commit_probs))
+    return drafter.acceptance.seen_coarse.copy(), drafter.acceptance.hits_coarse.copy()
+
+
+@pytest.mark.parametrize(
+    ("commit", "hits_vs_greedy"),
+    [
+        ("one-hot", 1.0),  # all mass on the argmax: the soft labels are the greedy labels
+        ("none", 0.0),  # no candidate can be committed: nothing is right
+        ("spread", 0.6),  # the argmax candidates count 0.6 each; the 0.4 token (9) was not offered
+    ],
+)
+def test_sampling_labels_are_the_chance_the_target_commits_the_candidate(commit, hits_vs_greedy):
+    seen, hits = _learnt(commit)
+    greedy_seen, greedy_hits = _learnt("greedy")
+    assert np.array_equal(seen, greedy_seen) and greedy_hits.sum() > 0
+    assert np.allclose(hits, hits_vs_greedy * greedy_hits)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_the_decode_loop_hands_drafters_commit_probabilities_only_when_sampling(temperature):
+    target = tiny("llama")
+    drafter = Runtime(target).drafter("recap", budget=8)
+    seen = []
+    observe = drafter.observe
+    drafter.observe = lambda observation: (seen.append(observation), observe(observation))
+    sampling = SamplingSettings(temperature, seed=0)
+    generate(target, drafter, "the cat is", [], 12, sampling=sampling)
+    decoding = [o for o in seen if o.acceptance is not None]
+    assert decoding and all(o.topk_ids is not None for o in decoding)
+    if temperature == 0.0:  # greedy: labels stay "is the argmax"
+        assert all(o.commit_probs is None for o in seen)
+        return
+    for observation in decoding:
+        commit = observation.commit_probs
+        assert commit.shape == observation.topk_ids.shape
+        # The processed distribution is sharper than softmax at T = 1: the argmax gains.
+        assert np.all(commit[:, 0] >= observation.topk_probs[:, 0] - 1e-6)
+        assert np.all(commit.sum(1) <= 1 + 1e-9)

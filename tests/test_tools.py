@@ -35,3 +35,25 @@ def test_tree_cost_presets_have_the_published_backbone_sizes():
         per_layer = 2 * h * h + 2 * h * kv + 3 * h * i
         total = n * per_layer + 2 * v * h  # untied input and output embeddings
         assert abs(total - params) / params < 0.02, (name, total)
+
+
+def test_calibration_bins_node_scores_against_acceptance():
+    # Two passes: scores 0.02 (rejected), 0.5 (accepted, depth 1), 0.45 (rejected, depth 2), 1.0 (accepted).
+    from types import SimpleNamespace as Node
+
+    from tools.calibration import calibration
+
+    steps = [
+        Node(nodes=[]),  # prefill
+        Node(nodes=[Node(score=0.02, accepted=False, depth=1), Node(score=0.5, accepted=True, depth=1)]),
+        Node(nodes=[Node(score=0.45, accepted=False, depth=2), Node(score=1.0, accepted=True, depth=1)]),
+    ]
+    bins, by_depth = calibration([steps])
+    assert [(b["upper"], b["nodes"], b["accepted"]) for b in bins] == [
+        (0.05, 1, 0.0),
+        (0.5, 1, 0.0),
+        (0.6, 1, 1.0),
+        (1.0, 1, 1.0),
+    ]
+    assert bins[1]["mean_score"] == 0.45
+    assert by_depth == {1: 1.0, 2: 0.0}

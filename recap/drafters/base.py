@@ -44,6 +44,9 @@ class Observation:
     ``topk_ids`` / ``topk_probs``: shape (P + N, k) — rows for ``positions`` first, then the N nodes;
     probabilities are softmax values, sorted descending. ``None`` when the drafter asked for k = 0.
     ``acceptance``: what was accepted (None for the prefill pass).
+    ``commit_probs``: shape (P + N, k), when sampling: the probability that the target *commits*
+    each of ``topk_ids`` at each row (its processed distribution: temperature, top-k, top-p), which is
+    a drafted child's chance of acceptance there. ``None`` when greedy (the argmax is committed).
     """
 
     context: Sequence[int]
@@ -52,6 +55,7 @@ class Observation:
     topk_ids: np.ndarray | None = None
     topk_probs: np.ndarray | None = None
     acceptance: Acceptance | None = None
+    commit_probs: np.ndarray | None = None
 
 
 @runtime_checkable

@@ -377,15 +377,24 @@ class RecapDrafter:
 
         A candidate is right when it is the target's greedy token at its context (the root, or the node
         it would continue), whether or not it was drafted and whether or not its parent was accepted.
+        When sampling, its label is instead the chance that the target commits it there (a soft label,
+        `Observation.commit_probs`): what its acceptance is worth under the sampling rule.
         Contexts whose node was left out of the tree were not verified: they teach nothing.
         """
         levels = labelled_levels(self._levels)  # one row per candidate of every context expanded
         nodes = levels.nodes
         node_ids = np.where(nodes < 0, -1, self._final[np.maximum(nodes, 0)])
         verified = (nodes < 0) | (node_ids >= 0)
-        truth = observation.topk_ids[len(observation.positions) + node_ids[verified], 0]
+        rows = len(observation.positions) + node_ids[verified]
         tokens, kinds, offered = levels.tokens[verified], levels.kinds[verified], levels.offered[verified]
-        self.acceptance.update(kinds[offered], kinds[offered & (tokens == truth)])
+        if observation.commit_probs is None:  # greedy: right when it is the target's argmax
+            self.acceptance.update(kinds[offered], kinds[offered & (tokens == observation.topk_ids[rows, 0])])
+            return
+        # Sampling: a candidate is accepted with the target's processed probability of it (soft
+        # label; 0 outside the target's top-k).
+        worth = ((tokens[:, None] == observation.topk_ids[rows]) * observation.commit_probs[rows]).sum(1)
+        right = offered & (worth > 0)
+        self.acceptance.update(kinds[offered], kinds[right], worth[right])
 
 
 def _tail(context: Sequence[int]) -> Tail:
