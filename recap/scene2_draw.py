@@ -7,21 +7,21 @@ a 3x3 grid (32 px cells) with a small jitter that never leaves the cell, so the 
 Sizes are ordered (small < medium < large), which defines "larger than".
 
 The question/answer text and the fact checkers live in `recap.scenes2`, which re-exports this module's
-public names. Only PIL and numpy are used, no torch; everything is deterministic given a
+public names. The grid, the scene objects, sampling and painting are shared with world v1 in
+`recap.scene_grid`. Only PIL and numpy are used, no torch; everything is deterministic given a
 ``numpy.random.Generator``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from PIL import Image, ImageDraw
 
+from recap import scene_grid
+from recap.scene_grid import GRID, Fill, GridShape, Scene
+
 IMAGE_SIZE = 96
-GRID = 3
 CELL = IMAGE_SIZE // GRID
-BACKGROUND = (255, 255, 255)
 
 #: Twelve colours, far apart in RGB and named by the words a person would use.
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -41,85 +41,23 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 #: Eight kinds whose silhouettes differ even at the smallest size (radius 7 px).
 KINDS = ("circle", "square", "triangle", "star", "diamond", "cross", "ring", "heart")
 SIZES = ("small", "medium", "large")  # ordered: index = rank for "larger than"
-POSITIONS = (
-    "top left",
-    "top center",
-    "top right",
-    "middle left",
-    "center",
-    "middle right",
-    "bottom left",
-    "bottom center",
-    "bottom right",
-)  # row-major over the 3x3 grid
 MAX_SHAPES = 5
 
 _RADIUS = {"small": 7, "medium": 10, "large": 13}
 _JITTER = {"small": 3, "medium": 2, "large": 1}  # radius + jitter <= 14 < CELL / 2: shapes stay in their cell
-_CELL_CENTRES = tuple(CELL // 2 + CELL * i for i in range(GRID))
 
 
-@dataclass(frozen=True)
-class Shape:
-    """One shape: kind, colour name, size name, grid cell (index into POSITIONS) and jitter in px."""
+class Shape(GridShape):
+    """A shape of world v2 (fields: see `GridShape`), its cell centres in the middle of 32 px cells."""
 
-    kind: str
-    colour: str
-    size: str
-    cell: int
-    dx: int = 0
-    dy: int = 0
-
-    @property
-    def position(self) -> str:
-        return POSITIONS[self.cell]
-
-    @property
-    def row(self) -> int:
-        return self.cell // GRID
-
-    @property
-    def column(self) -> int:
-        return self.cell % GRID
-
-    @property
-    def centre(self) -> tuple[int, int]:
-        return _CELL_CENTRES[self.column] + self.dx, _CELL_CENTRES[self.row] + self.dy
-
-    @property
-    def name(self) -> str:
-        """ "red circle": colour and kind, unique within a scene."""
-        return f"{self.colour} {self.kind}"
-
-
-@dataclass(frozen=True)
-class Scene:
-    """Shapes sorted row-major by cell; kinds, colours and cells are pairwise distinct."""
-
-    shapes: tuple[Shape, ...]
-
-    @property
-    def count(self) -> int:
-        return len(self.shapes)
-
-    def shape_of_kind(self, kind: str) -> Shape | None:
-        return next((s for s in self.shapes if s.kind == kind), None)
+    CELL_CENTRES = tuple(CELL // 2 + CELL * i for i in range(GRID))
 
 
 def sample_scene(rng: np.random.Generator, min_shapes: int = 1) -> Scene:
     """Draw a scene of ``min_shapes``..MAX_SHAPES shapes (uniform) with distinct kinds, colours, cells."""
-    n = int(rng.integers(min_shapes, MAX_SHAPES + 1))
-    kinds = rng.choice(len(KINDS), size=n, replace=False)
-    colours = rng.choice(len(COLOURS), size=n, replace=False)
-    cells = rng.choice(GRID * GRID, size=n, replace=False)
-    colour_names = list(COLOURS)
-    shapes = []
-    for kind, colour, cell in zip(kinds, colours, cells, strict=True):
-        size = SIZES[int(rng.integers(len(SIZES)))]
-        j = _JITTER[size]
-        dx, dy = (int(v) for v in rng.integers(-j, j + 1, size=2))
-        shapes.append(Shape(KINDS[kind], colour_names[colour], size, int(cell), dx, dy))
-    return Scene(tuple(sorted(shapes, key=lambda s: s.cell)))
+    return scene_grid.sample_shapes(
+        rng, Shape, (min_shapes, MAX_SHAPES), KINDS, list(COLOURS), SIZES, _JITTER
+    )
 
 
 def scene_from_seed(seed: int, min_shapes: int = 1) -> Scene:
@@ -151,16 +89,7 @@ def size_relation(a: Shape, b: Shape) -> str:
 
 
 # ---------------------------------------------------------------------------------------- drawing
-def _star(cx: float, cy: float, r: float) -> list[tuple[float, float]]:
-    pts = []
-    for k in range(10):
-        rad = r if k % 2 == 0 else r * 0.45
-        ang = -np.pi / 2 + k * np.pi / 5
-        pts.append((cx + rad * np.cos(ang), cy + rad * np.sin(ang)))
-    return pts
-
-
-def _draw(draw: ImageDraw.ImageDraw, shape: Shape, fill, background) -> None:
+def _draw(draw: ImageDraw.ImageDraw, shape: Shape, fill: Fill, background: Fill) -> None:
     """Draw ``shape`` with ``fill``; ``background`` fills the holes (the ring's centre)."""
     cx, cy = shape.centre
     r = _RADIUS[shape.size]
@@ -176,7 +105,7 @@ def _draw(draw: ImageDraw.ImageDraw, shape: Shape, fill, background) -> None:
     elif shape.kind == "triangle":
         draw.polygon([(cx, cy - r), (cx + r, cy + r * 0.8), (cx - r, cy + r * 0.8)], fill=fill)
     elif shape.kind == "star":
-        draw.polygon(_star(cx, cy, r), fill=fill)
+        draw.polygon(scene_grid.star_points(cx, cy, r), fill=fill)
     elif shape.kind == "diamond":
         draw.polygon([(cx, cy - r), (cx + r * 0.7, cy), (cx, cy + r), (cx - r * 0.7, cy)], fill=fill)
     elif shape.kind == "cross":
@@ -195,17 +124,9 @@ def _draw(draw: ImageDraw.ImageDraw, shape: Shape, fill, background) -> None:
 
 def render_scene(scene: Scene) -> Image.Image:
     """Render ``scene`` as a 96x96 RGB image on a white background (no anti-aliasing)."""
-    img = Image.new("RGB", (IMAGE_SIZE, IMAGE_SIZE), BACKGROUND)
-    draw = ImageDraw.Draw(img)
-    for shape in scene.shapes:
-        _draw(draw, shape, COLOURS[shape.colour], BACKGROUND)
-    return img
+    return scene_grid.paint_scene(scene, IMAGE_SIZE, COLOURS, _draw)
 
 
 def shape_index_map(scene: Scene) -> np.ndarray:
     """(96, 96) uint8 map: 0 for background, i + 1 where ``scene.shapes[i]`` is drawn."""
-    img = Image.new("L", (IMAGE_SIZE, IMAGE_SIZE), 0)
-    draw = ImageDraw.Draw(img)
-    for i, shape in enumerate(scene.shapes):
-        _draw(draw, shape, i + 1, 0)
-    return np.asarray(img, dtype=np.uint8)
+    return scene_grid.paint_index_map(scene, IMAGE_SIZE, _draw)

@@ -36,19 +36,30 @@ Public API::
 Seeds: training scenes use ``scene_from_seed(s)`` with ``0 <= s < HELDOUT_SEED_START`` (10**9);
 held-out scenes use seeds ``HELDOUT_SEED_START + seed * HELDOUT_STRIDE + i`` (never below 10**9), so
 the two seed ranges are disjoint. (Two different seeds can still draw the same scene content by chance.)
+
+The grid, the scene objects, sampling, painting, held-out sets and answer judging are shared with the
+world v2 in `recap.scene_grid`; this module holds v1's vocabulary, drawing and question/answer text.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from PIL import Image, ImageDraw
 
+from recap import scene_grid
+
+# `X as X`: re-exported, part of this module's public API since before the grid was shared.
+from recap.scene_grid import BACKGROUND as BACKGROUND
+from recap.scene_grid import GRID as GRID
+from recap.scene_grid import HELDOUT_SEED_START as HELDOUT_SEED_START
+from recap.scene_grid import HELDOUT_STRIDE as HELDOUT_STRIDE
+from recap.scene_grid import POSITIONS, Fill, GridShape, Scene
+from recap.scene_grid import heldout_seeds as heldout_seeds
+
 IMAGE_SIZE = 64
-GRID = 3
-BACKGROUND = (255, 255, 255)
 
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (225, 25, 30),
@@ -60,26 +71,11 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 }
 KINDS = ("circle", "square", "triangle", "star")
 SIZES = ("small", "large")
-POSITIONS = (
-    "top left",
-    "top center",
-    "top right",
-    "middle left",
-    "center",
-    "middle right",
-    "bottom left",
-    "bottom center",
-    "bottom right",
-)  # row-major over the 3x3 grid
 COUNT_WORDS = ("zero", "one", "two", "three", "four", "five")
 QUESTION_TYPES = ("describe", "colour", "count", "position")
 MAX_SHAPES = 3
 
-HELDOUT_SEED_START = 10**9
-HELDOUT_STRIDE = 100_000
-
 _RADIUS = {"small": 7, "large": 10}
-_CELL_CENTRES = (11, 32, 53)
 _JITTER = {"small": 2, "large": 0}
 
 _QUESTIONS: dict[str, tuple[str, ...]] = {
@@ -140,55 +136,15 @@ REPHRASED_QUESTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class Shape:
-    """One shape: its kind, colour name, size name, grid cell (index into POSITIONS) and jitter in px."""
+class Shape(GridShape):
+    """A shape of world v1 (fields: see `GridShape`), its cell centres at 11, 32 and 53 px."""
 
-    kind: str
-    colour: str
-    size: str
-    cell: int
-    dx: int = 0
-    dy: int = 0
-
-    @property
-    def position(self) -> str:
-        return POSITIONS[self.cell]
-
-    @property
-    def centre(self) -> tuple[int, int]:
-        row, col = divmod(self.cell, GRID)
-        return _CELL_CENTRES[col] + self.dx, _CELL_CENTRES[row] + self.dy
-
-
-@dataclass(frozen=True)
-class Scene:
-    """A scene: shapes sorted row-major by cell; kinds, colours and cells are pairwise distinct."""
-
-    shapes: tuple[Shape, ...]
-
-    @property
-    def count(self) -> int:
-        return len(self.shapes)
-
-    def shape_of_kind(self, kind: str) -> Shape | None:
-        return next((s for s in self.shapes if s.kind == kind), None)
+    CELL_CENTRES = (11, 32, 53)
 
 
 def sample_scene(rng: np.random.Generator) -> Scene:
     """Draw a scene of 1..MAX_SHAPES shapes with distinct kinds, colours and cells."""
-    n = int(rng.integers(1, MAX_SHAPES + 1))
-    kinds = rng.choice(len(KINDS), size=n, replace=False)
-    colours = rng.choice(len(COLOURS), size=n, replace=False)
-    cells = rng.choice(GRID * GRID, size=n, replace=False)
-    colour_names = list(COLOURS)
-    shapes = []
-    for kind, colour, cell in zip(kinds, colours, cells, strict=True):
-        size = SIZES[int(rng.integers(len(SIZES)))]
-        j = _JITTER[size]
-        dx, dy = (int(v) for v in rng.integers(-j, j + 1, size=2))
-        shapes.append(Shape(KINDS[kind], colour_names[colour], size, int(cell), dx, dy))
-    return Scene(tuple(sorted(shapes, key=lambda s: s.cell)))
+    return scene_grid.sample_shapes(rng, Shape, (1, MAX_SHAPES), KINDS, list(COLOURS), SIZES, _JITTER)
 
 
 def scene_from_seed(seed: int) -> Scene:
@@ -206,16 +162,12 @@ def _polygon(shape: Shape) -> list[tuple[float, float]] | None:
     if shape.kind == "triangle":
         return [(cx, cy - r), (cx + r, cy + r * 0.8), (cx - r, cy + r * 0.8)]
     if shape.kind == "star":
-        pts = []
-        for k in range(10):
-            rad = r if k % 2 == 0 else r * 0.45
-            ang = -np.pi / 2 + k * np.pi / 5
-            pts.append((cx + rad * np.cos(ang), cy + rad * np.sin(ang)))
-        return pts
+        return scene_grid.star_points(cx, cy, r)
     return None
 
 
-def _draw(draw: ImageDraw.ImageDraw, shape: Shape, fill: tuple[int, int, int] | int) -> None:
+def _draw(draw: ImageDraw.ImageDraw, shape: Shape, fill: Fill, background: Fill) -> None:
+    """Draw ``shape`` with ``fill`` (no kind of v1 has a hole, so ``background`` is not used)."""
     poly = _polygon(shape)
     if poly is None:
         cx, cy = shape.centre
@@ -227,20 +179,12 @@ def _draw(draw: ImageDraw.ImageDraw, shape: Shape, fill: tuple[int, int, int] | 
 
 def render_scene(scene: Scene) -> Image.Image:
     """Render ``scene`` as a 64x64 RGB image on a white background (no anti-aliasing)."""
-    img = Image.new("RGB", (IMAGE_SIZE, IMAGE_SIZE), BACKGROUND)
-    draw = ImageDraw.Draw(img)
-    for shape in scene.shapes:
-        _draw(draw, shape, COLOURS[shape.colour])
-    return img
+    return scene_grid.paint_scene(scene, IMAGE_SIZE, COLOURS, _draw)
 
 
 def shape_index_map(scene: Scene) -> np.ndarray:
     """(64, 64) uint8 map: 0 for background, i + 1 where ``scene.shapes[i]`` is drawn."""
-    img = Image.new("L", (IMAGE_SIZE, IMAGE_SIZE), 0)
-    draw = ImageDraw.Draw(img)
-    for i, shape in enumerate(scene.shapes):
-        _draw(draw, shape, i + 1)
-    return np.asarray(img, dtype=np.uint8)
+    return scene_grid.paint_index_map(scene, IMAGE_SIZE, _draw)
 
 
 def _noun_phrase(shape: Shape, with_size: bool = True) -> str:
@@ -343,22 +287,14 @@ def answer_is_correct(qtype: str, scene: Scene, generated_text: str, question: s
     For colour/position, the asked kind comes from ``question``; without it, from the first kind the
     answer names (so "The circle is red." is judged against the scene's circle).
     """
-    if qtype in ("colour", "position") and question is None:
-        question = generated_text
-        if question_target(question) is None or scene.shape_of_kind(question_target(question)) is None:
-            return False
-    try:
-        return extract_fact(qtype, generated_text) == expected_fact(qtype, scene, question)
-    except ValueError:
-        return False
+    return scene_grid.answer_is_correct(
+        qtype, scene, generated_text, question, ("colour", "position"), extract_fact, expected_fact
+    )
 
 
-def heldout_seeds(seed: int = 0, n: int = 200) -> list[int]:
-    """The ``n`` held-out scene seeds of held-out set ``seed`` (all >= HELDOUT_SEED_START)."""
-    if not 0 <= n <= HELDOUT_STRIDE or seed < 0:
-        raise ValueError("need seed >= 0 and 0 <= n <= HELDOUT_STRIDE")
-    base = HELDOUT_SEED_START + seed * HELDOUT_STRIDE
-    return [base + i for i in range(n)]
+def _ask(qtype: str, rng: np.random.Generator, rephrased: bool) -> tuple[Scene, str, str]:
+    scene = sample_scene(rng)
+    return scene, *make_question(scene, qtype, rng, rephrased)
 
 
 def heldout_set(seed: int = 0, n_per_type: int = 50, rephrased: bool = False) -> list[dict]:
@@ -368,21 +304,5 @@ def heldout_set(seed: int = 0, n_per_type: int = 50, rephrased: bool = False) ->
     seed, disjoint from training seeds). The question phrasing is drawn from the scene seed too, from
     `REPHRASED_QUESTIONS` when ``rephrased``.
     """
-    seeds = heldout_seeds(seed, n_per_type * len(QUESTION_TYPES))
-    items = []
-    for i, scene_seed in enumerate(seeds):
-        qtype = QUESTION_TYPES[i // n_per_type]
-        rng = np.random.default_rng(scene_seed)
-        scene = sample_scene(rng)
-        prompt, answer = make_question(scene, qtype, rng, rephrased)
-        items.append(
-            {
-                "image": render_scene(scene),
-                "prompt": prompt,
-                "answer": answer,
-                "qtype": qtype,
-                "scene": scene,
-                "seed": scene_seed,
-            }
-        )
-    return items
+    ask = partial(_ask, rephrased=rephrased)
+    return scene_grid.heldout_examples(seed, n_per_type, QUESTION_TYPES, QUESTION_TYPES, ask, render_scene)

@@ -1,7 +1,8 @@
 """Synthetic shape scenes v2: questions, reference answers and fact checkers of the embedded model v2.
 
 Scenes (1-5 shapes, 12 colours, 8 kinds, 3 sizes, a 3x3 grid, 96x96 pixels) come from
-`recap.scene2_draw`, whose public names this module re-exports. Every answer carries machine-checkable
+`recap.scene2_draw` (on the grid of `recap.scene_grid`, shared with world v1), whose public names this
+module re-exports. Every answer carries machine-checkable
 facts; ``answer_is_correct`` judges a generated answer by them:
 
 ========== ============================================= ===============================================
@@ -32,20 +33,18 @@ Seeds: training scenes use seeds in ``[0, HELDOUT_SEED_START)``; held-out set ``
 from __future__ import annotations
 
 import re
+from functools import partial
 
 import numpy as np
 
+from recap import scene_grid
 from recap.scene2_draw import (
-    BACKGROUND,
     CELL,
     COLOURS,
-    GRID,
     IMAGE_SIZE,
     KINDS,
     MAX_SHAPES,
-    POSITIONS,
     SIZES,
-    Scene,
     Shape,
     horizontal_relation,
     render_scene,
@@ -56,6 +55,15 @@ from recap.scene2_draw import (
     vertical_relation,
 )
 from recap.scene2_questions import REPHRASED_QUESTIONS, TRAINING_QUESTIONS
+from recap.scene_grid import (
+    BACKGROUND,
+    GRID,
+    HELDOUT_SEED_START,
+    HELDOUT_STRIDE,
+    POSITIONS,
+    Scene,
+    heldout_seeds,
+)
 
 __all__ = [
     "BACKGROUND",
@@ -99,9 +107,6 @@ QUESTION_TYPES = ("describe", "colour", "count", "position", "relation", "detail
 ONE_SHAPE_TYPES = ("colour", "position")
 TWO_SHAPE_TYPES = ("relation",)
 
-HELDOUT_SEED_START = 10**9
-HELDOUT_STRIDE = 100_000
-
 
 # ------------------------------------------------------------------------------------------ answers
 class _AnswerWriter:
@@ -116,10 +121,6 @@ class _AnswerWriter:
         if shape is not None:
             self.spans.append((len(self.text), len(self.text) + len(text), self.index[shape]))
         self.text += text
-
-
-def _join(parts: list[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _shapes_word(n: int) -> str:
@@ -347,21 +348,16 @@ def answer_is_correct(qtype: str, scene: Scene, generated_text: str, question: s
     answer names first ("The circle is red." is judged against the scene's circle). For detail every
     statement of the reference must be there and right, and no colour-kind pair outside the scene named.
     """
-    if qtype in ONE_SHAPE_TYPES + TWO_SHAPE_TYPES and question is None:
-        question = generated_text
-    try:
-        return extract_fact(qtype, generated_text) == expected_fact(qtype, scene, question)
-    except ValueError:
-        return False
+    asking = ONE_SHAPE_TYPES + TWO_SHAPE_TYPES
+    return scene_grid.answer_is_correct(
+        qtype, scene, generated_text, question, asking, extract_fact, expected_fact
+    )
 
 
 # ------------------------------------------------------------------------------------------ held-out
-def heldout_seeds(seed: int = 0, n: int = 200) -> list[int]:
-    """The ``n`` scene seeds of held-out set ``seed`` (all >= HELDOUT_SEED_START)."""
-    if not 0 <= n <= HELDOUT_STRIDE or seed < 0:
-        raise ValueError("need seed >= 0 and 0 <= n <= HELDOUT_STRIDE")
-    base = HELDOUT_SEED_START + seed * HELDOUT_STRIDE
-    return [base + i for i in range(n)]
+def _ask(qtype: str, rng: np.random.Generator, rephrased: bool) -> tuple[Scene, str, str]:
+    scene = sample_scene(rng, min_shapes=2 if qtype in TWO_SHAPE_TYPES else 1)
+    return scene, *make_question(scene, qtype, rng, rephrased)
 
 
 def heldout_set(
@@ -373,22 +369,5 @@ def heldout_set(
     seed, disjoint from training seeds). Scene and phrasing are drawn from the scene seed (relation
     scenes have 2+ shapes), the phrasing from `REPHRASED_QUESTIONS` when ``rephrased``.
     """
-    seeds = heldout_seeds(seed, n_per_type * len(QUESTION_TYPES))
-    items = []
-    for qtype in qtypes:
-        t = QUESTION_TYPES.index(qtype)
-        for scene_seed in seeds[t * n_per_type : (t + 1) * n_per_type]:
-            rng = np.random.default_rng(scene_seed)
-            scene = sample_scene(rng, min_shapes=2 if qtype in TWO_SHAPE_TYPES else 1)
-            prompt, answer = make_question(scene, qtype, rng, rephrased)
-            items.append(
-                {
-                    "image": render_scene(scene),
-                    "prompt": prompt,
-                    "answer": answer,
-                    "qtype": qtype,
-                    "scene": scene,
-                    "seed": scene_seed,
-                }
-            )
-    return items
+    ask = partial(_ask, rephrased=rephrased)
+    return scene_grid.heldout_examples(seed, n_per_type, QUESTION_TYPES, qtypes, ask, render_scene)
