@@ -139,6 +139,18 @@ _DETAIL_VERTICAL = {"above": "above it", "below": "below it", "in the same row a
 _DETAIL_SIZE = {"larger than": "larger", "smaller than": "smaller", "the same size as": "the same size"}
 
 
+#: The answers about one asked shape ``s``.
+_ONE_SHAPE_ANSWERS = {
+    "colour": (
+        "The {s.kind} is {s.colour}. It is a {s.size} {s.name} in the {s.position} of the image, "
+        "on a white background."
+    ),
+    "position": (
+        "The {s.kind} is in the {s.position} of the image. It is a {s.size} {s.name} on a white background."
+    ),
+}
+
+
 def _write_detail(w: _AnswerWriter, scene: Scene) -> None:
     w.add(f"The image shows {_shapes_word(scene.count)} on a white background.")
     previous = None
@@ -192,20 +204,9 @@ def answer_with_spans(
         w.add(f"There {'is' if scene.count == 1 else 'are'} {_shapes_word(scene.count)} in the image: ")
         _write_list(w, scene.shapes, lambda s: f"a {s.name}")
         w.add(" on a white background.")
-    elif qtype == "colour":
-        s = asked[0]
-        w.add(
-            f"The {s.kind} is {s.colour}. It is a {s.size} {s.name} in the {s.position} of the image, "
-            "on a white background."
-        )
-        w.spans.append((0, len(w.text) + 1, w.index[s]))
-    elif qtype == "position":
-        s = asked[0]
-        w.add(
-            f"The {s.kind} is in the {s.position} of the image. It is a {s.size} {s.name} "
-            "on a white background."
-        )
-        w.spans.append((0, len(w.text) + 1, w.index[s]))
+    elif qtype in ONE_SHAPE_TYPES:
+        w.add(_ONE_SHAPE_ANSWERS[qtype].format(s=asked[0]))
+        w.spans.append((0, len(w.text) + 1, w.index[asked[0]]))
     elif qtype == "relation":
         a, b = asked[:2]
         w.add(f"The {a.kind}", a)
