@@ -31,6 +31,8 @@ log = logging.getLogger("recap.studio")
 MIN_UPDATE_INTERVAL = 0.1
 #: The step panel's components, in the order `step_view` returns their values.
 STEP_PANEL = ("words", "tree", "fused", "step_table")
+#: The outputs /run and /replay share, first in both and in this order: API clients read them by position.
+RESULT_OUTPUTS = ("answer", "stats", "passes", "step", "tree", "fused", "step_table", "status")
 
 
 def input_key(model_id: str, prompt: str, image) -> tuple:
@@ -108,19 +110,7 @@ def wire_memory_view(studio: Studio, ui: dict, session, demo) -> None:
 
 def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state) -> None:
     """Run (streamed) and Stop."""
-    names = (
-        "answer",
-        "stats",
-        "passes",
-        "step",
-        "tree",
-        "fused",
-        "step_table",
-        "status",
-        "download",
-        "words",
-        "memory",
-    )
+    names = (*RESULT_OUTPUTS, "download", "words", "memory")
     outputs = [ui[n] for n in names] + [run_state, session]
 
     def update(steps, status, state, memories, settings) -> dict:
@@ -342,19 +332,7 @@ def wire_replay(ui: dict, run_state) -> None:
             ui["prompt"]: prompt,
         }
 
-    names = (
-        "answer",
-        "stats",
-        "passes",
-        "step",
-        "tree",
-        "fused",
-        "step_table",
-        "status",
-        "image",
-        "prompt",
-        "words",
-    )
+    names = (*RESULT_OUTPUTS, "image", "prompt", "words")
     ui["replay"].upload(
         replay,
         [ui["replay"]],
