@@ -164,24 +164,19 @@ def _add_edges(figure: go.Figure, nodes, places, root: _Placed, accepted: set[in
         on_path = node.id in accepted
         (path_x if on_path else xs).extend([parent.x, child.x, None])
         (path_y if on_path else ys).extend([parent.y, child.y, None])
-    figure.add_scatter(
-        x=xs,
-        y=ys,
-        mode="lines",
-        name="edges",
-        line={"color": "#cccccc", "width": 1},
-        hoverinfo="skip",
-        showlegend=False,
-    )
-    figure.add_scatter(
-        x=path_x,
-        y=path_y,
-        mode="lines",
-        name="accepted path",
-        line={"color": "#222222", "width": 4},
-        hoverinfo="skip",
-        showlegend=bool(path_x),
-    )
+    for x, y, name, colour, width, legend in (
+        (xs, ys, "edges", "#cccccc", 1, False),
+        (path_x, path_y, "accepted path", "#222222", 4, bool(path_x)),
+    ):
+        figure.add_scatter(
+            x=x,
+            y=y,
+            mode="lines",
+            name=name,
+            line={"color": colour, "width": width},
+            hoverinfo="skip",
+            showlegend=legend,
+        )
 
 
 def _node_trace(source: str, nodes: Sequence[NodeRecord], places) -> dict:
