@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -179,18 +180,14 @@ def generate_steps(
         yield record
 
 
-def generate(
-    target: TargetModel,
-    drafter: Drafter,
-    prompt: str,
-    images: Sequence[Image.Image] = (),
-    max_new_tokens: int = 128,
-    method: str | None = None,
-    sampling: SamplingSettings = GREEDY,
-    details: bool = True,
-) -> GenerationResult:
-    """Run `generate_steps` to the end and collect the result (``details``: see `generate_steps`)."""
-    steps = list(generate_steps(target, drafter, prompt, images, max_new_tokens, method, sampling, details))
+def generate(target: TargetModel, *args: Any, **kwargs: Any) -> GenerationResult:
+    """Run `generate_steps` to the end and collect the result.
+
+    Takes exactly `generate_steps`' arguments (``drafter, prompt, images=(), max_new_tokens=128,
+    method=None, sampling=GREEDY, details=True``), positionally or by name, and binds them the same way:
+    a wrong one raises TypeError at the call.
+    """
+    steps = list(generate_steps(target, *args, **kwargs))
     tokens = [t for s in steps for t in s.new_tokens]
     return GenerationResult(tokens, target.decode(tokens), steps, summarize(steps))
 

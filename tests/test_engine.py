@@ -148,6 +148,17 @@ def test_bad_input_is_a_clear_value_error(prompt, max_new_tokens, message):
         generate(tiny("llama"), AutoregressiveDrafter(), prompt, [], max_new_tokens)
 
 
+def test_generate_collects_generate_steps_and_binds_its_arguments_the_same_way():
+    target = tiny("llama")
+    steps = list(generate_steps(target, AutoregressiveDrafter(), "the cat is", [], 6, "ar"))
+    result = generate(target, AutoregressiveDrafter(), "the cat is", max_new_tokens=6, method="ar")
+    assert result.tokens == [t for s in steps for t in s.new_tokens] and len(result.tokens) == 6
+    assert [s.step for s in result.steps] == [s.step for s in steps] and result.summary.passes == len(steps)
+    assert result.text == target.decode(result.tokens)
+    with pytest.raises(TypeError, match="max_new_token"):
+        generate(target, AutoregressiveDrafter(), "the cat is", max_new_token=6)
+
+
 def test_text_model_refuses_an_image():
     with pytest.raises(ValueError, match="text-only"):
         generate(tiny("llama"), AutoregressiveDrafter(), "hi", [noise_image(0)], 4)
