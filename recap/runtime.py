@@ -12,6 +12,7 @@ import logging
 import threading
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from recap.config import RecapConfig
@@ -31,7 +32,26 @@ EMBEDDED_MODEL = Path(__file__).resolve().parent.parent / "assets" / "models" / 
 #: shipped beside v1 and not yet the default: pass it as ``--model`` (benchmark dataset ``scenes2``).
 EMBEDDED_MODEL_V2 = EMBEDDED_MODEL.with_name("tiny-scenes-llava-v2")
 
-__all__ = ["DEFAULT_METHOD", "EMBEDDED_MODEL", "EMBEDDED_MODEL_V2", "Runtime", "parse_budget"]
+__all__ = [
+    "DEFAULT_METHOD",
+    "EMBEDDED_MODEL",
+    "EMBEDDED_MODEL_V2",
+    "Runtime",
+    "embedded_world",
+    "parse_budget",
+]
+
+
+def embedded_world(name_or_path: str | Path) -> ModuleType | None:
+    """The scene world an embedded model was trained on (`recap.scenes` for v1, `recap.scenes2` for
+    v2), by its folder; None for any other model. Its training scenes warm the model's memories."""
+    from recap import scenes, scenes2
+
+    folder = Path(name_or_path)
+    if not folder.is_dir():
+        return None
+    worlds = {EMBEDDED_MODEL.resolve(): scenes, EMBEDDED_MODEL_V2.resolve(): scenes2}
+    return worlds.get(folder.resolve())
 
 
 def parse_budget(value: str | int) -> str | int:
