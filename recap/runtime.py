@@ -37,7 +37,7 @@ EMBEDDED_MODEL_V2 = EMBEDDED_MODEL.with_name("tiny-scenes-llava-v2")
 
 #: Sweeps over the curve's sizes when a CPU measures the tree-cost curve (each: a prefill, then one
 #: unmeasured and one measured pass per size; about 60 ms for the embedded model on one idle thread).
-CPU_COST_SWEEPS = 5
+CPU_COST_SWEEPS = 3
 
 __all__ = [
     "DEFAULT_METHOD",

@@ -11,7 +11,7 @@ from conftest import tiny
 from recap.config import RecapConfig
 from recap.cost import steady_curve
 from recap.drafters import shared_state
-from recap.runtime import CPU_COST_SWEEPS, Runtime, parse_budget
+from recap.runtime import CPU_COST_SWEEPS, EMBEDDED_MODEL, Runtime, parse_budget
 
 
 def test_drafters_share_memories_per_method():
@@ -110,3 +110,13 @@ def test_a_cpu_measures_the_curve_in_sweeps_on_this_threads_cpu_time(monkeypatch
     model = Runtime(target).cost_model()
     assert calls == [(1, clock)] * CPU_COST_SWEEPS
     assert model.points == ((1, 1e-3), (4, 2e-3 / CPU_COST_SWEEPS))
+
+
+@pytest.mark.skipif(not (EMBEDDED_MODEL / "config.json").is_file(), reason="no embedded model in assets/")
+def test_first_click_budget_tool_reports_both_curves(capsys):
+    from tools import first_click_budget
+
+    assert first_click_budget.main(["--model", "v1", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("nodes/pass median") == 2 and "old 0: curve ms" in out and "new 0: curve ms" in out
+    assert first_click_budget.main(["--rounds", "0"]) == 2
