@@ -50,7 +50,7 @@ def test_both_embedded_models_are_offered_v1_first(monkeypatch):
     assert offered_models()[:2] == [EMBEDDED_ID, EMBEDDED_V2_ID]
     monkeypatch.setenv("RECAP_MODEL", EMBEDDED_V2_ID)  # the operator makes v2 the default
     assert offered_models()[:2] == [EMBEDDED_V2_ID, EMBEDDED_ID]
-    assert environment.model_label(EMBEDDED_V2_ID) == "Embedded tiny VLM v2 (wider world, offline)"
+    assert environment.model_label(EMBEDDED_V2_ID) == "Embedded VLM v2 (wider world)"
 
 
 @pytest.mark.parametrize(
@@ -243,3 +243,14 @@ def test_v2s_first_click_on_its_first_example_drafts_at_step_one_and_commits_1_5
     assert mat >= 1.5, f"v2's first click: {mat:.2f} tokens per pass"
     session = next(v for v in final.values() if isinstance(v, dict) and EMBEDDED_V2_ID in v)
     assert session[EMBEDDED_V2_ID]["origin"] == "shipped"
+
+
+@needs_both
+def test_compare_warms_each_embedded_model_on_its_own_worlds_training_scenes():
+    studio = Studio(default_runtime_factory, [EMBEDDED_ID, EMBEDDED_V2_ID], cache=RuntimeCache())
+    for model_id, size, qtypes in ((EMBEDDED_ID, 64, 4), (EMBEDDED_V2_ID, 96, 6)):
+        runtime = studio.runtime(model_id)
+        requests = studio.warmup_requests(runtime)
+        assert studio.warmup_source(runtime) == "training scenes"
+        assert {r.images[0].size for r in requests} == {(size, size)}
+        assert len({r.label.split("(")[1] for r in requests}) == qtypes  # every question type of its world

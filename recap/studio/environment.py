@@ -43,8 +43,8 @@ EMBEDDED_V2_ID = "embedded-v2"
 #: The embedded models by their studio id: the folders under assets/models, and the visitors' labels.
 EMBEDDED_FOLDERS = {EMBEDDED_ID: EMBEDDED_MODEL, EMBEDDED_V2_ID: EMBEDDED_MODEL_V2}
 EMBEDDED_LABELS = {
-    EMBEDDED_ID: "Embedded tiny VLM v1 (tiny-scenes-llava, offline)",
-    EMBEDDED_V2_ID: "Embedded tiny VLM v2 (wider world, offline)",
+    EMBEDDED_ID: "Embedded VLM v1 (small world)",
+    EMBEDDED_V2_ID: "Embedded VLM v2 (wider world)",
 }
 PAPER_MODELS = (
     "Qwen/Qwen2.5-VL-7B-Instruct",
