@@ -233,6 +233,7 @@ def test_v2s_first_click_on_its_first_example_drafts_at_step_one_and_commits_1_5
     image, prompt = updates[image_box]["value"], updates[prompt_box]["value"]
     first_image, first_prompt = examples(EMBEDDED_V2_ID)[0]
     assert image["orig_name"] == Path(first_image).name and prompt == first_prompt
+    assert follow.fn("not-offered", None, "") == {} and follow.fn(["hostile"], None, "") == {}
     page.update({image_box: image, prompt_box: prompt, model_box: EMBEDDED_V2_ID})
     page[run.inputs[-2]] = 0  # no display delay (it only spaces out what the page shows)
     *_, final = run.fn(*(page[block] for block in run.inputs[:-1]), {})

@@ -161,6 +161,8 @@ def wire_examples(ui: dict[str, Any]) -> None:
 
     def follow(model_id, image, prompt):
         key = example_set(model_id) if isinstance(model_id, str) else None
+        if key not in groups:  # not an offered model (a hostile value): change nothing
+            return {}
         updates: dict = {group: gr.update(visible=name == key) for name, group in groups.items()}
         swap = swap_to(model_id, image, prompt, sets)
         if swap is not None:
