@@ -24,6 +24,12 @@ of a one-token pass (twice the largest gap between a measured point and the fit,
 to the cap, and the cap follows the device: the largest size still flat, up to twice the largest
 measured size (the fit's last slope is not trusted further).
 
+**Measuring it steadily** (`steady_curve`). On a shared CPU a burst of load during the passes of one
+size makes that size look dear and the whole curve steep, so the budget keeps trees small for the
+whole life of the process. So the curve is measured in several quick sweeps over all sizes (each
+sweep one pass per size, back to back) and each size keeps its fastest pass: load only ever adds
+time, and a burst rarely covers every sweep of a size.
+
 **Replaying a curve** (`load_curve`): a curve measured on one device (e.g. the ``cost_curve_ms`` a
 benchmark run records in ``results.json``) drives the budget on another, so that a GPU's regime can be
 reproduced and tested on a CPU (``python -m recap.bench --cost-curve FILE``).
@@ -118,6 +124,20 @@ class CostModel:
 
     def __repr__(self) -> str:
         return f"CostModel({list(self.points)!r})"
+
+
+def steady_curve(sweeps: Sequence[Sequence[tuple[int, float]]]) -> CostModel:
+    """A `CostModel` from several measured sweeps of ``(tokens, seconds)`` points: each size's fastest
+    pass over all sweeps (load only adds time). Every sweep must measure the same sizes.
+
+    Example: ``steady_curve([[(1, 1.0), (8, 9.0)], [(1, 3.0), (8, 1.5)]]).points == ((1, 1.0), (8, 1.5))``.
+    """
+    if not sweeps:
+        raise ValueError("steady_curve needs at least one sweep")
+    sizes = [t for t, _ in sweeps[0]]
+    if any([t for t, _ in sweep] != sizes for sweep in sweeps):
+        raise ValueError("every sweep must measure the same sizes in the same order")
+    return CostModel((t, min(sweep[i][1] for sweep in sweeps)) for i, t in enumerate(sizes))
 
 
 def isotonic(values: Sequence[float]) -> np.ndarray:

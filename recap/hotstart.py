@@ -1,17 +1,19 @@
 """Hot start: the persistent memory a model starts from, so that its first request already drafts.
 
 A cold persistent memory drafts nothing on a visitor's first request (the embedded model's first
-example: 20 tokens in 19 passes). So a warmed memory ships for the embedded model, and every memory
-scope (each studio session, the process-wide scope, the CLI) starts from its own copy of it.
+example: 20 tokens in 19 passes). So a warmed memory ships for each embedded model (v1 and v2, one file
+per model folder), and every memory scope (each studio session, the process-wide scope, the CLI)
+starts from its own copy of its model's file.
 
 - `model_fingerprint`: what every memory file is tagged with: the tokenizer's fingerprint and, for a
   model in a local folder, a digest of its weights (a retrained model with the same tokenizer does not
   load the old model's memory); for a hub id, the id.
 - `shipped_memory_for` / `SHIPPED_MEMORY_DIR`: the memory that ships for a local model folder
   (``assets/memory/<folder name>.safetensors``, built by ``python -m tools.build_memory``).
-- `training_requests`: warm-up requests from the embedded model's TRAINING distribution: scene seeds
-  below `recap.scenes.HELDOUT_SEED_START`, training question templates. The held-out seeds (which the
-  benchmark and the studio's examples use) are never drawn.
+- `training_requests`: warm-up requests from an embedded model's TRAINING distribution (its scene
+  world: `recap.scenes` for v1, `recap.scenes2` for v2): scene seeds below the world's
+  ``HELDOUT_SEED_START``, training question templates. The held-out seeds (which the benchmark and
+  the studio's examples use) are never drawn.
 - `warm_up`: run requests through a drafter (its memories learn from every pass), optionally bounded
   in time; `AveragedRecords` averages the target's predictions at their committed positions into the
   records a starting memory ships (not the latest record of each token).
@@ -34,6 +36,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
@@ -113,25 +116,28 @@ class WarmupRequest(NamedTuple):
     label: str
 
 
-def training_requests(n: int, first_seed: int = 0) -> list[WarmupRequest]:
-    """``n`` requests about training scenes: scene seeds ``first_seed .. first_seed + n - 1`` (all below
-    `recap.scenes.HELDOUT_SEED_START`), question types in turn, training question templates.
+def training_requests(n: int, first_seed: int = 0, world: ModuleType = scenes) -> list[WarmupRequest]:
+    """``n`` requests about training scenes of ``world`` (`recap.scenes` for the embedded model v1,
+    `recap.scenes2` for v2): scene seeds ``first_seed .. first_seed + n - 1`` (all below the world's
+    ``HELDOUT_SEED_START``), its question types in turn, its training question templates. A question
+    about two shapes (v2's relation) draws a scene of at least two shapes from the same seed.
 
     Example: ``training_requests(2)[1].label == "training scene 1 (colour)"``.
     """
-    if n < 0 or first_seed < 0 or first_seed + n > scenes.HELDOUT_SEED_START:
+    if n < 0 or first_seed < 0 or first_seed + n > world.HELDOUT_SEED_START:
         raise ValueError(
-            f"training scene seeds must lie in [0, {scenes.HELDOUT_SEED_START}), got {first_seed}+{n}"
+            f"training scene seeds must lie in [0, {world.HELDOUT_SEED_START}), got {first_seed}+{n}"
         )
+    two_shape_types = getattr(world, "TWO_SHAPE_TYPES", ())
     requests = []
     for i in range(n):
         seed = first_seed + i
-        qtype = scenes.QUESTION_TYPES[i % len(scenes.QUESTION_TYPES)]
+        qtype = world.QUESTION_TYPES[i % len(world.QUESTION_TYPES)]
         rng = np.random.default_rng(seed)
-        scene = scenes.sample_scene(rng)
-        prompt, _ = scenes.make_question(scene, qtype, rng)
+        scene = world.sample_scene(rng, 2) if qtype in two_shape_types else world.sample_scene(rng)
+        prompt, _ = world.make_question(scene, qtype, rng)
         requests.append(
-            WarmupRequest(prompt, (scenes.render_scene(scene),), f"training scene {seed} ({qtype})")
+            WarmupRequest(prompt, (world.render_scene(scene),), f"training scene {seed} ({qtype})")
         )
     return requests
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -398,9 +398,16 @@ class TargetModel:
     # -------------------------------------------------------------------------------------- costs
     @torch.inference_mode()
     def measure_tree_cost(
-        self, sizes: Sequence[int] = (1, 4, 8, 16, 32, 64), context: int = 256, repeats: int = 3
+        self,
+        sizes: Sequence[int] = (1, 4, 8, 16, 32, 64),
+        context: int = 256,
+        repeats: int = 3,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> list[tuple[int, float]]:
-        """Median seconds of one tree pass of T tokens (a chain) over a ``context``-token cache, per T."""
+        """Median seconds of one tree pass of T tokens (a chain) over a ``context``-token cache, per T.
+
+        ``clock``: wall-clock time by default; `time.thread_time` counts this thread's CPU time only,
+        which other processes' load does not inflate (right for one torch thread on a CPU)."""
         from transformers import DynamicCache
 
         generator = torch.Generator().manual_seed(0)
@@ -416,11 +423,11 @@ class TargetModel:
                 parent = tree.add(token % self.vocab_size, parent)
             times = []
             for _ in range(repeats + 1):
-                start = time.perf_counter()
+                start = clock()
                 self.forward_tree(state, [0], tree)
                 if self.device.type == "cuda":
                     torch.cuda.synchronize()
-                times.append(time.perf_counter() - start)
+                times.append(clock() - start)
                 state.cache.crop(-size)
                 state.cached = context
             points.append((int(size), float(np.median(times[1:]))))

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
+import torch
+
 from recap.config import RecapConfig
-from recap.cost import CostModel
+from recap.cost import CostModel, steady_curve
 from recap.drafters import DEFAULT_METHOD, Drafter, make_drafter, shared_state
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix
@@ -31,7 +35,30 @@ EMBEDDED_MODEL = Path(__file__).resolve().parent.parent / "assets" / "models" / 
 #: shipped beside v1 and not yet the default: pass it as ``--model`` (benchmark dataset ``scenes2``).
 EMBEDDED_MODEL_V2 = EMBEDDED_MODEL.with_name("tiny-scenes-llava-v2")
 
-__all__ = ["DEFAULT_METHOD", "EMBEDDED_MODEL", "EMBEDDED_MODEL_V2", "Runtime", "parse_budget"]
+#: Sweeps over the curve's sizes when a CPU measures the tree-cost curve (each: a prefill, then one
+#: unmeasured and one measured pass per size; about 60 ms for the embedded model on one idle thread).
+CPU_COST_SWEEPS = 3
+
+__all__ = [
+    "DEFAULT_METHOD",
+    "EMBEDDED_MODEL",
+    "EMBEDDED_MODEL_V2",
+    "Runtime",
+    "embedded_world",
+    "parse_budget",
+]
+
+
+def embedded_world(name_or_path: str | Path) -> ModuleType | None:
+    """The scene world an embedded model was trained on (`recap.scenes` for v1, `recap.scenes2` for
+    v2), by its folder; None for any other model. Its training scenes warm the model's memories."""
+    from recap import scenes, scenes2
+
+    folder = Path(name_or_path)
+    if not folder.is_dir():
+        return None
+    worlds = {EMBEDDED_MODEL.resolve(): scenes, EMBEDDED_MODEL_V2.resolve(): scenes2}
+    return worlds.get(folder.resolve())
 
 
 def parse_budget(value: str | int) -> str | int:
@@ -63,12 +90,27 @@ class Runtime:
         return cls(TargetModel.load(name_or_path, **kwargs))
 
     def cost_model(self) -> CostModel:
-        """The measured tree-cost curve c(T) of this model on this device (measured once)."""
+        """The measured tree-cost curve c(T) of this model on this device (measured once, at the first
+        cost-aware drafter).
+
+        On a GPU: the median of 10 passes per size (passes take milliseconds and jitter by about as much
+        as T changes them). On a CPU, where other processes' load comes and goes, `CPU_COST_SWEEPS`
+        quick sweeps over the sizes, each size keeping its fastest pass (`recap.cost.steady_curve`),
+        timed in this thread's CPU time when torch computes on one thread (the time the scheduler gave
+        to others is not the pass's cost), else in wall-clock time.
+        """
         with self._lock:
             if self._cost is None:
-                # GPU passes take milliseconds and jitter by about as much as T changes them: more repeats.
-                repeats = 10 if self.target.device.type == "cuda" else 3
-                self._cost = CostModel(self.target.measure_tree_cost(repeats=repeats))
+                target = self.target
+                if target.device.type == "cuda":
+                    self._cost = CostModel(target.measure_tree_cost(repeats=10))
+                else:
+                    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+                    sweeps = [
+                        target.measure_tree_cost(repeats=1, clock=clock) for _ in range(CPU_COST_SWEEPS)
+                    ]
+                    self._cost = steady_curve(sweeps)
+                    log.info("tree cost curve (T, ms): %s", self._cost.to_ms()["measured"])
             return self._cost
 
     def use_cost_model(self, model: CostModel) -> None:

@@ -62,8 +62,18 @@ def _factory(model_id: str):
     raise ValueError(f"cannot load model {model_id!r}: not available offline")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def own_gradio_folder(tmp_path_factory):
+    """This module's servers keep uploads and downloads in a folder of their own (``GRADIO_TEMP_DIR``,
+    read by gradio at every use), so other processes sharing /tmp/gradio never show up in them."""
+    folder = tmp_path_factory.mktemp("gradio")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRADIO_TEMP_DIR", str(folder))
+        yield folder
+
+
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, own_gradio_folder):
     """A running studio serving the tiny LLaVA: ``(client, image path, folder, url, demo)``."""
     from gradio_client import Client
 
@@ -470,10 +480,11 @@ def test_download_before_a_run_is_refused(served):
     fresh.close()
 
 
-def test_trace_is_written_on_download_only_and_removed_with_the_session(served):
+def test_trace_is_written_on_download_only_and_removed_with_the_session(served, own_gradio_folder):
     from gradio_client import Client
 
     exports = served.demo.trace_exports
+    assert exports.root.is_relative_to(own_gradio_folder)  # no other process writes there
     visitor = Client(served.url, verbose=False)
     before = sorted(exports.root.rglob("*")) if exports.root.exists() else []
     visitor.predict(*_args(served.image, method="ar", max_new=6), api_name="/run")

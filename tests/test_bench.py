@@ -18,8 +18,12 @@ from recap.bench import (
     sample_category,
     write_outputs,
 )
+from recap.config import RecapConfig
 from recap.datasets import Sample, load_dataset
+from recap.decode import generate
 from recap.drafters.suffix_decoding import SuffixConfig
+from recap.hotstart import model_fingerprint
+from recap.memory import PersistentMemory
 from recap.runtime import Runtime
 from recap.sampling import SamplingSettings
 from recap.sensitivity import common_prefix, split_against_reference
@@ -121,7 +125,6 @@ def test_text_model_has_no_sensitivity_split():
     assert (shared.filled == before).all() and not runtime.successor_matrix().ids.any()
 
 
-
 def test_warm_up_requests_never_touch_the_measured_memories():
     # The same prompt twice: a method whose memories the warm-up had filled would draft more.
     samples = [Sample("the cat is", [], "a"), Sample("the cat is", [], "b")]
@@ -133,6 +136,80 @@ def test_warm_up_requests_never_touch_the_measured_memories():
         before, after = cold_start.methods[method], warmed.methods[method]
         assert after.accepted_length_histogram == before.accepted_length_histogram, method
         assert after.source_acceptance == before.source_acceptance, method
+
+
+# ------------------------------------------------------------------------- --memory: a warm start
+def _saved_memory(target, prompt: str, path, fingerprint: str | None = None) -> PersistentMemory:
+    """A persistent memory that decoded ``prompt`` once, saved to ``path`` (tagged for ``target``)."""
+    memory = PersistentMemory(target.vocab_size, 8)
+    drafter = Runtime(target).drafter("recap", config=RecapConfig(budget=8), persistent=memory)
+    generate(target, drafter, prompt, [], 12)
+    memory.save(path, fingerprint or model_fingerprint(target))
+    return memory
+
+
+def test_a_saved_memory_starts_recap_and_tr_warm_and_is_never_written(tmp_path):
+    target = tiny("llama")
+    start = _saved_memory(target, "the cat is", tmp_path / "m.safetensors")
+    rows = start.ids.copy()
+    samples = [Sample("the cat is", [], "a")]
+    kwargs = {"max_new_tokens": 12, "budget": 8, "warmup": 0, "progress": False}
+    cold = run_benchmark(Runtime(target), samples, "recap,tr,suffix", **kwargs)
+    warm = run_benchmark(Runtime(target), samples, "recap,tr,suffix", start=start, **kwargs)
+    for method in ("recap", "tr"):  # the memory knows this answer: fewer passes
+        assert warm.methods[method].passes < cold.methods[method].passes, method
+        assert warm.methods[method].match_rate == 1.0
+    assert warm.methods["suffix"].passes == cold.methods["suffix"].passes  # its tree is not in the file
+    assert (start.ids == rows).all() and warm.settings["start_memory_tokens"] == len(start) > 0
+    assert cold.settings["start_memory_tokens"] == 0
+    # --cold with a memory: every sample starts from the file again, so two equal samples run alike
+    twice = run_benchmark(Runtime(target), samples * 2, "recap", start=start, cold=True, **kwargs)
+    assert twice.methods["recap"].passes == 2 * warm.methods["recap"].passes
+    other = PersistentMemory(target.vocab_size, 4)
+    with pytest.raises(ValueError, match="k=4"):
+        run_benchmark(Runtime(target), samples, "recap", start=other, **kwargs)
+
+
+def _saved_text_model(tmp_path):
+    target = tiny("llama")
+    target.model.save_pretrained(tmp_path / "model")
+    target.tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "prompts.jsonl").write_text(json.dumps({"prompt": "the cat is"}) + "\n")
+    return Runtime.load(str(tmp_path / "model")).target
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing", "memory file not found: "),
+        ("corrupt", "not loaded"),
+        ("other model", "fingerprint"),
+        ("ok", None),
+    ],
+)
+def test_cli_memory_file(tmp_path, capsys, case, message):
+    target = _saved_text_model(tmp_path)
+    memory = tmp_path / "memory.safetensors"
+    if case == "corrupt":
+        memory.write_bytes(b"not a safetensors file")
+    elif case == "other model":
+        _saved_memory(target, "the cat is", memory, fingerprint="another model")
+    elif case == "ok":
+        _saved_memory(target, "the cat is", memory)
+    args = ["--model", str(tmp_path / "model"), "--dataset", str(tmp_path / "prompts.jsonl"), "--methods"]
+    args += ["recap", "--max-new-tokens", "6", "--warmup", "0", "--no-progress", "--memory", str(memory)]
+    capsys.readouterr()  # the model's saving progress bars
+    code = main([*args, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    if message is None:
+        assert code == 0
+        settings = json.loads((tmp_path / "out" / "results.json").read_text())["settings"]
+        assert settings["memory_file"] == "memory.safetensors" and settings["start_memory_tokens"] > 0
+    else:
+        assert code == 2 and message in err and "Traceback" not in err
+        assert err.strip().splitlines()[-1].startswith("error: ")  # after the model's loading bar
+        assert not (tmp_path / "out").exists()
+
 
 @pytest.mark.parametrize(
     ("methods", "expected"),

@@ -56,12 +56,19 @@ def studio():
         return default_runtime_factory(model_id)
 
     embedded = (EMBEDDED_MODEL / "config.json").is_file()
-    demo = app.build_demo(runtime_factory=factory, models=["embedded" if embedded else "tiny-llava"])
+    demo = app.build_demo(runtime_factory=factory, models=_embedded_models() if embedded else ["tiny-llava"])
     port = _free_port()
     kwargs = {**app.launch_kwargs(), "server_name": "127.0.0.1", "server_port": port}
     demo.queue().launch(**kwargs, prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/", demo
     demo.close()
+
+
+def _embedded_models() -> list[str]:
+    """The studio's own offer: v1 (the default) and, when it ships, v2."""
+    from recap.runtime import EMBEDDED_MODEL_V2
+
+    return ["embedded", "embedded-v2"] if (EMBEDDED_MODEL_V2 / "config.json").is_file() else ["embedded"]
 
 
 def _save(page, tmp_path: Path, name: str) -> Path:
@@ -87,14 +94,14 @@ def _browser(playwright, tmp_path, width: int = 1400):
 
 @pytest.fixture
 def fresh_studio():
-    """A fresh server on the embedded model (nothing loaded, no visitor yet): the issue's first click."""
+    """A fresh server on the embedded models (nothing loaded, no visitor yet): the issue's first click."""
     import app
     from recap.runtime import EMBEDDED_MODEL
     from recap.studio.serving import RuntimeCache
 
     if not (EMBEDDED_MODEL / "config.json").is_file():
         pytest.skip("the embedded model is not in assets/ yet")
-    demo = app.build_demo(models=["embedded"], cache=RuntimeCache())
+    demo = app.build_demo(models=_embedded_models(), cache=RuntimeCache())
     port = _free_port()
     kwargs = {**app.launch_kwargs(), "server_name": "127.0.0.1", "server_port": port}
     demo.queue().launch(**kwargs, prevent_thread_lock=True, quiet=True)
@@ -140,6 +147,57 @@ def test_first_click_on_a_fresh_server_drafts_at_step_one_and_commits_1_5_tokens
             _save(page, tmp_path, "first-click-1500.png")
             assert proposed and int(proposed.group(1)) >= 1, words
             assert mat >= 1.5, f"first click: {mat} tokens per pass"
+        finally:
+            context.close()
+
+
+@pytest.mark.parametrize("width", [1500, 390])
+def test_choosing_v2_shows_its_examples_and_its_first_click_drafts_at_step_one(fresh_studio, tmp_path, width):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    from recap.runtime import EMBEDDED_MODEL_V2
+    from recap.studio.examples import examples
+
+    if not (EMBEDDED_MODEL_V2 / "config.json").is_file():
+        pytest.skip("the embedded model v2 is not in assets/models")
+    first_image, first_prompt = examples("embedded-v2")[0]
+    with sync_api.sync_playwright() as playwright:
+        context = _browser(playwright, tmp_path, width)
+        try:
+            page = context.new_page()
+            page.goto(fresh_studio)
+            page.wait_for_selector("#run-button", timeout=60_000)
+            assert page.locator("#examples").is_visible() and not page.locator("#examples-1").is_visible()
+            page.click("#model input")
+            page.get_by_role("option", name="Embedded VLM v2 (wider world)").click()
+            # v1's pre-filled example gives way to v2's first one, and v2's examples replace v1's
+            page.wait_for_function(
+                "(text) => document.querySelector('#prompt textarea').value === text",
+                arg=first_prompt,
+                timeout=10_000,
+            )
+            page.wait_for_selector("#examples-1", state="visible", timeout=10_000)
+            assert not page.locator("#examples").is_visible()
+            assert "loads with the model on your first run" in page.locator("#memory-state").inner_text()
+            page.click("#run-button")
+            page.wait_for_function(
+                "document.querySelector('#status').innerText.includes('Done')", timeout=120_000
+            )
+            mat = float(_cards(page)["mean accepted / pass"])
+            assert "started from the shipped memory" in page.locator("#memory-state").inner_text()
+            number = page.locator("#step-slider input[type=number]")
+            number.fill("1")
+            number.press("Enter")
+            page.wait_for_function(
+                "document.querySelector('#step-words').innerText.startsWith('Step 1:')", timeout=10_000
+            )
+            words = page.locator("#step-words").inner_text()
+            proposed = re.match(r"Step 1: the drafter proposed (\d+) node", words)
+            page.wait_for_timeout(500)
+            assert not _entities_shown(page, "run") and _fits(page)
+            _save(page, tmp_path, f"v2-first-click-{width}.png")
+            assert proposed and int(proposed.group(1)) >= 1, words
+            assert mat >= 1.5, f"v2's first click: {mat} tokens per pass"
+            assert Path(first_image).name in page.locator("#input-image img").get_attribute("src")
         finally:
             context.close()
 

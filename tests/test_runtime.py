@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
+import torch
 from conftest import tiny
 
 from recap.config import RecapConfig
+from recap.cost import steady_curve
 from recap.drafters import shared_state
-from recap.runtime import Runtime, parse_budget
+from recap.runtime import CPU_COST_SWEEPS, EMBEDDED_MODEL, Runtime, parse_budget
 
 
 def test_drafters_share_memories_per_method():
@@ -69,3 +73,50 @@ def test_a_runtime_builds_only_the_state_a_method_declares():
     assert runtime._memories == {} and runtime.measured_cost() is None  # no vocab x k memory, no timing
     runtime.drafter("recap", budget=8)
     assert len(runtime._memories) == 1 and runtime.measured_cost() is None
+
+
+# ------------------------------------------------------------------------------ the cost curve
+@pytest.mark.parametrize(
+    ("sweeps", "expected"),
+    [
+        # each size keeps its fastest pass: a burst of load in one sweep does not make the curve steep
+        ([[(1, 1.0), (8, 9.0)], [(1, 3.0), (8, 1.5)]], ((1, 1.0), (8, 1.5))),
+        ([[(1, 2.0), (4, 2.5), (16, 4.0)]], ((1, 2.0), (4, 2.5), (16, 4.0))),  # one sweep: as measured
+    ],
+)
+def test_steady_curve_keeps_each_sizes_fastest_pass(sweeps, expected):
+    assert steady_curve(sweeps).points == expected
+
+
+@pytest.mark.parametrize("sweeps", [[], [[(1, 1.0), (8, 2.0)], [(1, 1.0), (16, 2.0)]]])
+def test_steady_curve_refuses_sweeps_that_do_not_match(sweeps):
+    with pytest.raises(ValueError, match="sweep"):
+        steady_curve(sweeps)
+
+
+@pytest.mark.parametrize(("threads", "clock"), [(1, time.thread_time), (2, time.perf_counter)])
+def test_a_cpu_measures_the_curve_in_sweeps_on_this_threads_cpu_time(monkeypatch, threads, clock):
+    # One thread: the pass runs in this thread, so its CPU time is its cost whatever else the machine
+    # runs. Several threads: this thread's CPU time would miss the others' work, so wall-clock time.
+    target = tiny("llama")
+    calls = []
+
+    def measured(sizes=(1, 4), context=256, repeats=3, clock=time.perf_counter):
+        calls.append((repeats, clock))
+        return [(1, 1e-3 * len(calls)), (4, 2e-3 / len(calls))]
+
+    monkeypatch.setattr(target, "measure_tree_cost", measured)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    model = Runtime(target).cost_model()
+    assert calls == [(1, clock)] * CPU_COST_SWEEPS
+    assert model.points == ((1, 1e-3), (4, 2e-3 / CPU_COST_SWEEPS))
+
+
+@pytest.mark.skipif(not (EMBEDDED_MODEL / "config.json").is_file(), reason="no embedded model in assets/")
+def test_first_click_budget_tool_reports_both_curves(capsys):
+    from tools import first_click_budget
+
+    assert first_click_budget.main(["--model", "v1", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("nodes/pass median") == 2 and "old 0: curve ms" in out and "new 0: curve ms" in out
+    assert first_click_budget.main(["--rounds", "0"]) == 2

@@ -21,6 +21,8 @@ from recap.cost import load_curve
 from recap.datasets import SPECBENCH_ENV, check_scene_world, load_dataset
 from recap.drafters import METHODS
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
+from recap.hotstart import BUILD_COMMAND, model_fingerprint
+from recap.memory import PersistentMemory
 from recap.options import (
     add_model_options,
     add_sampling_options,
@@ -28,7 +30,7 @@ from recap.options import (
     load_runtime,
     sampling_settings,
 )
-from recap.runtime import EMBEDDED_MODEL, parse_budget
+from recap.runtime import EMBEDDED_MODEL, Runtime, parse_budget
 
 
 def _description() -> str:
@@ -70,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--suffix-min-token-prob", type=float, default=defaults.min_token_prob)
     parser.add_argument("--cold", action="store_true", help="reset persistent memories between samples")
     parser.add_argument(
+        "--memory",
+        default=None,
+        metavar="FILE",
+        help="start RECAP's persistent memory and TR's matrix from this saved memory of the model "
+        "(e.g. assets/memory/tiny-scenes-llava.safetensors) instead of empty; default: a cold start",
+    )
+    parser.add_argument(
         "--cost-curve",
         default=None,
         metavar="FILE",
@@ -93,6 +102,18 @@ def local_image_size(model: str) -> int | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return size if isinstance(size, int) else None
+
+
+def start_memory(runtime: Runtime, path: str) -> PersistentMemory:
+    """The saved memory at ``path``, checked against ``runtime``'s model (tokenizer, weights digest,
+    vocabulary, k); ValueError with the reason if it is missing, damaged or made for another model."""
+    target = runtime.target
+    try:
+        return PersistentMemory.read(Path(path).expanduser(), model_fingerprint(target), target.vocab_size)
+    except FileNotFoundError:
+        raise ValueError(f"memory file not found: {path}") from None
+    except ValueError as error:
+        raise ValueError(f"{error}; {BUILD_COMMAND} --model ... makes one for a model") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,9 +155,12 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     samples = load_dataset(args.dataset, args.limit, data_file=data_file)
     check_scene_world(args.dataset, local_image_size(args.model))  # v1 scenes for v2's model: refused
     curve = load_curve(args.cost_curve) if args.cost_curve is not None else None
+    if args.memory is not None and not Path(args.memory).expanduser().is_file():
+        raise ValueError(f"memory file not found: {args.memory}")
     runtime = load_runtime(args)
     if curve is not None:
         runtime.use_cost_model(curve)
+    start = start_memory(runtime, args.memory) if args.memory is not None else None
     result = run_benchmark(
         runtime,
         samples,
@@ -152,9 +176,11 @@ def _bench(args: argparse.Namespace, command: str) -> int:
             "limit": args.limit,
             "command": command,
             **({"cost_curve_file": Path(args.cost_curve).name} if args.cost_curve else {}),
+            **({"memory_file": Path(args.memory).name} if args.memory else {}),
         },
         suffix_config=suffix_config,
         sampling=sampling,
+        start=start,
     )
     write_outputs(result, args.out)
     print(markdown_table(result))

@@ -6,7 +6,11 @@ How a run is organised (so that the numbers mean what they say):
   memories (RECAP's token memory, TR's successor matrix, SuffixDecoding's global suffix tree) warm up
   across requests. ``cold=True`` resets them before every
   sample instead.
-- Every method starts its stream with FRESH memories of its own: methods never share state.
+- Every method starts its stream with FRESH memories of its own: methods never share state. They are
+  empty (a cold start) unless a saved persistent memory is given (``start``, ``--memory FILE``): then
+  every RECAP variant's token memory starts as a copy of it and TR's matrix from the same records
+  (`recap.hotstart.seed_successors`, as the studio does); SuffixDecoding's tree is not in the file and
+  starts empty. With ``cold=True`` too, every sample starts from the file again.
 - Methods are interleaved per sample (the method order rotates from sample to sample) so that load on a
   shared machine hits every method alike. ``ar`` is always run: speedup and match rate are relative to it.
 - Warm-up requests (AR on the first samples, plus one short request per method with throwaway
@@ -27,6 +31,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from recap.bench.metrics import BenchmarkResult, SampleRun, aggregate, per_category
 from recap.config import RecapConfig
 from recap.datasets import Sample
@@ -34,6 +40,7 @@ from recap.decode import generate
 from recap.drafters import METHODS, shared_state
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix
+from recap.hotstart import seed_successors
 from recap.memory import PersistentMemory
 from recap.runtime import Runtime
 from recap.sampling import GREEDY, SamplingSettings
@@ -60,17 +67,32 @@ def normalize_methods(methods: str | Sequence[str]) -> list[str]:
 
 @dataclass
 class _Stream:
-    """A method's drafter and the memories it alone owns for this run."""
+    """A method's drafter and the memories it alone owns for this run; ``start``: the saved memory they
+    start from (None: empty)."""
 
     drafter: Any
     persistent: PersistentMemory | None = None
     successors: SuccessorMatrix | None = None
     suffix_cache: SuffixTreeCache | None = None
+    start: PersistentMemory | None = None
 
     def reset(self) -> None:
+        """Back to the start: empty memories, then a copy of ``start`` if there is one."""
         for state in (self.persistent, self.successors, self.suffix_cache):
             if state is not None:
                 state.reset()
+        if self.start is not None:
+            if self.persistent is not None:
+                copy_records(self.start, self.persistent)
+            if self.successors is not None:
+                seed_successors(self.successors, self.start)
+
+
+def copy_records(source: PersistentMemory, memory: PersistentMemory) -> int:
+    """Write every record of ``source`` into ``memory`` (same vocabulary and k); returns how many."""
+    keys = np.flatnonzero(source.filled)
+    memory.write_many(keys, source.ids[keys], source.probs[keys])
+    return len(keys)
 
 
 def _fresh_stream(
@@ -79,6 +101,7 @@ def _fresh_stream(
     budget: str | int | None,
     config: RecapConfig,
     suffix_config: SuffixConfig | None = None,
+    start: PersistentMemory | None = None,
 ) -> _Stream:
     vocab = runtime.target.vocab_size
     needs = shared_state(method, config)  # fresh state, and only what the method uses
@@ -96,7 +119,10 @@ def _fresh_stream(
         suffix_cache=suffix_cache,
         suffix_config=suffix_config,
     )
-    return _Stream(drafter, persistent, successors, suffix_cache)
+    stream = _Stream(drafter, persistent, successors, suffix_cache, start)
+    if start is not None:
+        stream.reset()  # the memories are still empty: this copies the start into them
+    return stream
 
 
 def run_benchmark(
@@ -112,6 +138,7 @@ def run_benchmark(
     settings: dict[str, Any] | None = None,
     suffix_config: SuffixConfig | None = None,
     sampling: SamplingSettings = GREEDY,
+    start: PersistentMemory | None = None,
 ) -> BenchmarkResult:
     """Run every method on every sample (one stream per method) and aggregate the metrics.
 
@@ -121,6 +148,8 @@ def run_benchmark(
 
     ``settings`` (e.g. the command line) are merged into the result's settings; ``suffix_config``: the
     settings of the ``suffix`` method (its authors' defaults when None; ``budget`` does not apply to it).
+    ``start``: a saved persistent memory (of this model, k = ``config.k``) that every measured stream's
+    RECAP memory and TR matrix start from (``--memory FILE``); None: a cold start.
     """
     from tqdm import tqdm
 
@@ -134,7 +163,12 @@ def run_benchmark(
     target = runtime.target
     # Built before timing: a cost-aware budget measures the model's tree-cost curve here.
     new_stream = partial(_fresh_stream, runtime, budget=budget, config=config, suffix_config=suffix_config)
-    streams = {m: new_stream(m) for m in methods}
+    if start is not None and (start.vocab_size, start.k) != (target.vocab_size, config.k):
+        raise ValueError(
+            f"the starting memory has vocabulary {start.vocab_size} and k={start.k}; this run needs "
+            f"{target.vocab_size} and k={config.k}"
+        )
+    streams = {m: new_stream(m, start=start) for m in methods}  # the warm-up's streams start empty
     _warm_up(target, samples, methods, warmup, max_new_tokens, new_stream)
 
     runs: dict[str, list[SampleRun]] = {m: [] for m in methods}
@@ -176,6 +210,7 @@ def run_benchmark(
         "warmup": warmup,
         "budget": budget if budget is not None else config.budget,
         "cold": cold,
+        "start_memory_tokens": len(start) if start is not None else 0,
         "recap_config": asdict(config),
         "sampling": asdict(sampling),
         **({"suffix_config": asdict(suffix_config)} if "suffix" in methods else {}),

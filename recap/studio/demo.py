@@ -18,7 +18,7 @@ from recap.studio.environment import (
     memory_scopes,
     offered_models,
 )
-from recap.studio.examples import EXAMPLES_DIR
+from recap.studio.examples import EXAMPLE_ROOTS, wire_examples
 from recap.studio.exports import TraceExports
 from recap.studio.sensitivity import wire_sensitivity
 from recap.studio.serving import CACHE, RuntimeCache, RuntimeFactory, Studio
@@ -67,7 +67,7 @@ def build_demo(
                 gr.Markdown(layout.ABOUT)
         setting_inputs = [ui[name] for name in setting_names()]  # RunSettings' fields, in order
         # An image must come from gradio's upload cache (where uploads and examples land) or the examples.
-        studio.upload_roots = [Path(ui["image"].GRADIO_CACHE), EXAMPLES_DIR]
+        studio.upload_roots = [Path(ui["image"].GRADIO_CACHE), *EXAMPLE_ROOTS]
         exports = TraceExports(
             Path(ui["download_file"].GRADIO_CACHE) / "recap-traces", max_age_s=exports_module.TRACE_MAX_AGE_S
         )
@@ -75,6 +75,7 @@ def build_demo(
         handlers.wire_scrub(ui, run_state)
         handlers.wire_reset(studio, ui, session)
         handlers.wire_memory_view(studio, ui, session, demo)
+        wire_examples(ui)  # the examples follow the chosen model
         handlers.wire_download(ui, run_state, exports)
         handlers.wire_replay(ui, run_state)
         wire_compare(studio, ui, cmp, setting_inputs, compare_state)

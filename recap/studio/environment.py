@@ -2,7 +2,8 @@
 
 Read here and nowhere else in the studio:
 
-- ``RECAP_MODEL``: the model selected by default (``embedded`` = the tiny model shipped in assets/);
+- ``RECAP_MODEL``: the model selected by default (``embedded`` = the tiny model shipped in assets/,
+  ``embedded-v2`` = its wider-world v2 beside it; both are always offered);
 - ``RECAP_MODELS``: comma-separated extra hub ids / local directories to offer (the paper's models are
   offered anyway when a GPU is present);
 - ``RECAP_OFFLINE``: if set, never contact the Hugging Face hub (``HF_HUB_OFFLINE=1``), so an unknown
@@ -32,12 +33,19 @@ from typing import Any
 import gradio as gr
 import torch
 
-from recap.runtime import EMBEDDED_MODEL, Runtime
+from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V2, Runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 STATIC_DIR = ROOT / "assets" / "static"
 
 EMBEDDED_ID = "embedded"
+EMBEDDED_V2_ID = "embedded-v2"
+#: The embedded models by their studio id: the folders under assets/models, and the visitors' labels.
+EMBEDDED_FOLDERS = {EMBEDDED_ID: EMBEDDED_MODEL, EMBEDDED_V2_ID: EMBEDDED_MODEL_V2}
+EMBEDDED_LABELS = {
+    EMBEDDED_ID: "Embedded VLM v1 (small world)",
+    EMBEDDED_V2_ID: "Embedded VLM v2 (wider world)",
+}
 PAPER_MODELS = (
     "Qwen/Qwen2.5-VL-7B-Instruct",
     "Qwen/Qwen2.5-VL-3B-Instruct",
@@ -68,8 +76,9 @@ def configure_environment() -> None:
 
 
 def offered_models() -> list[str]:
-    """Model ids for the dropdown: the embedded model, the paper's models on a GPU, ``RECAP_MODELS``."""
-    models = [EMBEDDED_ID]
+    """Model ids for the dropdown: the embedded models (v1 first), the paper's models on a GPU,
+    ``RECAP_MODELS``; ``RECAP_MODEL`` (if set) first, as the default."""
+    models = list(EMBEDDED_FOLDERS)
     if torch.cuda.is_available():
         models += PAPER_MODELS
     models += [m.strip() for m in os.environ.get("RECAP_MODELS", "").split(",") if m.strip()]
@@ -80,13 +89,17 @@ def offered_models() -> list[str]:
 
 
 def default_runtime_factory(model_id: str) -> Runtime:
-    """Load ``model_id`` (``embedded`` = the model in assets/) on the default device and dtype."""
-    path = str(EMBEDDED_MODEL) if model_id == EMBEDDED_ID else model_id
-    if model_id == EMBEDDED_ID and not (EMBEDDED_MODEL / "config.json").is_file():
+    """Load ``model_id`` (``embedded`` / ``embedded-v2`` = the models in assets/) on the default device
+    and dtype. A missing embedded folder is a ValueError naming the command that trains it (the folder's
+    name only: no server path reaches a visitor)."""
+    folder = EMBEDDED_FOLDERS.get(model_id)
+    if folder is not None and not (folder / "config.json").is_file():
+        world = " --world v2" if model_id == EMBEDDED_V2_ID else ""
         raise ValueError(
-            f"the embedded model is missing from {EMBEDDED_MODEL} "
-            "(train it with python -m tools.train_embedded)"
+            f"the embedded model {folder.name} is missing from assets/models "
+            f"(train it with python -m tools.train_embedded{world})"
         )
+    path = str(folder) if folder is not None else model_id
     return Runtime.load(path, dtype=os.environ.get("RECAP_DTYPE"))
 
 
@@ -119,7 +132,7 @@ def concurrency() -> int:
 
 
 def model_label(model_id: str) -> str:
-    return "tiny-scenes-llava (embedded, CPU)" if model_id == EMBEDDED_ID else model_id
+    return EMBEDDED_LABELS.get(model_id, model_id)
 
 
 def launch_kwargs() -> dict[str, Any]:

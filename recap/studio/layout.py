@@ -13,7 +13,7 @@ import gradio as gr
 
 from recap.studio import render
 from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, model_label
-from recap.studio.examples import BLANK_IMAGE, examples, other_image_choices, photo_examples
+from recap.studio.examples import BLANK_IMAGE, example_sets, other_image_choices
 from recap.studio.validation import (
     BUDGET_MODES,
     BUDGET_RANGE,
@@ -63,12 +63,16 @@ verified so that every token is drawn exactly from it: at each position the chil
 order, child `c` accepted with probability `p(c)`, and a rejected child removed from `p`; if none is
 accepted the token is drawn from what is left (the *residual*). A seed makes a run reproducible.
 
-### The embedded model
-`tiny-scenes-llava` (the CPU default) is a 2.4M-parameter LLaVA trained by this project on synthetic
-64x64 scenes of 1-3 coloured shapes. On held-out scenes it answers "Describe the image.", "What colour
-is the X?", "How many shapes are there?" and "Where is the X?" correctly (99-100%), so its answers
-really depend on the image. It knows nothing else: a photo or another question gets a scene-style
-answer. The paper's models (on a GPU) answer anything.
+### The embedded models
+`tiny-scenes-llava` (v1, the CPU default) is a 2.4M-parameter LLaVA trained by this project on
+synthetic 64x64 scenes of 1-3 coloured shapes. On held-out scenes it answers "Describe the image.",
+"What colour is the X?", "How many shapes are there?" and "Where is the X?" correctly (99-100%), so its
+answers really depend on the image. *v2* (`tiny-scenes-llava-v2`, 3.7M parameters) sees a wider world:
+96x96 scenes of up to five shapes in 12 colours and 8 kinds; it also answers where one shape is
+relative to another and "Describe the image in detail." (60-150 tokens, where each shape's colour and
+kind recur), and comes with its own examples. Each model keeps its own memories. Neither knows
+anything else: a photo or another question gets a scene-style answer. The paper's models (on a GPU)
+answer anything.
 """
 
 
@@ -101,14 +105,7 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
             )
             ui["stats"] = gr.HTML(render.stats_html([]), elem_id="stats")
             ui["passes"] = gr.Plot(label="Tokens per target pass", elem_id="passes-plot")
-            if ui["rows"]:
-                gr.Examples(
-                    ui["rows"],
-                    inputs=[ui["image"], ui["prompt"]],
-                    label="Examples",
-                    elem_id="examples",
-                    examples_per_page=4,
-                )
+            _examples(ui, models)
             with gr.Accordion("Advanced settings", open=False, elem_id="advanced"):
                 _advanced(ui, scopes)
             with gr.Row():
@@ -138,8 +135,9 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
 
 def _inputs(ui: dict[str, Any], models: list[str]) -> None:
     with gr.Row():
-        ui["rows"] = examples() + (photo_examples() if len(models) > 1 else [])
-        first = ui["rows"][0] if ui["rows"] else [None, ""]  # filled in: one click on Run shows everything
+        ui["example_sets"] = example_sets(models)
+        rows = next(iter(ui["example_sets"].values()), [])  # the default model's
+        first = rows[0] if rows else [None, ""]  # filled in: one click on Run shows everything
         ui["image"] = gr.Image(
             value=first[0], type="filepath", label="Image", height=230, elem_id="input-image"
         )
@@ -156,6 +154,27 @@ def _inputs(ui: dict[str, Any], models: list[str]) -> None:
                 label="Method",
                 elem_id="method",
             )
+
+
+#: The label above each example set.
+EXAMPLE_LABELS = {"embedded": "Examples (v1 scenes)", "embedded-v2": "Examples (v2 scenes)"}
+
+
+def _examples(ui: dict[str, Any], models: list[str]) -> None:
+    """One group of examples per example set; only the default model's is visible (the examples follow
+    the chosen model: `recap.studio.examples.wire_examples`). The default's group is ``#examples``."""
+    ui["example_groups"] = {}
+    for index, (key, rows) in enumerate(ui["example_sets"].items()):
+        with gr.Column(visible=index == 0, elem_id=f"examples-group-{index}") as group:
+            if rows:
+                gr.Examples(
+                    rows,
+                    inputs=[ui["image"], ui["prompt"]],
+                    label=EXAMPLE_LABELS.get(key, "Examples"),
+                    elem_id="examples" if index == 0 else f"examples-{index}",
+                    examples_per_page=4,
+                )
+        ui["example_groups"][key] = group
 
 
 def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:

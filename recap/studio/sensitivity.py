@@ -39,7 +39,7 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
         reference = next(iter(runs.values()))
         answer = [t for s in reference for t in s.new_tokens]
         with studio.cache.pass_lock(model_id):
-            flags = sensitive_flags(runtime.target, [other_image(choice, image)], prompt, answer)
+            flags = sensitive_flags(runtime.target, [other_image(choice, image, model_id)], prompt, answer)
         for steps in runs.values():
             mark_steps(steps, flags)
         count = sum(flags)

@@ -9,7 +9,8 @@ each visitor's own memories.
 - `session_memories` / `drafter_for`: a visitor's persistent memory and Token Recycling matrix live
   in their ``gr.State`` (per browser session); the process-wide ones only when the operator offers
   that scope. Every scope starts from its own copy of the model's starting memory (`recap.hotstart`:
-  the shipped memory of the embedded model, ``RECAP_MEMORY``, or a warm-up at load).
+  the shipped memory of an embedded model, ``RECAP_MEMORY``, or a warm-up at load). Memories are kept
+  by model id, so each model (v1, v2, a hub model) has its own and tokenizers never mix.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ from recap.hotstart import (
 )
 from recap.inputs import check_prompt, shown
 from recap.memory import PersistentMemory
-from recap.runtime import EMBEDDED_MODEL, Runtime
+from recap.runtime import Runtime, embedded_world
 from recap.sampling import GREEDY, SamplingSettings
 from recap.studio.environment import SESSION_SCOPE, MemoryPlan
-from recap.studio.examples import EXAMPLES_DIR, example_requests, examples, photo_examples
+from recap.studio.examples import EXAMPLE_ROOTS, example_requests, examples, photo_examples
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
 from recap.trace import StepRecord
 
@@ -233,7 +234,7 @@ class Studio:
         self.scopes = scopes
         self.plan = plan or MemoryPlan()
         #: Folders an image may come from: gradio's upload cache (set by `build_demo`) and the examples.
-        self.upload_roots: list[Path] = [EXAMPLES_DIR]
+        self.upload_roots: list[Path] = list(EXAMPLE_ROOTS)
 
     def runtime(self, model_id: str) -> Runtime:
         try:
@@ -266,12 +267,13 @@ class Studio:
         return EMPTY_START
 
     def warmup_requests(self, runtime: Runtime, exclude: tuple[str | None, str] | None = None, n: int = 8):
-        """``n`` warm-up requests for ``runtime``'s model: training scenes for the embedded model (its
-        own distribution, never the held-out scenes of the examples), else the studio's examples (the
-        photos too), leaving out ``exclude`` (image file, prompt)."""
+        """``n`` warm-up requests for ``runtime``'s model: training scenes of its world for an embedded
+        model (v1's or v2's own distribution, never the held-out scenes of the examples), else the
+        studio's examples (the photos too), leaving out ``exclude`` (image file, prompt)."""
         target = runtime.target
-        if _is_embedded(runtime):
-            return training_requests(n)
+        world = embedded_world(target.name)
+        if world is not None:
+            return training_requests(n, world=world)
         requests = example_requests(examples() + photo_examples(), exclude)[:n]
         if target.family == "text":
             requests = [r._replace(images=()) for r in requests]
@@ -279,7 +281,7 @@ class Studio:
 
     def warmup_source(self, runtime: Runtime) -> str:
         """Where `warmup_requests` come from, in words."""
-        return "training scenes" if _is_embedded(runtime) else "the studio's other examples"
+        return "training scenes" if embedded_world(runtime.target.name) else "the studio's other examples"
 
     def stream(
         self,
@@ -334,8 +336,3 @@ class Studio:
             raise refusal(f"k must be at most the model's vocabulary size ({runtime.target.vocab_size}).")
         image = read_image(path, needs_image=runtime.target.family != "text")
         return runtime, config, prompt, [image] if image is not None else []
-
-
-def _is_embedded(runtime: Runtime) -> bool:
-    """Whether ``runtime`` runs the embedded model (it was trained on scenes: warm it on training scenes)."""
-    return Path(runtime.target.name).resolve() == EMBEDDED_MODEL.resolve()

@@ -1,0 +1,257 @@
+"""The embedded models in the studio: v1 and v2 offered side by side, each with its own examples,
+replacement scenes, shipped memory and per-session memories; and v2's first click.
+
+The first-click test drives the built demo's own handlers (the model dropdown's, then Run's) with the
+page's default values, which is what a visitor's browser sends: no numbers are written here that a
+retrained v2 or a rebuilt memory (``python -m tools.build_memory --model v2``) would change, except
+the issue's goals (a tree at step 1, at least 1.5 tokens per pass).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recap import scenes2
+from recap.hotstart import model_fingerprint, shipped_memory_for, starting_memory, training_requests
+from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V2, Runtime, embedded_world
+from recap.studio import environment
+from recap.studio.environment import (
+    EMBEDDED_ID,
+    EMBEDDED_V2_ID,
+    SESSION_SCOPE,
+    default_runtime_factory,
+    offered_models,
+)
+from recap.studio.examples import (
+    BLANK_IMAGE,
+    EXAMPLES_DIR,
+    EXAMPLES_V2_DIR,
+    OTHER_SET,
+    example_sets,
+    examples,
+    other_image,
+    other_image_choices,
+    swap_to,
+)
+from recap.studio.serving import RuntimeCache, Studio
+from recap.trace import RunTrace, summarize
+
+BOTH = (EMBEDDED_MODEL / "config.json").is_file() and (EMBEDDED_MODEL_V2 / "config.json").is_file()
+needs_both = pytest.mark.skipif(not BOTH, reason="the embedded models are not both in assets/models")
+
+
+# ------------------------------------------------------------------------------------ offered
+def test_both_embedded_models_are_offered_v1_first(monkeypatch):
+    monkeypatch.delenv("RECAP_MODEL", raising=False)
+    monkeypatch.delenv("RECAP_MODELS", raising=False)
+    assert offered_models()[:2] == [EMBEDDED_ID, EMBEDDED_V2_ID]
+    monkeypatch.setenv("RECAP_MODEL", EMBEDDED_V2_ID)  # the operator makes v2 the default
+    assert offered_models()[:2] == [EMBEDDED_V2_ID, EMBEDDED_ID]
+    assert environment.model_label(EMBEDDED_V2_ID) == "Embedded VLM v2 (wider world)"
+
+
+@pytest.mark.parametrize(
+    "model_id, command",
+    [
+        (EMBEDDED_ID, "python -m tools.train_embedded)"),
+        (EMBEDDED_V2_ID, "python -m tools.train_embedded --world v2)"),
+    ],
+)
+def test_a_missing_embedded_folder_is_a_clear_error_without_a_path(monkeypatch, tmp_path, model_id, command):
+    missing = {**environment.EMBEDDED_FOLDERS, model_id: tmp_path / "absent-model"}
+    monkeypatch.setattr(environment, "EMBEDDED_FOLDERS", missing)
+    with pytest.raises(ValueError) as error:
+        default_runtime_factory(model_id)
+    assert str(error.value).endswith(command) and str(tmp_path) not in str(error.value)
+
+
+@needs_both
+def test_each_embedded_id_loads_its_own_folder_and_world():
+    for model_id, folder, world, size in (
+        (EMBEDDED_ID, EMBEDDED_MODEL, "recap.scenes", 64),
+        (EMBEDDED_V2_ID, EMBEDDED_MODEL_V2, "recap.scenes2", 96),
+    ):
+        runtime = default_runtime_factory(model_id)
+        assert Path(runtime.target.name).resolve() == folder.resolve()
+        assert embedded_world(runtime.target.name).__name__ == world
+        assert examples(model_id) and all(_size(path) == (size, size) for path, _ in examples(model_id))
+    assert embedded_world("Qwen/Qwen2.5-VL-7B-Instruct") is None
+
+
+def _size(path: str) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.size
+
+
+# ----------------------------------------------------------------------------------- examples
+def test_examples_and_replacement_scenes_come_from_the_chosen_models_folder():
+    v2_rows = examples(EMBEDDED_V2_ID)
+    assert v2_rows, "assets/examples-v2 holds no examples"
+    listed = json.loads((EXAMPLES_V2_DIR / "prompts.json").read_text(encoding="utf-8"))
+    assert [(Path(p).parent, Path(p).name, q) for p, q in v2_rows] == [
+        (EXAMPLES_V2_DIR, e["image"], e["prompt"]) for e in listed
+    ]
+    assert all(Path(p).parent == EXAMPLES_DIR for p, _ in examples(EMBEDDED_ID) + examples("some/hub-model"))
+    choice = Path(v2_rows[0][0]).name
+    assert choice in other_image_choices() and other_image_choices()[0] == BLANK_IMAGE
+    assert other_image(choice, None, EMBEDDED_V2_ID).size == (96, 96)  # v2's scene, not v1's namesake
+    assert other_image(choice, None, EMBEDDED_ID).size == (64, 64)
+    assert other_image(BLANK_IMAGE, other_image(choice, None, EMBEDDED_V2_ID)).size == (96, 96)
+
+
+def test_example_sets_follow_the_offered_models():
+    sets = example_sets([EMBEDDED_V2_ID, EMBEDDED_ID])
+    assert list(sets) == [EMBEDDED_V2_ID, EMBEDDED_ID]  # the default model's set first
+    assert sets[EMBEDDED_V2_ID] == examples(EMBEDDED_V2_ID)
+    assert list(example_sets([EMBEDDED_ID, "org/hub-model", "org/other"])) == [EMBEDDED_ID, OTHER_SET]
+
+
+SETS = {
+    EMBEDDED_ID: [["/a/scene_1.png", "Where is the star?"], ["/a/scene_2.png", "What colour is it?"]],
+    EMBEDDED_V2_ID: [["/b/scene_1.png", "Describe this scene."], ["/b/scene_2.png", "How many?"]],
+}
+
+
+@pytest.mark.parametrize(
+    "model_id, image, prompt, swap",
+    [
+        # another model's example is replaced by the chosen model's first example
+        (EMBEDDED_V2_ID, {"path": "/tmp/gradio/x/scene_1.png", "orig_name": "scene_1.png"},
+         "Where is the star?", EMBEDDED_V2_ID),
+        (EMBEDDED_ID, {"path": "/c/scene_2.png"}, "How many?", EMBEDDED_ID),
+        # an empty image slot is filled
+        (EMBEDDED_V2_ID, None, "", EMBEDDED_V2_ID),
+        # the chosen model's own example, a visitor's image or prompt: kept
+        (EMBEDDED_V2_ID, {"orig_name": "scene_2.png"}, "How many?", None),
+        (EMBEDDED_V2_ID, {"orig_name": "cat.png"}, "Where is the star?", None),
+        (EMBEDDED_V2_ID, {"orig_name": "scene_1.png"}, "Where is the cat?", None),
+        # a model without a set of its own, or a hostile value: nothing happens
+        ("org/hub-model", None, "", None),
+        ({"not": "a model"}, None, "", None),
+        (EMBEDDED_V2_ID, 42, ["not", "text"], None),
+    ],
+)  # fmt: skip
+def test_choosing_a_model_swaps_in_its_first_example_only_over_another_example(model_id, image, prompt, swap):
+    assert swap_to(model_id, image, prompt, SETS) == swap
+
+
+# ----------------------------------------------------------------------------------- memories
+@needs_both
+def test_v2s_shipped_memory_matches_its_model_and_build_record():
+    target = Runtime.load(str(EMBEDDED_MODEL_V2)).target
+    path = shipped_memory_for(target)
+    assert path is not None and path.name == "tiny-scenes-llava-v2.safetensors", (
+        "no shipped v2 memory: run python -m tools.build_memory --model v2"
+    )
+    start = starting_memory(target, path, "shipped")
+    assert start.origin == "shipped" and start.warm, "rebuild it: python -m tools.build_memory --model v2"
+    record = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    assert record["fingerprint"] == model_fingerprint(target) and record["world"] == "scenes2"
+    assert record["tokens_known"] == start.tokens and record["vocab_size"] == target.vocab_size
+    assert record["scene_seeds"][1] < scenes2.HELDOUT_SEED_START  # training scenes only
+    assert "--model v2" in record["command"] and path.stat().st_size == record["bytes"] < 1 << 20
+
+
+def test_v2_training_requests_never_draw_held_out_scenes_or_phrasings():
+    requests = training_requests(12, world=scenes2)
+    seeds = [int(r.label.split()[2]) for r in requests]
+    held_out = {e["seed"] for e in json.loads((EXAMPLES_V2_DIR / "prompts.json").read_text())}
+    assert seeds == list(range(12)) and not held_out & set(seeds)
+    assert [r.label.split("(")[1].rstrip(")") for r in requests[:6]] == list(scenes2.QUESTION_TYPES)
+    training = {q for qs in scenes2.TRAINING_QUESTIONS.values() for q in qs}
+    rephrased = {q for qs in scenes2.REPHRASED_QUESTIONS.values() for q in qs}
+    # the prompts are training templates filled in, never a held-out phrasing
+    assert all(r.prompt not in rephrased for r in requests)
+    assert all(any(_fills(t, r.prompt) for t in training) for r in requests)
+    assert all(r.images[0].size == (scenes2.IMAGE_SIZE,) * 2 for r in requests)
+    with pytest.raises(ValueError, match="training scene seeds"):
+        training_requests(2, first_seed=scenes2.HELDOUT_SEED_START - 1, world=scenes2)
+
+
+def _fills(template: str, prompt: str) -> bool:
+    import re
+
+    pattern = re.escape(template).replace(r"\{kind\}", r"\w+").replace(r"\{other\}", r"\w+")
+    return re.fullmatch(pattern, prompt) is not None
+
+
+@needs_both
+def test_switching_models_keeps_each_models_own_session_memories():
+    studio = Studio(default_runtime_factory, [EMBEDDED_ID, EMBEDDED_V2_ID], cache=RuntimeCache())
+    demo_session: dict = {}
+    from recap.config import RecapConfig
+    from recap.decode import generate
+    from recap.inputs import load_image
+    from recap.studio.serving import drafter_for
+    from recap.studio.validation import RunSettings
+
+    sizes = {}
+    for model_id in (EMBEDDED_ID, EMBEDDED_V2_ID, EMBEDDED_ID):
+        runtime = studio.runtime(model_id)
+        settings = RunSettings(model_id, "recap", "fixed", 8, 8, 8, True, True, True, 12, SESSION_SCOPE)
+        before = {m: len(v["persistent"]) for m, v in demo_session.items()}
+        drafter = drafter_for(runtime, settings, "recap", RecapConfig(budget=8), demo_session, studio.cache)
+        image, prompt = examples(model_id)[0]
+        generate(runtime.target, drafter, prompt, [load_image(image)], 12)
+        memories = demo_session[model_id]
+        # each model's memory has its own vocabulary and started from its own shipped file
+        assert memories["persistent"].vocab_size == runtime.target.vocab_size
+        assert memories["successors"].vocab_size == runtime.target.vocab_size
+        assert memories["origin"] == "shipped"
+        # the other model's memory was not touched by this run
+        assert {m: len(v["persistent"]) for m, v in demo_session.items() if m != model_id} == {
+            m: n for m, n in before.items() if m != model_id
+        }
+        sizes[model_id] = runtime.target.vocab_size
+    assert sizes[EMBEDDED_ID] != sizes[EMBEDDED_V2_ID]  # different tokenizers, never mixed
+    assert studio.cache.start(EMBEDDED_ID).path != studio.cache.start(EMBEDDED_V2_ID).path
+
+
+# ------------------------------------------------------------------------------ v2's first click
+def _handler(demo, name: str):
+    """The function the browser calls for an event, by its name (the demo's own closure)."""
+    return next(fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == name)
+
+
+@needs_both
+def test_v2s_first_click_on_its_first_example_drafts_at_step_one_and_commits_1_5_tokens_per_pass():
+    import app
+
+    demo = app.build_demo(models=[EMBEDDED_ID, EMBEDDED_V2_ID], cache=RuntimeCache())  # a fresh server
+    run = _handler(demo, "run")
+    follow = _handler(demo, "follow")
+    page = {block: getattr(block, "value", None) for block in run.inputs}  # what the page shows at first
+    image_box, prompt_box, model_box = run.inputs[0], run.inputs[1], run.inputs[2]
+    assert page[model_box] == EMBEDDED_ID
+    # the visitor chooses v2: the examples follow, and v1's pre-filled example becomes v2's first one
+    updates = follow.fn(EMBEDDED_V2_ID, page[image_box], page[prompt_box])
+    image, prompt = updates[image_box]["value"], updates[prompt_box]["value"]
+    first_image, first_prompt = examples(EMBEDDED_V2_ID)[0]
+    assert image["orig_name"] == Path(first_image).name and prompt == first_prompt
+    assert follow.fn("not-offered", None, "") == {} and follow.fn(["hostile"], None, "") == {}
+    page.update({image_box: image, prompt_box: prompt, model_box: EMBEDDED_V2_ID})
+    page[run.inputs[-2]] = 0  # no display delay (it only spaces out what the page shows)
+    *_, final = run.fn(*(page[block] for block in run.inputs[:-1]), {})
+    trace = next(v["trace"] for v in final.values() if isinstance(v, dict) and "trace" in v)
+    assert isinstance(trace, RunTrace) and trace.settings["budget_mode"] == "auto"
+    assert len(trace.steps[1].nodes) >= 1, "v2's first click drafted nothing at step 1"
+    mat = summarize(trace.steps).mat  # the page's "mean accepted / pass"
+    assert mat >= 1.5, f"v2's first click: {mat:.2f} tokens per pass"
+    session = next(v for v in final.values() if isinstance(v, dict) and EMBEDDED_V2_ID in v)
+    assert session[EMBEDDED_V2_ID]["origin"] == "shipped"
+
+
+@needs_both
+def test_compare_warms_each_embedded_model_on_its_own_worlds_training_scenes():
+    studio = Studio(default_runtime_factory, [EMBEDDED_ID, EMBEDDED_V2_ID], cache=RuntimeCache())
+    for model_id, size, qtypes in ((EMBEDDED_ID, 64, 4), (EMBEDDED_V2_ID, 96, 6)):
+        runtime = studio.runtime(model_id)
+        requests = studio.warmup_requests(runtime)
+        assert studio.warmup_source(runtime) == "training scenes"
+        assert {r.images[0].size for r in requests} == {(size, size)}
+        assert len({r.label.split("(")[1] for r in requests}) == qtypes  # every question type of its world
