@@ -131,7 +131,7 @@ def write_recycled(
     k = (records.shape[1] - 2) // 2
     no_ids, no_rows = np.zeros((1, 1), np.int32), np.zeros(1, np.int64)
     no_table = np.zeros((1, 1), np.float32)
-    with ExitStack() as held:
+    with ExitStack() as held:  # locks in one order everywhere: persistent, ctx2, ctx3
         p_on = persistent is not None
         if persistent is not None:
             table = persistent.table  # (built on first use)

@@ -85,7 +85,8 @@ def grow(
     s1, s2, s3 = config.specificity
     offset, slope = linear if linear is not None else (_EDGES, _EDGES)
     with ExitStack() as frozen:
-        for memory in {id(m): m for m in (ctx3, ctx2) if m is not None}.values():
+        # Locks in one order everywhere (persistent, ctx2, ctx3: `recap.recycling.write_recycled`).
+        for memory in {id(m): m for m in (ctx2, ctx3) if m is not None}.values():
             frozen.enter_context(memory.frozen())
         c3_on, c3_keys, c3_rows, c3_table = _context_arrays(ctx3)
         c2_on, c2_keys, c2_rows, c2_table = _context_arrays(ctx2)

@@ -102,7 +102,8 @@ class RecapDrafter:
         s1, s2, s3 = self.config.specificity
         self._weights = np.array([s3, s2, s1])  # specificity priors in `SOURCES` order
         self._flat: int | None = None  # `_flat_extent`, once known
-        # Seconds a pass spends drafting (propose + observe, smoothed): the budget rule counts it.
+        # CPU seconds a pass spends drafting (propose + observe, smoothed; this thread's CPU time, like
+        # the cost curve on a CPU, so other jobs on the machine do not inflate it): the budget counts it.
         self._overhead, self._propose_seconds = 0.0, 0.0
         self._empty = np.zeros((0, 2 * self.config.k + 2), dtype=np.float32)  # `_empty_rows`
         self._request = -1  # this request's number (`PersistentMemory.next_request`), stamped on writes
@@ -145,9 +146,9 @@ class RecapDrafter:
         self._forget_proposal()
 
     def propose(self, context: Sequence[int]) -> DraftTree:
-        start = time.perf_counter()
+        start = time.thread_time()
         tree = self._propose(context)
-        self._propose_seconds = time.perf_counter() - start
+        self._propose_seconds = time.thread_time() - start
         return tree
 
     def _propose(self, context: Sequence[int]) -> DraftTree:
@@ -172,10 +173,10 @@ class RecapDrafter:
         return self._fused(self._root_tail).candidates(limit) if self._root_tail is not None else []
 
     def observe(self, observation: Observation) -> None:
-        start = time.perf_counter()
+        start = time.thread_time()
         self._observe(observation)
         if observation.acceptance is not None:  # a decoding pass: fold its drafting time in
-            spent = self._propose_seconds + time.perf_counter() - start
+            spent = self._propose_seconds + time.thread_time() - start
             self._overhead += OVERHEAD_SMOOTHING * (spent - self._overhead)
 
     def _observe(self, observation: Observation) -> None:
