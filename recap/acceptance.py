@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import threading
 
+import numba
 import numpy as np
 
 #: Upper edges of the fused-probability buckets (the last bucket is [0.99, 1]).
@@ -99,6 +100,12 @@ class AcceptanceModel:
         self._lock = threading.Lock()
         # estimate = offset + slope * prior; with no labels, the prior itself.
         self._offset, self._slope = np.zeros(FINE_KINDS), np.ones(FINE_KINDS)
+        # Scratch of `update` (zero between calls): counts added per kind, and the last update that
+        # touched each kind.
+        fine, coarse = np.zeros(FINE_KINDS), np.zeros(COARSE_KINDS)
+        self._added = (fine, fine.copy(), coarse, coarse.copy())
+        self._marks = (np.zeros(FINE_KINDS, dtype=np.int64), np.zeros(COARSE_KINDS, dtype=np.int64))
+        self._updates = 0
 
     def __len__(self) -> int:
         """Labels learnt so far (after decay)."""
@@ -130,58 +137,64 @@ class AcceptanceModel:
         if len(seen) == 0:
             return
         hits = np.asarray(hits, dtype=np.int64)
+        weights = np.ones(len(hits)) if hit_weights is None else np.asarray(hit_weights, dtype=np.float64)
+        if len(weights) != len(hits):
+            raise ValueError(f"{len(hits)} hits but {len(weights)} hit weights")
         with self._lock:
-            # Fine kinds counted once (one sort each for the labels and the hits); coarse counts are
-            # their sums per coarse kind, exact integers, as counting the coarse labels would give.
-            fine, fine_added = _counts(seen)
-            right, right_added = _counts(hits, hit_weights)
-            coarse, coarse_added = _sums_by_coarse(fine, fine_added)
-            right_coarse, right_coarse_added = _sums_by_coarse(right, right_added)
-            for seen_counts, hit_counts, kinds, added, right_kinds, right_counts in (
-                (self.seen_fine, self.hits_fine, fine, fine_added, right, right_added),
-                (self.seen_coarse, self.hits_coarse, coarse, coarse_added, right_coarse, right_coarse_added),
-            ):
-                seen_counts[kinds] += added
-                hit_counts[right_kinds] += right_counts
-                full = kinds[seen_counts[kinds] > self.memory]
-                seen_counts[full] *= self.decay
-                hit_counts[full] *= self.decay
-            self._refresh(coarse)
-
-    def _refresh(self, coarse: np.ndarray) -> None:
-        """Recompute ``offset``/``slope`` of every fine kind of the given coarse kinds."""
-        m = self.strength
-        fine = (coarse[:, None] * BUCKETS + np.arange(BUCKETS)).reshape(-1)
-        parent = fine // BUCKETS
-        a_c = self.hits_coarse[parent] / (self.seen_coarse[parent] + m)
-        b_c = m / (self.seen_coarse[parent] + m)
-        a_f = self.hits_fine[fine] / (self.seen_fine[fine] + m)
-        b_f = m / (self.seen_fine[fine] + m)
-        self._offset[fine] = a_f + b_f * a_c
-        self._slope[fine] = b_f * b_c
+            self._updates += 1
+            _count_labels(
+                seen, hits, weights, (self.seen_fine, self.hits_fine, self.seen_coarse, self.hits_coarse),
+                self._added, self._marks, self._updates, self.memory, self.decay, self.strength,
+                self._offset, self._slope, BUCKETS,
+            )
 
 
-def _counts(labels: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct values of ``labels`` (ascending) and how often each occurs, or the sum of their
-    ``weights`` when given (`np.unique` with counts, in fewer calls: labels come a thousand a pass)."""
-    if len(labels) == 0:
-        return labels, labels
-    if weights is None:
-        ordered = np.sort(labels)
-    else:
-        order = np.argsort(labels, kind="stable")
-        ordered = labels[order]
-    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-    if weights is None:
-        return ordered[starts], np.diff(np.append(starts, len(ordered)))
-    return ordered[starts], np.add.reduceat(np.asarray(weights, dtype=np.float64)[order], starts)
-
-
-def _sums_by_coarse(fine: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Coarse kinds of the ascending distinct fine kinds ``fine`` and their ``counts`` summed per
-    coarse kind (fine kinds of one coarse kind are adjacent)."""
-    if len(fine) == 0:
-        return fine, counts
-    coarse = fine // BUCKETS
-    starts = np.flatnonzero(np.concatenate(([True], coarse[1:] != coarse[:-1])))
-    return coarse[starts], np.add.reduceat(counts, starts)
+@numba.njit(cache=True, nogil=True)
+def _count_labels(
+    seen, hits, weights, counts, added, marks, update, memory, decay, m, offset, slope, buckets
+):
+    """`AcceptanceModel.update`, compiled: counts are added once per kind (labels first summed per
+    fine kind, coarse sums from them: exact integers as counting each label would give), kinds over
+    ``memory`` decay, and every fine kind of a touched coarse kind gets its ``offset``/``slope``
+    again: with ``a = hits / (seen + m)`` and ``b = m / (seen + m)`` at each level,
+    ``offset = a_fine + b_fine * a_coarse`` and ``slope = b_fine * b_coarse``."""
+    seen_fine, hits_fine, seen_coarse, hits_coarse = counts
+    add_seen_fine, add_hits_fine, add_seen_coarse, add_hits_coarse = added
+    mark_fine, mark_coarse = marks
+    fine_kinds, coarse_kinds = [np.int64(0)], [np.int64(0)]
+    fine_kinds.pop()
+    coarse_kinds.pop()
+    for kind in seen:
+        if mark_fine[kind] != update:
+            mark_fine[kind] = update
+            fine_kinds.append(kind)
+        add_seen_fine[kind] += 1.0
+    for i in range(len(hits)):
+        add_hits_fine[hits[i]] += weights[i]
+    for kind in fine_kinds:
+        coarse = kind // buckets
+        if mark_coarse[coarse] != update:
+            mark_coarse[coarse] = update
+            coarse_kinds.append(coarse)
+        add_seen_coarse[coarse] += add_seen_fine[kind]
+        add_hits_coarse[coarse] += add_hits_fine[kind]
+    for kinds, seen_counts, hit_counts, add_seen, add_hits in (
+        (fine_kinds, seen_fine, hits_fine, add_seen_fine, add_hits_fine),
+        (coarse_kinds, seen_coarse, hits_coarse, add_seen_coarse, add_hits_coarse),
+    ):
+        for kind in kinds:
+            seen_counts[kind] += add_seen[kind]
+            hit_counts[kind] += add_hits[kind]
+            add_seen[kind] = 0.0
+            add_hits[kind] = 0.0
+            if seen_counts[kind] > memory:
+                seen_counts[kind] *= decay
+                hit_counts[kind] *= decay
+    for coarse in coarse_kinds:
+        a_c = hits_coarse[coarse] / (seen_coarse[coarse] + m)
+        b_c = m / (seen_coarse[coarse] + m)
+        for fine in range(coarse * buckets, coarse * buckets + buckets):
+            a_f = hits_fine[fine] / (seen_fine[fine] + m)
+            b_f = m / (seen_fine[fine] + m)
+            offset[fine] = a_f + b_f * a_c
+            slope[fine] = b_f * b_c

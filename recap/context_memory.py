@@ -15,10 +15,12 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
+from recap.key_index import KeyIndex
 from recap.records import KEY_BITS, PredictionRecord, fit_topk, last_rows, record_table
 
 
@@ -27,10 +29,11 @@ class ContextMemory:
     it keeps them for the whole stream (then bounded by ``capacity``: a full memory reuses the row of
     the key stored longest ago).
 
-    Array-backed: a dict maps each packed key (`pack_keys`) to a row of ``table`` (`record_table`
-    layout; row 0 is an empty record, id -1, for keys that have none), so that a drafter looks up and
-    writes many contexts at once (`slots`, `write_rows`) and no per-record Python object is kept. Keys
-    are given as token tuples (`lookup`, `write`, `keys`) or packed (`slots`, `write_rows`).
+    Array-backed: a `recap.key_index.KeyIndex` maps each packed key (`pack_keys`) to a row of
+    ``table`` (`record_table` layout; row 0 is an empty record, id -1, for keys that have none), so that
+    a drafter looks up and writes many contexts at once (`slots`, `write_rows`), compiled tree growth
+    reads it directly, and no per-record Python object is kept. Keys are given as token tuples
+    (`lookup`, `write`, `keys`) or packed (`slots`, `write_rows`).
     """
 
     def __init__(self, order: int, capacity: int | None = None) -> None:
@@ -42,29 +45,27 @@ class ContextMemory:
         self.capacity = capacity
         self.k = 0  # record width, set by the first write
         self.table = np.zeros((0, 2), dtype=np.float32)
-        self._slot: dict[int, int] = {}  # packed key -> row
-        self._owner: list[int] = [-1]  # row -> packed key (row 0: the empty record)
-        self._clock = 0  # the row a full memory reused last
+        self.index = KeyIndex(capacity)  # packed key -> row
         self._lock = threading.Lock()  # stream-scope memories are shared by concurrent requests
 
     def __len__(self) -> int:
-        return len(self._slot)
+        return len(self.index)
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, tuple) and self._pack(key) in self._slot
+        return isinstance(key, tuple) and self._row(key) > 0
 
     def keys(self) -> list[tuple[int, ...]]:
         """Every key that holds a record, as token tuples."""
         mask = (1 << KEY_BITS) - 1
         return [
             tuple((packed >> (KEY_BITS * (self.order - 1 - i))) & mask for i in range(self.order))
-            for packed in self._slot
+            for packed in self.index.items()[0].tolist()
         ]
 
     def lookup(self, key: tuple[int, ...]) -> PredictionRecord | None:
         """The latest record under ``key`` (a tuple of ``order`` tokens), or None."""
-        row = self._slot.get(self._pack(key))
-        if row is None:
+        row = self._row(key)
+        if row == 0:
             return None
         k, values = self.k, self.table[row]
         return PredictionRecord(
@@ -76,8 +77,7 @@ class ContextMemory:
 
     def slots(self, packed: np.ndarray) -> np.ndarray:
         """Row of each packed key in ``table``, 0 (the empty record) where there is none."""
-        get = self._slot.get
-        return np.array([get(key, 0) for key in np.asarray(packed).tolist()], dtype=np.int64)
+        return self.index.find(packed)
 
     def write(self, key: tuple[int, ...], record: PredictionRecord) -> None:
         """Store ``record`` under ``key`` (``order`` tokens), replacing an older one."""
@@ -112,26 +112,43 @@ class ContextMemory:
         the packed keys ``packed`` ``(R,)``; a key given twice keeps its last row."""
         if len(packed) == 0:
             return
-        keys = packed.tolist()
-        keep = last_rows(keys)
+        keys = np.asarray(packed, dtype=np.int64)
+        keep = last_rows(keys.tolist())
         if keep is not None:
-            keys, rows = [keys[row] for row in keep], rows[keep]
+            keys, rows = keys[keep], rows[keep]
         with self._lock:
-            if self.k == 0:
-                self.k = (rows.shape[1] - 2) // 2
-                self.table = record_table(np.full((1, self.k), -1), np.zeros((1, self.k)), [0.0], [-1])
-            elif rows.shape[1] != 2 * self.k + 2:
-                raise ValueError(f"records of width {(rows.shape[1] - 2) // 2} for a memory of k={self.k}")
-            get, row_for = self._slot.get, self._row_for
-            slots = [get(key) or row_for(key) for key in keys]
-            self.table[slots] = rows
+            self.reserve(len(keys), (rows.shape[1] - 2) // 2)
+            self.table[self.index.write_slots(keys)] = rows
+
+    def reserve(self, count: int, k: int) -> None:
+        """Make room for ``count`` more keys with records of width ``k`` (the first write sets the
+        memory's width; the caller holds `frozen` or is `write_table`)."""
+        if self.k == 0:
+            self.k = k
+            self.table = record_table(np.full((1, k), -1), np.zeros((1, k)), [0.0], [-1])
+        elif k != self.k:
+            raise ValueError(f"records of width {k} for a memory of k={self.k}")
+        self.index.reserve(count)
+        need = min(self.index.rows_used + count, self.capacity or self.index.rows_used + count) + 1
+        if need > len(self.table):
+            grown = max(1024, 2 * len(self.table), need)
+            if self.capacity is not None:
+                grown = min(grown, self.capacity + 1)
+            table = np.zeros((grown, self.table.shape[1]), dtype=np.float32)
+            table[: len(self.table)] = self.table
+            self.table = table
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Hold writers off while compiled code reads ``index`` and ``table`` directly (a write may add
+        keys whose rows lie beyond the table it replaces)."""
+        with self._lock:
+            yield
 
     def clear(self) -> None:
         """Forget every record (start of a request)."""
         with self._lock:
-            self._slot.clear()
-            del self._owner[1:]
-            self._clock = 0
+            self.index.clear()
 
     def _pack(self, key: tuple[int, ...]) -> int:
         if len(key) != self.order:
@@ -141,22 +158,5 @@ class ContextMemory:
             packed = (packed << KEY_BITS) | int(token)
         return packed
 
-    def _row_for(self, key: int) -> int:
-        """A new row for ``key`` (growing the table, or reusing the oldest row when full)."""
-        row = len(self._owner)
-        if self.capacity is not None and row > self.capacity:
-            self._clock = self._clock % self.capacity + 1  # rows 1..capacity, round robin
-            row = self._clock
-            del self._slot[self._owner[row]]
-            self._owner[row] = key
-        else:
-            self._owner.append(key)
-            if row >= len(self.table):
-                grown = max(1024, 2 * len(self.table))
-                if self.capacity is not None:
-                    grown = min(grown, self.capacity + 1)
-                table = np.zeros((grown, self.table.shape[1]), dtype=np.float32)
-                table[: len(self.table)] = self.table
-                self.table = table
-        self._slot[key] = row
-        return row
+    def _row(self, key: tuple[int, ...]) -> int:
+        return int(self.index.find(np.array([self._pack(key)]))[0])

@@ -9,7 +9,7 @@ For a context ending in tokens ``(a, b, c)`` the memories hold up to three recor
 - `Lookup` + `candidates`: many contexts at once, as arrays (what RECAP's tree growth uses), with
   each candidate's coarse acceptance kind (`recap.acceptance`) and each memory's share of it;
 - `fuse_rows`: the fused distribution of many contexts, best first;
-- `node_sources`: a drafted node's sources from its per-memory contributions.
+- `SOURCE_NAMES`: a drafted node's sources by the code the compiled growth gives it.
 """
 
 from __future__ import annotations
@@ -122,29 +122,24 @@ _LOWER: dict[int, np.ndarray] = {}
 
 
 
-def node_sources(parts: np.ndarray) -> list[tuple[str, ...]]:
-    """The sources of nodes with per-memory contributions ``parts`` ``(N, 3)`` (`SOURCES` order): the
-    memories that proposed each, the largest contributor first (ties: the more specific first)."""
-    ranked = np.argsort(-parts, axis=1, kind="stable")
-    present = np.take_along_axis(parts, ranked, 1) > 0
-    codes = ((ranked @ np.array([9, 3, 1])) * 8 + present @ np.array([4, 2, 1])).tolist()
-    return [_SOURCE_TUPLES[code] for code in codes]
-
-
-def _source_tuples() -> dict[int, tuple[str, ...]]:
-    """Sources of a node from ``(argsort of the contributions) . (9, 3, 1) * 8 + present bits``."""
-    table = {}
+def _source_names() -> tuple[tuple[str, ...], ...]:
+    """`SOURCE_NAMES`, by code ``((first * 9 + second * 3 + third) * 8 + present bits) * 2 + suffix``."""
+    table: list[tuple[str, ...]] = [()] * (27 * 16)
     for first in range(3):
         for second in range(3):
             for third in range(3):
                 if len({first, second, third}) == 3:
                     for bits in range(8):
                         names = [SOURCES[i] for i, b in zip((first, second, third), (4, 2, 1)) if bits & b]
-                        table[(first * 9 + second * 3 + third) * 8 + bits] = tuple(names)
-    return table
+                        code = ((first * 9 + second * 3 + third) * 8 + bits) * 2
+                        table[code], table[code + 1] = tuple(names), (*names, "suffix")
+    return tuple(table)
 
 
-_SOURCE_TUPLES = _source_tuples()
+#: A drafted node's sources by its code (`recap.drafters.growth_kernel`): the memories that proposed
+#: it, the largest contributor first (ties: the more specific first), then ``suffix`` for a
+#: suffix-matched token.
+SOURCE_NAMES = _source_names()
 
 #: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.acceptance.coarse_kind`).
 _CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.int64)

@@ -23,6 +23,8 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +146,12 @@ class PersistentMemory:
             self.stamps[keys] = rows[:, 2 * k + 1]
             if self._table is not None:
                 self._table[keys] = rows
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Hold other writers and savers off while compiled code writes the arrays directly."""
+        with self._lock:
+            yield
 
     def reset(self) -> None:
         """Forget every record."""

@@ -9,8 +9,18 @@ that end there; a tree node's key follows its own path. Token Recycling writes t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
+from typing import TYPE_CHECKING
 
+import numba
 import numpy as np
+
+from recap.key_index import write_slot
+from recap.records import KEY_BITS
+
+if TYPE_CHECKING:
+    from recap.context_memory import ContextMemory
+    from recap.memory import PersistentMemory
 
 
 def recycling_keys(
@@ -36,36 +46,136 @@ def recycling_keys(
         rows = [0, 1];  keys = [[5, 6, 7], [6, 7, 8]];  lengths = [3, 3]
     """
     positions = np.asarray(positions, dtype=np.int64).reshape(-1)
-    excluded = np.asarray(excluded, dtype=np.int64).reshape(-1)
+    low = max(int(positions.min()) - 2, 0) if len(positions) else 0
+    last = int(context[-1]) if len(context) >= 1 else -1
+    before_last = int(context[-2]) if len(context) >= 2 else -1
+    return _recycling_keys(
+        np.asarray(context[low:], dtype=np.int64),
+        low,
+        positions,
+        np.asarray(parents, dtype=np.int64).reshape(-1),
+        np.asarray(tokens, dtype=np.int64).reshape(-1),
+        np.asarray(accepted, dtype=np.int64).reshape(-1),
+        np.asarray(excluded, dtype=np.int64).reshape(-1),
+        last,
+        before_last,
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _recycling_keys(segment, low, positions, parents, tokens, accepted, excluded, last, before_last):
+    """`recycling_keys` on arrays: ``segment`` is the context from index ``low`` on."""
     n_pos, n_nodes = len(positions), len(tokens)
     keys = np.full((n_pos + n_nodes, 3), -1, dtype=np.int64)
-    if n_pos:
-        low = max(int(positions.min()) - 2, 0)
-        segment = np.asarray(context[low:], dtype=np.int64)
+    for i in range(n_pos):
         for back in range(3):
-            at = positions - back
-            keys[:n_pos, 2 - back] = np.where(at >= 0, segment[np.maximum(at - low, 0)], -1)
-    if n_nodes:
-        node_tokens = np.asarray(tokens, dtype=np.int64)
-        parent = np.asarray(parents, dtype=np.int64)
-        last = int(context[-1]) if len(context) >= 1 else -1
-        before_last = int(context[-2]) if len(context) >= 2 else -1
-        grand = np.where(parent >= 0, parent[np.maximum(parent, 0)], -2)  # -2: parent is the root
-        keys[n_pos:, 2] = node_tokens
-        keys[n_pos:, 1] = np.where(parent >= 0, node_tokens[np.maximum(parent, 0)], last)
-        keys[n_pos:, 0] = np.where(
-            parent < 0, before_last, np.where(grand >= 0, node_tokens[np.maximum(grand, 0)], last)
-        )
-    usable = keys >= 0
-    if len(excluded) <= 16:  # a VLM has a handful of vision ids; comparing beats np.isin's setup
-        for token in excluded.tolist():
-            usable &= keys != token
-    else:
-        usable &= ~np.isin(keys, excluded)
-    lengths = np.cumprod(usable[:, ::-1], axis=1).sum(axis=1)
-    accepted_rows = n_pos + np.asarray(accepted, dtype=np.int64)
-    is_accepted = np.zeros(n_nodes, dtype=bool)
-    is_accepted[accepted_rows - n_pos] = True
-    rejected_rows = n_pos + np.flatnonzero(~is_accepted)
-    rows = np.concatenate([rejected_rows, np.arange(n_pos), accepted_rows]).astype(np.int64)
+            at = positions[i] - back
+            if at >= 0:
+                keys[i, 2 - back] = segment[at - low]
+    for j in range(n_nodes):
+        parent = parents[j]
+        row = n_pos + j
+        keys[row, 2] = tokens[j]
+        if parent < 0:
+            keys[row, 1], keys[row, 0] = last, before_last
+        else:
+            keys[row, 1] = tokens[parent]
+            grand = parents[parent]
+            keys[row, 0] = tokens[grand] if grand >= 0 else last
+    lengths = np.zeros(n_pos + n_nodes, dtype=np.int64)
+    for row in range(n_pos + n_nodes):
+        for column in range(2, -1, -1):
+            token = keys[row, column]
+            usable = token >= 0
+            for placeholder in excluded:
+                if token == placeholder:
+                    usable = False
+            if not usable:
+                break
+            lengths[row] += 1
+    is_accepted = np.zeros(n_nodes, dtype=np.bool_)
+    for node in accepted:
+        is_accepted[node] = True
+    rows = np.empty(n_pos + n_nodes, dtype=np.int64)
+    at = 0
+    for j in range(n_nodes):
+        if not is_accepted[j]:
+            rows[at] = n_pos + j
+            at += 1
+    for i in range(n_pos):
+        rows[at] = i
+        at += 1
+    for node in accepted:
+        rows[at] = n_pos + node
+        at += 1
+    rows = rows[:at]
     return rows, keys[rows], lengths[rows]
+
+
+def write_recycled(
+    rows: np.ndarray,
+    keys: np.ndarray,
+    lengths: np.ndarray,
+    records: np.ndarray,
+    persistent: PersistentMemory | None,
+    ctx2: ContextMemory | None,
+    ctx3: ContextMemory | None,
+) -> None:
+    """RECAP's writes after a pass (`recycling_keys` gives ``rows``, ``keys``, ``lengths``): record
+    ``records[rows[i]]`` (`recap.records.record_table` layout) goes under ``P1[t]``, ``C2[t-1, t]`` and
+    ``C3[t-2, t-1, t]`` where the key is usable (``lengths[i]`` >= 1, 2, 3), in order, so that later rows
+    win (overwrite-with-latest); a memory given as None is not written, ``P1`` ignores tokens outside
+    its vocabulary."""
+    if len(rows) == 0:
+        return
+    k = (records.shape[1] - 2) // 2
+    no_ids, no_rows = np.zeros((1, 1), np.int32), np.zeros(1, np.int64)
+    no_table = np.zeros((1, 1), np.float32)
+    with ExitStack() as held:  # locks in one order everywhere: persistent, ctx2, ctx3
+        p_on = persistent is not None
+        if persistent is not None:
+            table = persistent.table  # (built on first use)
+            held.enter_context(persistent.frozen())
+            p_arrays = (persistent.ids, persistent.probs, persistent.filled, persistent.concentrations)
+            p_arrays += (persistent.stamps, table)
+        else:
+            p_arrays = (no_ids, no_table, np.zeros(1, bool), np.zeros(1, np.float32), no_rows, no_table)
+        contexts = []
+        for memory in (ctx2, ctx3):
+            if memory is None:
+                contexts.append((False, no_rows, no_rows, no_rows, no_rows, no_table))
+            else:
+                held.enter_context(memory.frozen())
+                memory.reserve(len(rows), k)
+                index = memory.index
+                contexts.append((True, index.keys, index.rows, index.owner, index.state, memory.table))
+        records = np.ascontiguousarray(records, dtype=np.float32)
+        _write_recycled(rows, keys, lengths, records, k, p_on, *p_arrays, *contexts[0], *contexts[1])
+
+
+@numba.njit(cache=True, nogil=True)
+def _write_recycled(
+    rows, keys, lengths, records, k,
+    p_on, p_ids, p_probs, p_filled, p_concentrations, p_stamps, p_table,
+    c2_on, c2_keys, c2_rows, c2_owner, c2_state, c2_table,
+    c3_on, c3_keys, c3_rows, c3_owner, c3_state, c3_table,
+):
+    vocab = len(p_ids)
+    for i in range(len(rows)):
+        record = records[rows[i]]
+        length, token = lengths[i], keys[i, 2]
+        if p_on and length >= 1 and 0 <= token < vocab:
+            for j in range(k):
+                p_ids[token, j] = np.int32(record[j])
+                p_probs[token, j] = record[k + j]
+            p_filled[token] = True
+            p_concentrations[token] = record[2 * k]
+            p_stamps[token] = np.int64(record[2 * k + 1])
+            p_table[token, :] = record
+        if c2_on and length >= 2:
+            slot = write_slot(c2_keys, c2_rows, c2_owner, (keys[i, 1] << KEY_BITS) | token, c2_state)
+            c2_table[slot, :] = record
+        if c3_on and length == 3:
+            packed = (keys[i, 0] << (2 * KEY_BITS)) | (keys[i, 1] << KEY_BITS) | token
+            slot = write_slot(c3_keys, c3_rows, c3_owner, packed, c3_state)
+            c3_table[slot, :] = record

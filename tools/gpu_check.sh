@@ -11,7 +11,8 @@
 # DEVICE=cpu BENCH_ARGS="--limit 2" TREE_COST=0 makes a quick dry run of the script on a CPU.
 # Results go to $OUT (default runs/gpu): the checks' files packed in $OUT/checks.tar (the device tool
 # brings back at most 8 files), the training script's own files under $OUT/train. Wheels in .whl/ (e.g. the transformers version of
-# requirements.txt) are installed first into /tmp/site when present.
+# requirements.txt, and numba + llvmlite for the machine's Python when its image lacks them) are installed first into
+# /tmp/site when present.
 set -uo pipefail
 OUT=${OUT:-runs/gpu}
 mkdir -p "$OUT"

@@ -32,13 +32,13 @@ from recap.config import AUTO_CAP, AUTO_FALLBACK_BUDGET, RecapConfig
 from recap.context_memory import ContextMemory
 from recap.cost import CostModel, auto_budget
 from recap.drafters.base import Observation, RequestInfo
-from recap.drafters.best_first import Level, grow, labelled_levels, select
+from recap.drafters.best_first import Growth, compile_kernels, grow, select
 from recap.drafters.prompt_lookup import NgramIndex
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
 from recap.fusion import EMPTY, SOURCES, Fused, Lookup, fuse_rows
 from recap.memory import PersistentMemory
-from recap.records import KEY_BITS, PredictionRecord, concentration, fit_topk, pack_keys, record_table
-from recap.recycling import recycling_keys
+from recap.records import KEY_BITS, PredictionRecord, concentration, fit_topk, record_table
+from recap.recycling import recycling_keys, write_recycled
 from recap.tree import ROOT, DraftTree, FusedCandidate
 
 logger = logging.getLogger(__name__)
@@ -83,6 +83,7 @@ class RecapDrafter:
         pending: int = 1,
         acceptance: AcceptanceModel | None = None,
     ) -> None:
+        compile_kernels()
         self.config = config or RecapConfig()
         if persistent is not None and persistent.k != self.config.k:
             raise ValueError(f"persistent memory has k={persistent.k}, config has k={self.config.k}")
@@ -101,16 +102,16 @@ class RecapDrafter:
         s1, s2, s3 = self.config.specificity
         self._weights = np.array([s3, s2, s1])  # specificity priors in `SOURCES` order
         self._flat: int | None = None  # `_flat_extent`, once known
-        # Seconds a pass spends drafting (propose + observe, smoothed): the budget rule counts it.
+        # CPU seconds a pass spends drafting (propose + observe, smoothed; this thread's CPU time, like
+        # the cost curve on a CPU, so other jobs on the machine do not inflate it): the budget counts it.
         self._overhead, self._propose_seconds = 0.0, 0.0
         self._empty = np.zeros((0, 2 * self.config.k + 2), dtype=np.float32)  # `_empty_rows`
         self._request = -1  # this request's number (`PersistentMemory.next_request`), stamped on writes
         # The last proposal: its tree and root tail, and what labelling needs in `observe`.
         self._proposed: DraftTree | None = None
         self._root_tail: Tail | None = None
-        self._levels: list[Level] = []
-        self._final: np.ndarray = np.zeros(0, dtype=np.int64)  # pool index -> node id (-1: not drafted)
-        self._parts: np.ndarray = np.zeros((0, 3))  # each node's contribution per memory (`explain`)
+        self._growth: Growth | None = None
+        self._kept = 0  # nodes of the grown tree kept in the proposal (a cost-aware budget may cut it)
 
     @property
     def acceptance(self) -> AcceptanceModel:
@@ -145,9 +146,9 @@ class RecapDrafter:
         self._forget_proposal()
 
     def propose(self, context: Sequence[int]) -> DraftTree:
-        start = time.perf_counter()
+        start = time.thread_time()
         tree = self._propose(context)
-        self._propose_seconds = time.perf_counter() - start
+        self._propose_seconds = time.thread_time() - start
         return tree
 
     def _propose(self, context: Sequence[int]) -> DraftTree:
@@ -172,17 +173,17 @@ class RecapDrafter:
         return self._fused(self._root_tail).candidates(limit) if self._root_tail is not None else []
 
     def observe(self, observation: Observation) -> None:
-        start = time.perf_counter()
+        start = time.thread_time()
         self._observe(observation)
         if observation.acceptance is not None:  # a decoding pass: fold its drafting time in
-            spent = self._propose_seconds + time.perf_counter() - start
+            spent = self._propose_seconds + time.thread_time() - start
             self._overhead += OVERHEAD_SMOOTHING * (spent - self._overhead)
 
     def _observe(self, observation: Observation) -> None:
         if observation.topk_ids is None or observation.topk_probs is None or self.persistent is None:
             return
         config, tree = self.config, observation.tree
-        if config.calibrate and tree is self._proposed and len(tree) and self._levels:
+        if config.calibrate and tree is self._proposed and len(tree) and self._growth is not None:
             self._learn(observation)
         ids, probs = fit_topk(observation.topk_ids, observation.topk_probs, config.k)
         accepted = observation.acceptance.nodes if observation.acceptance is not None else ()
@@ -196,18 +197,19 @@ class RecapDrafter:
         )
         # Each computed position's record row, built once for all memories (concentration, stamp).
         records = record_table(ids, probs, concentration(probs), np.full(len(ids), self._request))
-        if config.use_persistent:
-            usable = lengths >= 1
-            self.persistent.write_table(keys[usable, 2], records[rows[usable]])
-        if config.use_context:
-            usable = lengths >= 2
-            self.ctx2.write_table(pack_keys(keys[usable, 1:]), records[rows[usable]])
-            usable = lengths == 3
-            self.ctx3.write_table(pack_keys(keys[usable]), records[rows[usable]])
+        write_recycled(
+            rows,
+            keys,
+            lengths,
+            records,
+            self.persistent if config.use_persistent else None,
+            self.ctx2 if config.use_context else None,
+            self.ctx3 if config.use_context else None,
+        )
 
     def _forget_proposal(self) -> None:
-        self._proposed, self._root_tail, self._levels = None, None, []
-        self._final, self._parts = np.zeros(0, dtype=np.int64), np.zeros((0, 3))
+        self._proposed, self._root_tail, self._growth = None, None, None
+        self._kept = 0
 
     # --------------------------------------------------------------------------------------- lookup
     def _lookup(self, tails: np.ndarray) -> Lookup:
@@ -322,9 +324,20 @@ class RecapDrafter:
         if config.suffix and config.suffix_budget > 0:
             chain = self._index.continuation(context, min(config.depth, config.suffix_budget))
         root = np.array([-1 if t is None else t for t in tail], dtype=np.int64)
-        growth = grow(root, chain, cap, config, self._lookup, self._estimate)
-        self._levels = growth.levels
-        if growth.pool.size == 0:
+        growth = grow(
+            root,
+            chain,
+            cap,
+            config,
+            self._usable,
+            self.ctx3 if config.use_context else None,
+            self.ctx2 if config.use_context else None,
+            self.persistent if config.use_persistent else None,
+            self._request,
+            self.acceptance.linear() if config.calibrate else None,
+        )
+        self._growth = growth
+        if len(growth.tokens) == 0:
             return DraftTree()
         keep = None
         if self._cost_aware() and self._flat_extent() < cap + self.pending:
@@ -332,9 +345,9 @@ class RecapDrafter:
             def keep(scores: np.ndarray) -> int:
                 return auto_budget(self.cost_model, scores, self.pending, overhead=self._overhead)
 
-        selection = select(growth.pool, cap, keep)
-        self._final, self._parts = selection.final, selection.parts
-        return selection.tree
+        tree = select(growth, keep)
+        self._kept = len(tree)
+        return tree
 
     def explain(self, tree: DraftTree) -> None:
         """Fill the display-only fields of the last proposed ``tree``: the fused distribution at the
@@ -343,8 +356,8 @@ class RecapDrafter:
         Call it after `propose` and before `observe` (the studio does; a benchmark does not).
         """
         tree.root_candidates = self.root_candidates()
-        if tree is self._proposed and len(self._parts) == len(tree):
-            for node, column in enumerate(self._parts.tolist()):
+        if tree is self._proposed and self._growth is not None and self._kept == len(tree):
+            for node, column in enumerate(self._growth.parts[: len(tree)].tolist()):
                 tree.contributions[node] = {name: part for name, part in zip(SOURCES, column) if part > 0}
 
     def _cost_aware(self) -> bool:
@@ -381,20 +394,18 @@ class RecapDrafter:
         `Observation.commit_probs`): what its acceptance is worth under the sampling rule.
         Contexts whose node was left out of the tree were not verified: they teach nothing.
         """
-        levels = labelled_levels(self._levels)  # one row per candidate of every context expanded
-        nodes = levels.nodes
-        node_ids = np.where(nodes < 0, -1, self._final[np.maximum(nodes, 0)])
-        verified = (nodes < 0) | (node_ids >= 0)
-        rows = len(observation.positions) + node_ids[verified]
-        tokens, kinds, offered = levels.tokens[verified], levels.kinds[verified], levels.offered[verified]
+        growth = self._growth  # one label per candidate offered at every context expanded
+        verified = growth.label_nodes < self._kept  # the root (-1) and the nodes kept in the tree
+        rows = len(observation.positions) + growth.label_nodes[verified]
+        tokens, kinds = growth.label_tokens[verified], growth.label_kinds[verified]
         if observation.commit_probs is None:  # greedy: right when it is the target's argmax
-            self.acceptance.update(kinds[offered], kinds[offered & (tokens == observation.topk_ids[rows, 0])])
+            self.acceptance.update(kinds, kinds[tokens == observation.topk_ids[rows, 0]])
             return
         # Sampling: a candidate is accepted with the target's processed probability of it (soft
         # label; 0 outside the target's top-k).
         worth = ((tokens[:, None] == observation.topk_ids[rows]) * observation.commit_probs[rows]).sum(1)
-        right = offered & (worth > 0)
-        self.acceptance.update(kinds[offered], kinds[right], worth[right])
+        right = worth > 0
+        self.acceptance.update(kinds, kinds[right], worth[right])
 
 
 def _tail(context: Sequence[int]) -> Tail:
