@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from recap.drafters.best_first import compile_kernels
 from recap.studio.demo import build_demo
 from recap.studio.environment import concurrency, launch_kwargs
 
@@ -18,6 +19,7 @@ __all__ = ["build_demo", "launch_kwargs", "main"]
 def main() -> None:
     """Serve the studio (address, theme and CSS from `launch_kwargs`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    compile_kernels()  # RECAP's compiled search: compiled (or loaded from numba's cache) before any visitor
     build_demo().queue(default_concurrency_limit=concurrency()).launch(**launch_kwargs())
 
 
