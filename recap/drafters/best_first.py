@@ -88,37 +88,13 @@ def grow(
         # Locks in one order everywhere (persistent, ctx2, ctx3: `recap.recycling.write_recycled`).
         for memory in {id(m): m for m in (ctx2, ctx3) if m is not None}.values():
             frozen.enter_context(memory.frozen())
-        c3_on, c3_keys, c3_rows, c3_table = _context_arrays(ctx3)
-        c2_on, c2_keys, c2_rows, c2_table = _context_arrays(ctx2)
+        search = (int(cap), int(k), int(config.branching), float(config.score_floor), int(config.depth))
+        suffix = (float(config.suffix_prior),)
+        weights = (bool(config.uniform_weights), float(config.kappa_min), np.array([s3, s2, s1], dtype=float))
+        estimates = (int(request), linear is not None, offset, slope, _EDGES, BUCKETS)
         found = grow_tree(
-            np.ascontiguousarray(tail, dtype=np.int64),
-            np.asarray(chain, dtype=np.int64),
-            int(cap),
-            int(k),
-            int(config.branching),
-            float(config.score_floor),
-            int(config.depth),
-            float(config.suffix_prior),
-            usable,
-            c3_on,
-            c3_keys,
-            c3_rows,
-            c3_table,
-            c2_on,
-            c2_keys,
-            c2_rows,
-            c2_table,
-            p_on,
-            p_table,
-            bool(config.uniform_weights),
-            float(config.kappa_min),
-            np.array([s3, s2, s1], dtype=np.float64),
-            int(request),
-            linear is not None,
-            offset,
-            slope,
-            _EDGES,
-            BUCKETS,
+            np.ascontiguousarray(tail, dtype=np.int64), np.asarray(chain, dtype=np.int64), *search, *suffix,
+            usable, *_context_arrays(ctx3), *_context_arrays(ctx2), p_on, p_table, *weights, *estimates,
         )
     return Growth(*found)
 
