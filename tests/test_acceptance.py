@@ -12,6 +12,7 @@ import pytest
 from conftest import images_for, tiny
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference_fusion import candidates
 from test_drafters import IMAGE, PATTERN, VOCAB, Target, cycle_rule, seeded, simulate, start, step
 
 from recap.acceptance import BUCKETS, CODES, AcceptanceModel, bucket, coarse_kind, fine_kind, source_code
@@ -22,7 +23,7 @@ from recap.decode import generate
 from recap.drafters import make_drafter
 from recap.drafters.base import RequestInfo
 from recap.drafters.recap import RecapDrafter
-from recap.fusion import candidates, fuse, fuse_rows
+from recap.fusion import fuse, fuse_rows
 from recap.memory import PersistentMemory
 from recap.records import PredictionRecord, pack_keys
 from recap.runtime import Runtime
@@ -169,7 +170,7 @@ def reference_best_first(drafter: RecapDrafter, context, cap):
 
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**16), cap=st.integers(1, 40))
-def test_depth_at_a_time_growth_picks_what_best_first_search_pops(seed, cap):
+def test_compiled_growth_picks_what_best_first_search_over_the_numpy_reference_pops(seed, cap):
     rng = np.random.default_rng(seed)
     drafter = make_drafter("recap", config=RecapConfig(budget=cap, suffix=False, k=4, branching=3, depth=4))
     context = start(drafter, [1, 2, 3], Target(lambda c: int(rng.integers(0, 12)), k=4))
