@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import numba
 import numpy as np
 
 
@@ -116,3 +117,54 @@ def record_table(ids: np.ndarray, probs: np.ndarray, concentrations: Any, stamps
         axis=1,
         dtype=np.float32,
     )
+
+
+def record_rows(ids: np.ndarray, probs: np.ndarray, k: int, stamp: int) -> np.ndarray:
+    """`record_table` of ``fit_topk(ids, probs, k)`` with their `concentration` and ``stamp``, in one
+    compiled pass (what a drafter writing every computed position builds each pass). Equal to the
+    numpy composition: the float64 concentration can differ from numpy's in its last bit (summation
+    order), which the float32 row rounds away."""
+    ids = np.asarray(ids).reshape(len(ids), -1)
+    probs = np.asarray(probs).reshape(len(probs), -1)
+    if ids.shape != probs.shape:
+        raise ValueError(f"top-k ids {ids.shape} and probs {probs.shape} differ in shape")
+    if ids.shape[1] == 0:
+        raise ValueError("top-k rows are empty")
+    return _record_rows(
+        np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(probs, dtype=np.float32), k, stamp
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _record_rows(ids, probs, k, stamp):
+    count, width = ids.shape
+    rows = np.zeros((count, 2 * k + 2), dtype=np.float32)
+    order = np.empty(width, dtype=np.int64)
+    log_k = np.log(k) if k > 1 else 1.0
+    for r in range(count):
+        for j in range(width):
+            order[j] = j
+        for i in range(1, width):  # a stable insertion sort, most probable first (rows come sorted)
+            j = i
+            while j > 0 and probs[r, order[j]] > probs[r, order[j - 1]]:
+                order[j], order[j - 1] = order[j - 1], order[j]
+                j -= 1
+        total = 0.0
+        for j in range(k):
+            if j < width:
+                rows[r, j] = np.float32(np.int32(ids[r, order[j]]))
+                rows[r, k + j] = probs[r, order[j]]
+            else:  # padding (`fit_topk`): the row's last id again, probability 0
+                rows[r, j] = np.float32(np.int32(ids[r, width - 1]))
+            total += np.float64(rows[r, k + j])
+        if k <= 1:
+            concentration_ = 1.0
+        else:
+            entropy = 0.0
+            for j in range(k):
+                p = np.float64(rows[r, k + j]) / total if total > 0 else 1.0 / k
+                entropy -= p * np.log(max(p, 1e-30))
+            concentration_ = min(max(1.0 - entropy / log_k, 0.0), 1.0)
+        rows[r, 2 * k] = np.float32(concentration_)
+        rows[r, 2 * k + 1] = np.float32(stamp)
+    return rows

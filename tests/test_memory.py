@@ -16,7 +16,15 @@ import pytest
 
 from recap.context_memory import ContextMemory
 from recap.memory import ORPHAN_AGE_S, PersistentMemory, remove_orphans
-from recap.records import PredictionRecord, concentration, fit_topk, last_occurrence, last_rows
+from recap.records import (
+    PredictionRecord,
+    concentration,
+    fit_topk,
+    last_occurrence,
+    last_rows,
+    record_rows,
+    record_table,
+)
 from recap.recycling import recycling_keys
 
 NONE = np.zeros(0, dtype=np.int64)
@@ -248,3 +256,30 @@ def test_recycling_keys(context, positions, parents, tokens, accepted, excluded,
         context, np.array(positions), parents, tokens, accepted, np.array(excluded, dtype=np.int64)
     )
     assert (got_rows.tolist(), got_keys.tolist(), got_lengths.tolist()) == (rows, keys, lengths)
+
+
+@pytest.mark.parametrize(
+    ("ids", "probs", "k"),
+    [
+        ([[5, 6, 7]], [[0.5, 0.3, 0.2]], 3),  # sorted, as the target gives them
+        ([[5, 6, 7]], [[0.2, 0.5, 0.3]], 3),  # unsorted: most probable first, ties stable
+        ([[5, 6, 7]], [[0.4, 0.2, 0.4]], 3),
+        ([[5, 6]], [[0.7, 0.3]], 4),  # narrower than k: padded with the last id, probability 0
+        ([[5, 6, 7, 8]], [[0.4, 0.3, 0.2, 0.1]], 2),  # wider: cut
+        ([[5, 6]], [[0.0, 0.0]], 2),  # all zero: counts as uniform (concentration 0)
+        ([[9]], [[1.0]], 1),
+    ],
+)
+def test_record_rows_equal_the_numpy_composition(ids, probs, k):
+    fitted_ids, fitted_probs = fit_topk(np.array(ids), np.array(probs, dtype=np.float32), k)
+    expected = record_table(fitted_ids, fitted_probs, concentration(fitted_probs), np.full(len(ids), 7))
+    assert np.array_equal(record_rows(np.array(ids), np.array(probs, dtype=np.float32), k, 7), expected)
+
+
+def test_record_rows_equal_the_numpy_composition_on_many_random_rows():
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.full(8, 0.3), size=5000).astype(np.float32)
+    ids = rng.integers(0, 50_000, (5000, 8))
+    fitted_ids, fitted_probs = fit_topk(ids, probs, 8)
+    expected = record_table(fitted_ids, fitted_probs, concentration(fitted_probs), np.full(5000, 3))
+    assert np.array_equal(record_rows(ids, probs, 8, 3), expected)

@@ -37,7 +37,7 @@ from recap.drafters.prompt_lookup import NgramIndex
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
 from recap.fusion import EMPTY, SOURCES, Fused, Lookup, fuse_rows
 from recap.memory import PersistentMemory
-from recap.records import KEY_BITS, PredictionRecord, concentration, fit_topk, record_table
+from recap.records import KEY_BITS, PredictionRecord, record_rows, record_table
 from recap.recycling import recycling_keys, write_recycled
 from recap.tree import ROOT, DraftTree, FusedCandidate
 
@@ -185,7 +185,6 @@ class RecapDrafter:
         config, tree = self.config, observation.tree
         if config.calibrate and tree is self._proposed and len(tree) and self._growth is not None:
             self._learn(observation)
-        ids, probs = fit_topk(observation.topk_ids, observation.topk_probs, config.k)
         accepted = observation.acceptance.nodes if observation.acceptance is not None else ()
         rows, keys, lengths = recycling_keys(
             observation.context,
@@ -196,7 +195,7 @@ class RecapDrafter:
             self._excluded_array,
         )
         # Each computed position's record row, built once for all memories (concentration, stamp).
-        records = record_table(ids, probs, concentration(probs), np.full(len(ids), self._request))
+        records = record_rows(observation.topk_ids, observation.topk_probs, config.k, self._request)
         write_recycled(
             rows,
             keys,
