@@ -3,6 +3,7 @@ and a few real training steps that save a folder plain transformers loads."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from recap import scenes, scenes2
 from tools import embedded_data as ed
 from tools import embedded_eval as ee
 from tools import train_embedded as te
+from tools.embedded_phrasings import EXTRA_TRAINING_QUESTIONS
 
 NUM_IMAGE_TOKENS = ed.WORLDS["v1"].num_image_tokens
 MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-scenes-llava"
@@ -199,8 +201,9 @@ def v2_tokenizer():
 
 def test_batches_built_by_workers_equal_batches_built_in_process(v2_tokenizer):
     builder = ed.SequenceBuilder(v2_tokenizer, V2.num_image_tokens)
+    world = V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.5)  # the workers get the extras too
     streams = [
-        ed.BatchStream(np.random.default_rng(5), V2, builder, 4, "mentions", workers=w) for w in (0, 2)
+        ed.BatchStream(np.random.default_rng(5), world, builder, 4, "mentions", workers=w) for w in (0, 2)
     ]
     try:
         for _ in range(3):
@@ -266,6 +269,9 @@ def test_a_clock_limit_stops_the_run_annealed():
         ({"attn_scope": "all"}, "attn_scope"),
         ({"layers": 2}, "binding layers"),
         ({"hidden": 30}, "divisible"),
+        ({"world": "v2", "extra_relation_share": 1.5}, "in \\[0, 1\\]"),
+        ({"world": "v1", "extra_relation_share": 0.5}, "world v2 only"),
+        ({"init": "/nonexistent/model"}, "folder with a saved model"),
     ],
 )
 def test_bad_training_configs_are_refused(fields, message):
@@ -303,3 +309,98 @@ def test_summary_page_reports_runs_and_missing_ones(tmp_path):
     assert "every type >= 0.9 (held-out phrasings): NO" in page and "size <= 20.0 MB: yes" in page
     assert "Describe it fully." in page
     assert "## b" in page and "training did not finish" in page and "no evaluation" in page
+
+
+# ------------------------------------------------------------------- extra relation phrasings, fine-tuning
+def _words(template: str) -> list[str]:
+    return re.findall(r"\{kind\}|\{other\}|[a-z']+", template.lower())
+
+
+def _trigrams(template: str) -> set[tuple[str, ...]]:
+    w = _words(template)
+    return {tuple(w[i : i + 3]) for i in range(len(w) - 2)}
+
+
+def test_extra_relation_phrasings_borrow_nothing_from_the_heldout_ones():
+    """The generated phrasings keep the held-out test honest: none equals, contains or is contained in a
+    held-out phrasing (of any type), none uses a word that only held-out phrasings use, and any word
+    triple they share with a held-out phrasing was in the original training phrasings already."""
+    extra = EXTRA_TRAINING_QUESTIONS["relation"]
+    assert (
+        set(EXTRA_TRAINING_QUESTIONS) == {"relation"} and len(extra) >= 30 and len(set(extra)) == len(extra)
+    )
+    assert all(t.count("{kind}") == 1 and t.count("{other}") == 1 for t in extra)
+    assert any(t.index("{other}") < t.index("{kind}") for t in extra)  # some name the subject last
+    train = [t for ts in scenes2.TRAINING_QUESTIONS.values() for t in ts]
+    held = [t for ts in scenes2.REPHRASED_QUESTIONS.values() for t in ts]
+    held_only_words = {w for t in held for w in _words(t)} - {w for t in train for w in _words(t)}
+    train_trigrams = set().union(*map(_trigrams, train))
+    held_trigrams = set().union(*map(_trigrams, held))
+    for t in extra:
+        low = t.lower()
+        assert not any(low == h.lower() or low in h.lower() or h.lower() in low for h in held), t
+        assert not set(_words(t)) & held_only_words, t
+        assert _trigrams(t) & held_trigrams <= train_trigrams, t
+    assert not set(extra) & set(train)
+
+
+@pytest.mark.parametrize(
+    ("template", "question"),
+    [
+        # subject first / subject last: the answer is about {kind} either way
+        ("Where is the {kind} versus the {other}?", "Where is the {a} versus the {b}?"),
+        ("Seen from the {other}, where is the {kind}?", "Seen from the {b}, where is the {a}?"),
+    ],
+)
+def test_extra_phrasings_ask_about_the_subject_whatever_the_order(template, question):
+    scene = scenes2.scene_from_seed(1)
+    assert scene.count == 3
+    world = V2.with_extra_questions({"relation": (template,)}, 1.0)
+    for seed in range(5):
+        asked, answer, spans = world.question(scene, "relation", np.random.default_rng(seed), "mentions")
+        subject = answer.split()[1]  # "The <kind> is ..."
+        other = next(k for k in scenes2.question_targets(asked) if k != subject)
+        assert asked == question.format(a=subject, b=other)
+        assert (answer, spans) == scenes2.answer_with_spans(scene, "relation", (subject, other))
+
+
+def test_without_extras_a_world_keeps_its_questions(v2_tokenizer):
+    builder = ed.SequenceBuilder(v2_tokenizer, V2.num_image_tokens)
+    seeds = ed.draw_seeds(np.random.default_rng(8), 6)
+    plain = ed.batch_from_seeds(seeds, V2, builder, "mentions")
+    none_asked = ed.batch_from_seeds(seeds, V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.0), builder)
+    assert np.array_equal(plain["input_ids"], none_asked["input_ids"])
+    always = V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 1.0)
+    originals = set(scenes2.TRAINING_QUESTIONS["relation"])
+    scene = scenes2.scene_from_seed(1)
+    for seed in range(20):
+        asked, _, _ = always.question(scene, "relation", np.random.default_rng(seed), "mentions")
+        assert not any(_matches_template(t, asked) for t in originals)
+    with pytest.raises(ValueError, match="only v2"):
+        ed.WORLDS["v1"].with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.5)
+
+
+def _matches_template(template: str, question: str) -> bool:
+    pattern = re.escape(template).replace(r"\{kind\}", r"\w+").replace(r"\{other\}", r"\w+")
+    return re.fullmatch(pattern, question) is not None
+
+
+def test_fine_tuning_with_frozen_vision_changes_only_the_language_side(tmp_path):
+    from safetensors.torch import load_file
+
+    tiny = {"world": "v2", "hidden": 64, "mlp": 128, "vision_hidden": 32, "warmup": 1, "batch": 3}
+    te.train(tmp_path / "base", te.TrainConfig(steps=1, **tiny))
+    cfg = te.TrainConfig(
+        steps=2, init=str(tmp_path / "base"), freeze_vision=True, extra_relation_share=1.0, lr=1e-2, **tiny
+    )
+    summary = te.train(tmp_path / "tuned", cfg)
+    assert summary["losses"]["aux"] == 0.0  # no per-patch loss on a frozen vision side
+    before, after = (load_file(tmp_path / name / "model.safetensors") for name in ("base", "tuned"))
+    assert before.keys() == after.keys()
+    frozen = [k for k in before if "vision_tower" in k or "multi_modal_projector" in k]
+    assert frozen and all(torch.equal(before[k], after[k]) for k in frozen)
+    assert not all(torch.equal(before[k], after[k]) for k in before if k not in frozen)
+    for name in ("tokenizer.json", "chat_template.jinja"):
+        assert (tmp_path / "tuned" / name).read_text() == (tmp_path / "base" / name).read_text()
+    with pytest.raises(ValueError, match="not v1"):
+        te.train(tmp_path / "wrong", te.TrainConfig(steps=1, init=str(tmp_path / "base")))
