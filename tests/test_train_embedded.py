@@ -3,6 +3,7 @@ and a few real training steps that save a folder plain transformers loads."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -269,8 +270,8 @@ def test_a_clock_limit_stops_the_run_annealed():
         ({"attn_scope": "all"}, "attn_scope"),
         ({"layers": 2}, "binding layers"),
         ({"hidden": 30}, "divisible"),
-        ({"world": "v2", "extra_relation_share": 1.5}, "in \\[0, 1\\]"),
-        ({"world": "v1", "extra_relation_share": 0.5}, "world v2 only"),
+        ({"world": "v2", "extra_phrasing_share": 1.5}, "in \\[0, 1\\]"),
+        ({"world": "v1", "extra_phrasing_share": 0.5}, "world v2 only"),
         ({"init": "/nonexistent/model"}, "folder with a saved model"),
     ],
 )
@@ -321,27 +322,42 @@ def _trigrams(template: str) -> set[tuple[str, ...]]:
     return {tuple(w[i : i + 3]) for i in range(len(w) - 2)}
 
 
-def test_extra_relation_phrasings_borrow_nothing_from_the_heldout_ones():
+def test_extra_phrasings_borrow_nothing_from_the_heldout_ones():
     """The generated phrasings keep the held-out test honest: none equals, contains or is contained in a
     held-out phrasing (of any type), none uses a word that only held-out phrasings use, and any word
     triple they share with a held-out phrasing was in the original training phrasings already."""
-    extra = EXTRA_TRAINING_QUESTIONS["relation"]
-    assert (
-        set(EXTRA_TRAINING_QUESTIONS) == {"relation"} and len(extra) >= 30 and len(set(extra)) == len(extra)
-    )
-    assert all(t.count("{kind}") == 1 and t.count("{other}") == 1 for t in extra)
-    assert any(t.index("{other}") < t.index("{kind}") for t in extra)  # some name the subject last
+    assert set(EXTRA_TRAINING_QUESTIONS) == {"relation", "position"}
     train = [t for ts in scenes2.TRAINING_QUESTIONS.values() for t in ts]
     held = [t for ts in scenes2.REPHRASED_QUESTIONS.values() for t in ts]
     held_only_words = {w for t in held for w in _words(t)} - {w for t in train for w in _words(t)}
     train_trigrams = set().union(*map(_trigrams, train))
     held_trigrams = set().union(*map(_trigrams, held))
-    for t in extra:
-        low = t.lower()
-        assert not any(low == h.lower() or low in h.lower() or h.lower() in low for h in held), t
-        assert not set(_words(t)) & held_only_words, t
-        assert _trigrams(t) & held_trigrams <= train_trigrams, t
-    assert not set(extra) & set(train)
+    for qtype, extra in EXTRA_TRAINING_QUESTIONS.items():
+        assert len(extra) >= 15 and len(set(extra)) == len(extra) and not set(extra) & set(train)
+        others = 1 if qtype == "relation" else 0
+        assert all(t.count("{kind}") == 1 and t.count("{other}") == others for t in extra)
+        for t in extra:
+            low = t.lower()
+            assert not any(low == h.lower() or low in h.lower() or h.lower() in low for h in held), t
+            assert not set(_words(t)) & held_only_words, t
+            assert _trigrams(t) & held_trigrams <= train_trigrams, t
+    relation = EXTRA_TRAINING_QUESTIONS["relation"]
+    assert len(relation) >= 100 and any(t.index("{other}") < t.index("{kind}") for t in relation)
+
+
+def test_position_phrasings_are_the_relation_frames_without_the_reference():
+    from tools import embedded_phrasings as ep
+
+    relation, position = EXTRA_TRAINING_QUESTIONS["relation"], EXTRA_TRAINING_QUESTIONS["position"]
+    assert "Where does the {kind} lie?" in position
+    assert "Where does the {kind} lie versus the {other}?" in relation
+    for frame in ep.SUBJECT_FIRST_FRAMES:
+        alone, related = (
+            frame.format(kind="{kind}", ref=""),
+            frame.format(kind="{kind}", ref=" versus the {other}"),
+        )
+        assert alone in position or alone in scenes2.TRAINING_QUESTIONS["position"]
+        assert related in relation
 
 
 @pytest.mark.parametrize(
@@ -371,11 +387,13 @@ def test_without_extras_a_world_keeps_its_questions(v2_tokenizer):
     none_asked = ed.batch_from_seeds(seeds, V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.0), builder)
     assert np.array_equal(plain["input_ids"], none_asked["input_ids"])
     always = V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 1.0)
-    originals = set(scenes2.TRAINING_QUESTIONS["relation"])
     scene = scenes2.scene_from_seed(1)
-    for seed in range(20):
-        asked, _, _ = always.question(scene, "relation", np.random.default_rng(seed), "mentions")
-        assert not any(_matches_template(t, asked) for t in originals)
+    for qtype, seed in itertools.product(("relation", "position"), range(10)):
+        asked, _, _ = always.question(scene, qtype, np.random.default_rng(seed), "mentions")
+        assert not any(_matches_template(t, asked) for t in scenes2.TRAINING_QUESTIONS[qtype])
+        assert any(_matches_template(t, asked) for t in EXTRA_TRAINING_QUESTIONS[qtype])
+    asked, _, _ = always.question(scene, "colour", np.random.default_rng(0), "mentions")
+    assert any(_matches_template(t, asked) for t in scenes2.TRAINING_QUESTIONS["colour"])
     with pytest.raises(ValueError, match="only v2"):
         ed.WORLDS["v1"].with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.5)
 
@@ -391,7 +409,7 @@ def test_fine_tuning_with_frozen_vision_changes_only_the_language_side(tmp_path)
     tiny = {"world": "v2", "hidden": 64, "mlp": 128, "vision_hidden": 32, "warmup": 1, "batch": 3}
     te.train(tmp_path / "base", te.TrainConfig(steps=1, **tiny))
     cfg = te.TrainConfig(
-        steps=2, init=str(tmp_path / "base"), freeze_vision=True, extra_relation_share=1.0, lr=1e-2, **tiny
+        steps=2, init=str(tmp_path / "base"), freeze_vision=True, extra_phrasing_share=1.0, lr=1e-2, **tiny
     )
     summary = te.train(tmp_path / "tuned", cfg)
     assert summary["losses"]["aux"] == 0.0  # no per-patch loss on a frozen vision side

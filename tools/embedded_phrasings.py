@@ -1,16 +1,20 @@
-"""Extra training phrasings of the v2 relation question, generated from parts (training data only).
+"""Extra training phrasings of the v2 relation and position questions, generated from parts (training
+data only).
 
 The embedded model v2 learned relation questions from the eight phrasings of
 `recap.scene2_questions.TRAINING_QUESTIONS` and generalised poorly to phrasings it never saw. This module
 composes many more from the question's meaning, "where is X relative to Y": question frames that name
 the subject (``{kind}``) first or last, crossed with words that mark the reference shape (``{other}``).
-The answer is always about ``{kind}``, whichever order the question names the two shapes in.
+The answer is always about ``{kind}``, whichever order the question names the two shapes in. The same
+frames without the reference shape are position questions: trained with relation phrasings alone, the
+model took any unfamiliar "where" question for a relation question (held-out position fell from 1.00 to
+0.11 in run v2b-ft1 of the model card).
 
 These phrasings were written without the held-out phrasings (`REPHRASED_QUESTIONS`) as a source;
 tests/test_train_embedded.py checks that none of them equals, contains or is contained in a held-out
 phrasing, that they use no word only the held-out phrasings use, and that every three-word sequence they
 share with a held-out phrasing is one the original training phrasings already had. Only training data
-generation (`tools.embedded_data`, ``--extra-relation-share``) uses them; the bench's datasets and
+generation (`tools.embedded_data`, ``--extra-phrasing-share``) uses them; the bench's datasets and
 held-out sets never do.
 """
 
@@ -36,22 +40,33 @@ REFERENCE_CUES = (
     "in respect to",
 )
 
-#: Subject-first frames: ``{cue}`` is one of `REFERENCE_CUES`.
+#: Frames that name the subject first. ``{ref}`` is the reference clause: " <cue> the {other}" in a
+#: relation question, nothing in a position question. The same frames ask both questions, so only the
+#: second shape and its cue tell a relation question from a position question, never the wording.
 SUBJECT_FIRST_FRAMES = (
-    "Where is the {kind} {cue} the {other}?",
-    "Where does the {kind} lie {cue} the {other}?",
-    "Where does the {kind} stand {cue} the {other}?",
-    "Where is the {kind} drawn {cue} the {other}?",
-    "Where is the {kind} placed {cue} the {other}?",
-    "How is the {kind} arranged {cue} the {other}?",
-    "What is the location of the {kind} {cue} the {other}?",
-    "State the location of the {kind} {cue} the {other}.",
-    "Describe the placement of the {kind} {cue} the {other}.",
-    "Give the placement of the {kind} {cue} the {other}.",
-    "Explain the location of the {kind} {cue} the {other}.",
-    "Where do we find the {kind} {cue} the {other}?",
-    "How is the {kind} laid out {cue} the {other}, and how big is it?",
-    "Report the {kind}'s place and size {cue} the {other}.",
+    "Where is the {kind}{ref}?",
+    "Where does the {kind} lie{ref}?",
+    "Where does the {kind} stand{ref}?",
+    "Where is the {kind} drawn{ref}?",
+    "Where is the {kind} placed{ref}?",
+    "How is the {kind} arranged{ref}?",
+    "What is the location of the {kind}{ref}?",
+    "State the location of the {kind}{ref}.",
+    "Describe the placement of the {kind}{ref}.",
+    "Give the placement of the {kind}{ref}.",
+    "Explain the location of the {kind}{ref}.",
+    "Where do we find the {kind}{ref}?",
+    "How is the {kind} laid out{ref}, and how big is it?",
+    "Report the {kind}'s place and size{ref}.",
+)
+
+#: Position questions only (one shape).
+POSITION_QUESTIONS = (
+    "Which cell of the grid holds the {kind}?",
+    "In which area does the {kind} appear?",
+    "Where on the canvas is the {kind} drawn?",
+    "Give the grid cell of the {kind}.",
+    "Is the {kind} near the top, the middle or the bottom, and on which side?",
 )
 
 #: Subject-last frames: the reference shape is named first, the answer is still about ``{kind}``.
@@ -81,14 +96,27 @@ def relation_phrasings() -> tuple[str, ...]:
     """Every generated relation phrasing (templates with ``{kind}`` = subject, ``{other}`` = reference),
     without repeats and without the `TRAINING_QUESTIONS` phrasings it recomposes, in a fixed order."""
     composed = [
-        frame.format(kind="{kind}", other="{other}", cue=cue)
+        frame.format(kind="{kind}", ref=f" {cue} the {{other}}")
         for frame, cue in product(SUBJECT_FIRST_FRAMES, REFERENCE_CUES)
     ]
-    original = set(TRAINING_QUESTIONS["relation"])
-    return tuple(
-        t for t in dict.fromkeys([*composed, *SUBJECT_LAST_FRAMES, *WHOLE_QUESTIONS]) if t not in original
+    return _new("relation", [*composed, *SUBJECT_LAST_FRAMES, *WHOLE_QUESTIONS])
+
+
+def position_phrasings() -> tuple[str, ...]:
+    """Every generated position phrasing: `SUBJECT_FIRST_FRAMES` without a reference clause, and
+    `POSITION_QUESTIONS`."""
+    return _new(
+        "position", [*(f.format(kind="{kind}", ref="") for f in SUBJECT_FIRST_FRAMES), *POSITION_QUESTIONS]
     )
 
 
-#: Extra training phrasings per question type (only relation has any).
-EXTRA_TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {"relation": relation_phrasings()}
+def _new(qtype: str, templates: list[str]) -> tuple[str, ...]:
+    original = set(TRAINING_QUESTIONS[qtype])
+    return tuple(t for t in dict.fromkeys(templates) if t not in original)
+
+
+#: Extra training phrasings per question type.
+EXTRA_TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {
+    "relation": relation_phrasings(),
+    "position": position_phrasings(),
+}

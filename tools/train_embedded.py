@@ -85,8 +85,9 @@ class TrainConfig:
     # Fine-tuning: start from the model saved in this folder (its sizes and tokenizer; the size fields
     # above are then ignored) instead of a random initialisation. The per-patch head starts afresh.
     init: str = ""
-    # Share of relation questions asked with a generated phrasing (tools.embedded_phrasings), v2 only.
-    extra_relation_share: float = 0.0
+    # Share of relation and position questions asked with a generated phrasing (tools.embedded_phrasings),
+    # v2 only.
+    extra_phrasing_share: float = 0.0
     # Keep the vision tower and projector as they are (train the language model only); the per-patch
     # loss, which only trains the vision side, is then skipped.
     freeze_vision: bool = False
@@ -100,10 +101,10 @@ class TrainConfig:
             raise ValueError("need steps >= 1, batch >= 1 and widths divisible by 4 heads")
         if max(self.attn_layers) >= self.layers:
             raise ValueError(f"binding layers {self.attn_layers} need more than {self.layers} layers")
-        if not 0.0 <= self.extra_relation_share <= 1.0:
-            raise ValueError(f"extra_relation_share must be in [0, 1], not {self.extra_relation_share}")
-        if self.extra_relation_share > 0 and self.world != "v2":
-            raise ValueError("extra relation phrasings exist for world v2 only")
+        if not 0.0 <= self.extra_phrasing_share <= 1.0:
+            raise ValueError(f"extra_phrasing_share must be in [0, 1], not {self.extra_phrasing_share}")
+        if self.extra_phrasing_share > 0 and self.world != "v2":
+            raise ValueError("extra phrasings exist for world v2 only")
         if self.init and not (Path(self.init) / "config.json").is_file():
             raise ValueError(f"init must be a folder with a saved model (config.json): {self.init!r}")
 
@@ -262,8 +263,8 @@ def train(out_dir: Path, cfg: TrainConfig) -> dict:
     t0 = time.perf_counter()
     torch.set_num_threads(cfg.threads)
     world = WORLDS[cfg.world]
-    if cfg.extra_relation_share > 0:
-        world = world.with_extra_questions(EXTRA_TRAINING_QUESTIONS, cfg.extra_relation_share)
+    if cfg.extra_phrasing_share > 0:
+        world = world.with_extra_questions(EXTRA_TRAINING_QUESTIONS, cfg.extra_phrasing_share)
     processor, model = initial_model(cfg, world)
     builder = SequenceBuilder(processor.tokenizer, world.num_image_tokens)
     # Batch workers fork before CUDA is initialised in this process.
@@ -380,10 +381,10 @@ def _parser() -> argparse.ArgumentParser:
         "--init", default=d.init, help="fine-tune the model saved in this folder (its sizes and tokenizer)"
     )
     parser.add_argument(
-        "--extra-relation-share",
+        "--extra-phrasing-share",
         type=float,
-        default=d.extra_relation_share,
-        help="share of relation questions asked with generated phrasings (tools/embedded_phrasings.py)",
+        default=d.extra_phrasing_share,
+        help="share of relation and position questions asked with phrasings of tools/embedded_phrasings.py",
     )
     parser.add_argument(
         "--freeze-vision",
