@@ -326,16 +326,18 @@ def test_extra_phrasings_borrow_nothing_from_the_heldout_ones():
     """The generated phrasings keep the held-out test honest: none equals, contains or is contained in a
     held-out phrasing (of any type), none uses a word that only held-out phrasings use, and any word
     triple they share with a held-out phrasing was in the original training phrasings already."""
-    assert set(EXTRA_TRAINING_QUESTIONS) == {"relation", "position"}
+    assert set(EXTRA_TRAINING_QUESTIONS) == set(scenes2.QUESTION_TYPES)
     train = [t for ts in scenes2.TRAINING_QUESTIONS.values() for t in ts]
     held = [t for ts in scenes2.REPHRASED_QUESTIONS.values() for t in ts]
     held_only_words = {w for t in held for w in _words(t)} - {w for t in train for w in _words(t)}
     train_trigrams = set().union(*map(_trigrams, train))
     held_trigrams = set().union(*map(_trigrams, held))
     for qtype, extra in EXTRA_TRAINING_QUESTIONS.items():
-        assert len(extra) >= 15 and len(set(extra)) == len(extra) and not set(extra) & set(train)
-        others = 1 if qtype == "relation" else 0
-        assert all(t.count("{kind}") == 1 and t.count("{other}") == others for t in extra)
+        assert len(extra) >= 8 and len(set(extra)) == len(extra) and not set(extra) & set(train)
+        needs = {"colour": 1, "position": 1, "relation": 2}.get(qtype, 0)
+        assert all(
+            t.count("{kind}") == min(needs, 1) and t.count("{other}") == max(needs - 1, 0) for t in extra
+        )
         for t in extra:
             low = t.lower()
             assert not any(low == h.lower() or low in h.lower() or h.lower() in low for h in held), t
@@ -388,11 +390,14 @@ def test_without_extras_a_world_keeps_its_questions(v2_tokenizer):
     assert np.array_equal(plain["input_ids"], none_asked["input_ids"])
     always = V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 1.0)
     scene = scenes2.scene_from_seed(1)
-    for qtype, seed in itertools.product(("relation", "position"), range(10)):
+    for qtype, seed in itertools.product(("relation", "position", "count", "detail"), range(5)):
         asked, _, _ = always.question(scene, qtype, np.random.default_rng(seed), "mentions")
         assert not any(_matches_template(t, asked) for t in scenes2.TRAINING_QUESTIONS[qtype])
         assert any(_matches_template(t, asked) for t in EXTRA_TRAINING_QUESTIONS[qtype])
     asked, _, _ = always.question(scene, "colour", np.random.default_rng(0), "mentions")
+    assert any(_matches_template(t, asked) for t in EXTRA_TRAINING_QUESTIONS["colour"])
+    only_relation = V2.with_extra_questions({"relation": EXTRA_TRAINING_QUESTIONS["relation"]}, 1.0)
+    asked, _, _ = only_relation.question(scene, "colour", np.random.default_rng(0), "mentions")
     assert any(_matches_template(t, asked) for t in scenes2.TRAINING_QUESTIONS["colour"])
     with pytest.raises(ValueError, match="only v2"):
         ed.WORLDS["v1"].with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.5)

@@ -1,17 +1,19 @@
-"""Extra training phrasings of the v2 relation and position questions, generated from parts (training
-data only).
+"""Extra training phrasings of the v2 questions, generated from parts (training data only).
 
 The embedded model v2 learned relation questions from the eight phrasings of
 `recap.scene2_questions.TRAINING_QUESTIONS` and generalised poorly to phrasings it never saw. This module
 composes many more from the question's meaning, "where is X relative to Y": question frames that name
 the subject (``{kind}``) first or last, crossed with words that mark the reference shape (``{other}``).
 The answer is always about ``{kind}``, whichever order the question names the two shapes in. The same
-frames without the reference shape are position questions: trained with relation phrasings alone, the
-model took any unfamiliar "where" question for a relation question (held-out position fell from 1.00 to
-0.11 in run v2b-ft1 of the model card).
+frames without the reference shape are position questions, and the other four types get a few new
+phrasings each: fine-tuned with new relation phrasings alone, the model took any unfamiliar "where"
+question for a relation question (held-out position fell from 1.00 to 0.11), and with new relation and
+position phrasings alone, unfamiliar count and detail questions got relation answers (see the model
+card's runs).
 
-These phrasings were written without the held-out phrasings (`REPHRASED_QUESTIONS`) as a source;
-tests/test_train_embedded.py checks that none of them equals, contains or is contained in a held-out
+These phrasings were written from the questions' meaning, not from the held-out phrasings
+(`REPHRASED_QUESTIONS`), and reworded where this check flagged an overlap: tests/test_train_embedded.py
+checks that none of them equals, contains or is contained in a held-out
 phrasing, that they use no word only the held-out phrasings use, and that every three-word sequence they
 share with a held-out phrasing is one the original training phrasings already had. Only training data
 generation (`tools.embedded_data`, ``--extra-phrasing-share``) uses them; the bench's datasets and
@@ -115,8 +117,56 @@ def _new(qtype: str, templates: list[str]) -> tuple[str, ...]:
     return tuple(t for t in dict.fromkeys(templates) if t not in original)
 
 
+#: Phrasings of the other four types, so that no type is the only one asked in unfamiliar words (with
+#: relation and position phrasings alone, held-out count and detail questions got relation answers).
+OTHER_QUESTIONS: dict[str, tuple[str, ...]] = {
+    "describe": (
+        "Give a brief description of the image.",
+        "Sum up the picture.",
+        "What does this scene contain?",
+        "Describe the picture briefly.",
+        "Give an overview of the image.",
+        "List the shapes you see.",
+        "What is drawn on the canvas?",
+        "In a sentence, what does the picture show?",
+    ),
+    "colour": (
+        "Say the colour of the {kind}.",
+        "What colour was the {kind} painted?",
+        "In what colour is the {kind} drawn?",
+        "Give the colour of the {kind}.",
+        "State the {kind}'s colour.",
+        "What shade is the {kind}?",
+        "Report the color of the {kind}.",
+        "Which colour was used for the {kind}?",
+    ),
+    "count": (
+        "How many shapes can be seen?",
+        "What number of shapes is drawn?",
+        "Give the count of the shapes.",
+        "Count everything that is drawn.",
+        "How many shapes appear in the picture?",
+        "How many items are there?",
+        "How many figures does the picture hold?",
+        "State how many shapes there are.",
+        "What is the total number of shapes?",
+    ),
+    "detail": (
+        "Describe the picture in full detail.",
+        "Go through the image shape by shape and describe each one in detail.",
+        "Give a thorough description of the image.",
+        "Describe all the shapes and their relations in detail.",
+        "Write a long, detailed description of the picture.",
+        "Describe the image thoroughly.",
+        "Provide a detailed description of the scene.",
+        "Walk me through the image in detail.",
+    ),
+}
+
+
 #: Extra training phrasings per question type.
 EXTRA_TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {
     "relation": relation_phrasings(),
     "position": position_phrasings(),
+    **{qtype: _new(qtype, list(qs)) for qtype, qs in OTHER_QUESTIONS.items()},
 }
