@@ -24,6 +24,7 @@ import torch
 
 from recap import scenes, scenes2
 from tools.bpe import train_byte_level_bpe
+from tools.embedded_phrasings import ask_in_extra_phrasing
 
 PAD, BOS, EOS, IMAGE = "<pad>", "<s>", "</s>", "<image>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, IMAGE)  # ids 0..3, in this order
@@ -88,22 +89,12 @@ class World:
         extra = self.extra_questions.get(qtype, ())
         # (rng.random() is drawn only when extras exist, so a world without them keeps its stream.)
         if extra and self.extra_share > 0 and rng.random() < self.extra_share:
-            question, answer, spans = self._extra_question(scene, qtype, extra, rng)
+            question, answer, spans = ask_in_extra_phrasing(self.scenes, scene, qtype, extra, rng)
         else:
             question, answer, spans = self.scenes.make_question_with_spans(scene, qtype, rng)
         if scope == "asked" and qtype not in self.scenes.ONE_SHAPE_TYPES:
             spans = []
         return question, answer, spans
-
-    def _extra_question(self, scene, qtype: str, templates: tuple[str, ...], rng: np.random.Generator):
-        """Like `scenes2.make_question_with_spans` with a phrasing of ``templates``; ``{kind}`` is the
-        first asked shape (the answer's subject) wherever the template names it."""
-        template = templates[int(rng.integers(len(templates)))]
-        n_asked = 2 if qtype in self.scenes.TWO_SHAPE_TYPES else 1
-        picked = rng.choice(scene.count, size=n_asked, replace=False)
-        targets = tuple(scene.shapes[int(i)].kind for i in picked)
-        answer, spans = self.scenes.answer_with_spans(scene, qtype, targets)
-        return template.format(kind=targets[0], other=targets[-1]), answer, spans
 
     def with_extra_questions(self, extra: dict[str, tuple[str, ...]], share: float) -> World:
         """This world asking ``share`` of each type's training questions with ``extra``'s phrasings."""

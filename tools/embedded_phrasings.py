@@ -23,6 +23,9 @@ held-out sets never do.
 from __future__ import annotations
 
 from itertools import product
+from types import ModuleType
+
+import numpy as np
 
 from recap.scene2_questions import TRAINING_QUESTIONS
 
@@ -170,3 +173,17 @@ EXTRA_TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {
     "position": position_phrasings(),
     **{qtype: _new(qtype, list(qs)) for qtype, qs in OTHER_QUESTIONS.items()},
 }
+
+
+def ask_in_extra_phrasing(
+    scenes: ModuleType, scene, qtype: str, templates: tuple[str, ...], rng: np.random.Generator
+) -> tuple[str, str, list[tuple[int, int, int]]]:
+    """Like ``scenes.make_question_with_spans`` (v2) with a phrasing drawn from ``templates``: (question,
+    reference answer, its shape spans). ``{kind}`` is the first asked shape, the answer's subject,
+    wherever the template names it; ``{other}`` the second (relation)."""
+    template = templates[int(rng.integers(len(templates)))]
+    n_asked = 2 if qtype in scenes.TWO_SHAPE_TYPES else 1
+    picked = rng.choice(scene.count, size=n_asked, replace=False)
+    targets = tuple(scene.shapes[int(i)].kind for i in picked)
+    answer, spans = scenes.answer_with_spans(scene, qtype, targets)
+    return template.format(kind=targets[0], other=targets[-1]), answer, spans
