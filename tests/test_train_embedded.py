@@ -3,6 +3,8 @@ and a few real training steps that save a folder plain transformers loads."""
 
 from __future__ import annotations
 
+import itertools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from recap import scenes, scenes2
 from tools import embedded_data as ed
 from tools import embedded_eval as ee
 from tools import train_embedded as te
+from tools.embedded_phrasings import EXTRA_TRAINING_QUESTIONS
 
 NUM_IMAGE_TOKENS = ed.WORLDS["v1"].num_image_tokens
 MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-scenes-llava"
@@ -199,8 +202,9 @@ def v2_tokenizer():
 
 def test_batches_built_by_workers_equal_batches_built_in_process(v2_tokenizer):
     builder = ed.SequenceBuilder(v2_tokenizer, V2.num_image_tokens)
+    world = V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.5)  # the workers get the extras too
     streams = [
-        ed.BatchStream(np.random.default_rng(5), V2, builder, 4, "mentions", workers=w) for w in (0, 2)
+        ed.BatchStream(np.random.default_rng(5), world, builder, 4, "mentions", workers=w) for w in (0, 2)
     ]
     try:
         for _ in range(3):
@@ -266,6 +270,9 @@ def test_a_clock_limit_stops_the_run_annealed():
         ({"attn_scope": "all"}, "attn_scope"),
         ({"layers": 2}, "binding layers"),
         ({"hidden": 30}, "divisible"),
+        ({"world": "v2", "extra_phrasing_share": 1.5}, "in \\[0, 1\\]"),
+        ({"world": "v1", "extra_phrasing_share": 0.5}, "world v2 only"),
+        ({"init": "/nonexistent/model"}, "folder with a saved model"),
     ],
 )
 def test_bad_training_configs_are_refused(fields, message):
@@ -303,3 +310,120 @@ def test_summary_page_reports_runs_and_missing_ones(tmp_path):
     assert "every type >= 0.9 (held-out phrasings): NO" in page and "size <= 20.0 MB: yes" in page
     assert "Describe it fully." in page
     assert "## b" in page and "training did not finish" in page and "no evaluation" in page
+
+
+# ------------------------------------------------------------------- extra relation phrasings, fine-tuning
+def _words(template: str) -> list[str]:
+    return re.findall(r"\{kind\}|\{other\}|[a-z']+", template.lower())
+
+
+def _trigrams(template: str) -> set[tuple[str, ...]]:
+    w = _words(template)
+    return {tuple(w[i : i + 3]) for i in range(len(w) - 2)}
+
+
+def test_extra_phrasings_borrow_nothing_from_the_heldout_ones():
+    """The generated phrasings keep the held-out test honest: none equals, contains or is contained in a
+    held-out phrasing (of any type), none uses a word that only held-out phrasings use, and any word
+    triple they share with a held-out phrasing was in the original training phrasings already."""
+    assert set(EXTRA_TRAINING_QUESTIONS) == set(scenes2.QUESTION_TYPES)
+    train = [t for ts in scenes2.TRAINING_QUESTIONS.values() for t in ts]
+    held = [t for ts in scenes2.REPHRASED_QUESTIONS.values() for t in ts]
+    held_only_words = {w for t in held for w in _words(t)} - {w for t in train for w in _words(t)}
+    train_trigrams = set().union(*map(_trigrams, train))
+    held_trigrams = set().union(*map(_trigrams, held))
+    for qtype, extra in EXTRA_TRAINING_QUESTIONS.items():
+        assert len(extra) >= 8 and len(set(extra)) == len(extra) and not set(extra) & set(train)
+        needs = {"colour": 1, "position": 1, "relation": 2}.get(qtype, 0)
+        assert all(
+            t.count("{kind}") == min(needs, 1) and t.count("{other}") == max(needs - 1, 0) for t in extra
+        )
+        for t in extra:
+            low = t.lower()
+            assert not any(low == h.lower() or low in h.lower() or h.lower() in low for h in held), t
+            assert not set(_words(t)) & held_only_words, t
+            assert _trigrams(t) & held_trigrams <= train_trigrams, t
+    relation = EXTRA_TRAINING_QUESTIONS["relation"]
+    assert len(relation) >= 100 and any(t.index("{other}") < t.index("{kind}") for t in relation)
+
+
+def test_position_phrasings_are_the_relation_frames_without_the_reference():
+    from tools import embedded_phrasings as ep
+
+    relation, position = EXTRA_TRAINING_QUESTIONS["relation"], EXTRA_TRAINING_QUESTIONS["position"]
+    assert "Where does the {kind} lie?" in position
+    assert "Where does the {kind} lie versus the {other}?" in relation
+    for frame in ep.SUBJECT_FIRST_FRAMES:
+        alone, related = (
+            frame.format(kind="{kind}", ref=""),
+            frame.format(kind="{kind}", ref=" versus the {other}"),
+        )
+        assert alone in position or alone in scenes2.TRAINING_QUESTIONS["position"]
+        assert related in relation
+
+
+@pytest.mark.parametrize(
+    ("template", "question"),
+    [
+        # subject first / subject last: the answer is about {kind} either way
+        ("Where is the {kind} versus the {other}?", "Where is the {a} versus the {b}?"),
+        ("Seen from the {other}, where is the {kind}?", "Seen from the {b}, where is the {a}?"),
+    ],
+)
+def test_extra_phrasings_ask_about_the_subject_whatever_the_order(template, question):
+    scene = scenes2.scene_from_seed(1)
+    assert scene.count == 3
+    world = V2.with_extra_questions({"relation": (template,)}, 1.0)
+    for seed in range(5):
+        asked, answer, spans = world.question(scene, "relation", np.random.default_rng(seed), "mentions")
+        subject = answer.split()[1]  # "The <kind> is ..."
+        other = next(k for k in scenes2.question_targets(asked) if k != subject)
+        assert asked == question.format(a=subject, b=other)
+        assert (answer, spans) == scenes2.answer_with_spans(scene, "relation", (subject, other))
+
+
+def test_without_extras_a_world_keeps_its_questions(v2_tokenizer):
+    builder = ed.SequenceBuilder(v2_tokenizer, V2.num_image_tokens)
+    seeds = ed.draw_seeds(np.random.default_rng(8), 6)
+    plain = ed.batch_from_seeds(seeds, V2, builder, "mentions")
+    none_asked = ed.batch_from_seeds(seeds, V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.0), builder)
+    assert np.array_equal(plain["input_ids"], none_asked["input_ids"])
+    always = V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 1.0)
+    scene = scenes2.scene_from_seed(1)
+    for qtype, seed in itertools.product(("relation", "position", "count", "detail"), range(5)):
+        asked, _, _ = always.question(scene, qtype, np.random.default_rng(seed), "mentions")
+        assert not any(_matches_template(t, asked) for t in scenes2.TRAINING_QUESTIONS[qtype])
+        assert any(_matches_template(t, asked) for t in EXTRA_TRAINING_QUESTIONS[qtype])
+    asked, _, _ = always.question(scene, "colour", np.random.default_rng(0), "mentions")
+    assert any(_matches_template(t, asked) for t in EXTRA_TRAINING_QUESTIONS["colour"])
+    only_relation = V2.with_extra_questions({"relation": EXTRA_TRAINING_QUESTIONS["relation"]}, 1.0)
+    asked, _, _ = only_relation.question(scene, "colour", np.random.default_rng(0), "mentions")
+    assert any(_matches_template(t, asked) for t in scenes2.TRAINING_QUESTIONS["colour"])
+    with pytest.raises(ValueError, match="only v2"):
+        ed.WORLDS["v1"].with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.5)
+
+
+def _matches_template(template: str, question: str) -> bool:
+    pattern = re.escape(template).replace(r"\{kind\}", r"\w+").replace(r"\{other\}", r"\w+")
+    return re.fullmatch(pattern, question) is not None
+
+
+def test_fine_tuning_with_frozen_vision_changes_only_the_language_side(tmp_path):
+    from safetensors.torch import load_file
+
+    tiny = {"world": "v2", "hidden": 64, "mlp": 128, "vision_hidden": 32, "warmup": 1, "batch": 3}
+    te.train(tmp_path / "base", te.TrainConfig(steps=1, **tiny))
+    cfg = te.TrainConfig(
+        steps=2, init=str(tmp_path / "base"), freeze_vision=True, extra_phrasing_share=1.0, lr=1e-2, **tiny
+    )
+    summary = te.train(tmp_path / "tuned", cfg)
+    assert summary["losses"]["aux"] == 0.0  # no per-patch loss on a frozen vision side
+    before, after = (load_file(tmp_path / name / "model.safetensors") for name in ("base", "tuned"))
+    assert before.keys() == after.keys()
+    frozen = [k for k in before if "vision_tower" in k or "multi_modal_projector" in k]
+    assert frozen and all(torch.equal(before[k], after[k]) for k in frozen)
+    assert not all(torch.equal(before[k], after[k]) for k in before if k not in frozen)
+    for name in ("tokenizer.json", "chat_template.jinja"):
+        assert (tmp_path / "tuned" / name).read_text() == (tmp_path / "base" / name).read_text()
+    with pytest.raises(ValueError, match="not v1"):
+        te.train(tmp_path / "wrong", te.TrainConfig(steps=1, init=str(tmp_path / "base")))

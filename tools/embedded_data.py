@@ -16,7 +16,7 @@ import multiprocessing
 import os
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 
 import numpy as np
@@ -24,6 +24,7 @@ import torch
 
 from recap import scenes, scenes2
 from tools.bpe import train_byte_level_bpe
+from tools.embedded_phrasings import ask_in_extra_phrasing
 
 PAD, BOS, EOS, IMAGE = "<pad>", "<s>", "</s>", "<image>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, IMAGE)  # ids 0..3, in this order
@@ -60,6 +61,10 @@ class World:
     vocab_size: int
     #: How often each question type is asked in training.
     qtype_weights: dict[str, float] = field(default_factory=dict)
+    #: Extra training phrasings per question type (v2 only, e.g. `tools.embedded_phrasings`), and the
+    #: share of that type's questions asked with one of them instead of a `TRAINING_QUESTIONS` phrasing.
+    extra_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    extra_share: float = 0.0
 
     @property
     def image_size(self) -> int:
@@ -81,10 +86,26 @@ class World:
         if self.scenes is scenes:
             question, answer = scenes.make_question(scene, qtype, rng)
             return question, answer, binding_spans(scene, qtype, question, answer, scope)
-        question, answer, spans = self.scenes.make_question_with_spans(scene, qtype, rng)
+        extra = self.extra_questions.get(qtype, ())
+        # (rng.random() is drawn only when extras exist, so a world without them keeps its stream.)
+        if extra and self.extra_share > 0 and rng.random() < self.extra_share:
+            question, answer, spans = ask_in_extra_phrasing(self.scenes, scene, qtype, extra, rng)
+        else:
+            question, answer, spans = self.scenes.make_question_with_spans(scene, qtype, rng)
         if scope == "asked" and qtype not in self.scenes.ONE_SHAPE_TYPES:
             spans = []
         return question, answer, spans
+
+    def with_extra_questions(self, extra: dict[str, tuple[str, ...]], share: float) -> World:
+        """This world asking ``share`` of each type's training questions with ``extra``'s phrasings."""
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"the share of extra phrasings must be in [0, 1], not {share}")
+        if share > 0 and not hasattr(self.scenes, "answer_with_spans"):
+            raise ValueError(f"world {self.name!r} has no extra phrasings (only v2 does)")
+        unknown = set(extra) - set(self.qtype_weights)
+        if unknown:
+            raise ValueError(f"no question type {sorted(unknown)} in world {self.name!r}")
+        return replace(self, extra_questions=dict(extra), extra_share=share)
 
 
 WORLDS = {
@@ -364,11 +385,12 @@ def sample_batch(
 _WORKER: dict = {}
 
 
-def _worker_init(world_name: str, tokenizer, num_image_tokens: int, attn_scope: str) -> None:
+def _worker_init(
+    world_name: str, extra: dict, extra_share: float, tokenizer, num_image_tokens: int, attn_scope: str
+) -> None:
     torch.set_num_threads(1)
-    _WORKER.update(
-        world=WORLDS[world_name], builder=SequenceBuilder(tokenizer, num_image_tokens), scope=attn_scope
-    )
+    world = WORLDS[world_name].with_extra_questions(extra, extra_share)
+    _WORKER.update(world=world, builder=SequenceBuilder(tokenizer, num_image_tokens), scope=attn_scope)
 
 
 def _worker_batch(seeds: list[int]) -> dict:
@@ -395,7 +417,14 @@ class BatchStream:
         if workers > 0:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
             ctx = multiprocessing.get_context("fork")
-            init = (world.name, builder.tok, builder.num_image_tokens, attn_scope)
+            init = (
+                world.name,
+                world.extra_questions,
+                world.extra_share,
+                builder.tok,
+                builder.num_image_tokens,
+                attn_scope,
+            )
             self.pool = ctx.Pool(workers, initializer=_worker_init, initargs=init)
         self.pending: deque = deque()
 

@@ -47,7 +47,8 @@ from tools.embedded_data import (
     build_tokenizer,
     to_torch,
 )
-from tools.embedded_eval import evaluate, folder_size, write_examples
+from tools.embedded_eval import evaluate, folder_size, load, world_of, write_examples
+from tools.embedded_phrasings import EXTRA_TRAINING_QUESTIONS
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +82,15 @@ class TrainConfig:
     # follows the clock too (see lr_at). Logged; a clock-bound run is not step-reproducible.
     time_limit_s: float = 0.0
     log_every: int = 100
+    # Fine-tuning: start from the model saved in this folder (its sizes and tokenizer; the size fields
+    # above are then ignored) instead of a random initialisation. The per-patch head starts afresh.
+    init: str = ""
+    # Share of relation and position questions asked with a generated phrasing (tools.embedded_phrasings),
+    # v2 only.
+    extra_phrasing_share: float = 0.0
+    # Keep the vision tower and projector as they are (train the language model only); the per-patch
+    # loss, which only trains the vision side, is then skipped.
+    freeze_vision: bool = False
 
     def __post_init__(self):
         if self.world not in WORLDS:
@@ -91,6 +101,16 @@ class TrainConfig:
             raise ValueError("need steps >= 1, batch >= 1 and widths divisible by 4 heads")
         if max(self.attn_layers) >= self.layers:
             raise ValueError(f"binding layers {self.attn_layers} need more than {self.layers} layers")
+        if not 0.0 <= self.extra_phrasing_share <= 1.0:
+            raise ValueError(f"extra_phrasing_share must be in [0, 1], not {self.extra_phrasing_share}")
+        if self.extra_phrasing_share > 0 and self.world != "v2":
+            raise ValueError("extra phrasings exist for world v2 only")
+        if self.init and not (Path(self.init) / "config.json").is_file():
+            raise ValueError(f"init must be a folder with a saved model (config.json): {self.init!r}")
+
+    @property
+    def uses_patch_loss(self) -> bool:
+        return self.aux_weight > 0 and not self.freeze_vision
 
 
 def build_model(vocab_size: int, cfg: TrainConfig, world: World):
@@ -190,7 +210,8 @@ def attention_loss(
 
 
 def train_step(model, head: PatchHead, batch: dict, cfg: TrainConfig, image_offset: int):
-    """Forward one batch; returns (answer-token LM loss, auxiliary patch loss, attention binding loss)."""
+    """Forward one batch; returns (answer-token LM loss, auxiliary patch loss, attention binding loss).
+    The patch loss is 0 when `TrainConfig.uses_patch_loss` is false."""
     captured: list[torch.Tensor] = []
     # The projector output is exactly what the language model receives as image tokens: (N, P, D).
     hook = model.model.multi_modal_projector.register_forward_hook(lambda _m, _i, out: captured.append(out))
@@ -207,7 +228,7 @@ def train_step(model, head: PatchHead, batch: dict, cfg: TrainConfig, image_offs
             logits = out.logits[:, :-1].float()
             labels = batch["labels"][:, 1:].flatten()
             lm_loss = F.cross_entropy(logits.flatten(0, 1), labels, ignore_index=-100)
-            aux_loss = head.loss(captured[0], batch["aux"])
+            aux_loss = head.loss(captured[0], batch["aux"]) if cfg.uses_patch_loss else lm_loss.new_zeros(())
             if supervise_attention:
                 attn_loss = attention_loss(
                     out.attentions, cfg.attn_layers, batch["attn_target"], image_offset
@@ -219,23 +240,43 @@ def train_step(model, head: PatchHead, batch: dict, cfg: TrainConfig, image_offs
     return lm_loss, aux_loss, attn_loss
 
 
+def initial_model(cfg: TrainConfig, world: World):
+    """(processor, model) to train: a fresh model of ``cfg``'s sizes, or the one saved in ``cfg.init``
+    (which must be of ``world``). With ``cfg.freeze_vision`` the vision tower and projector are frozen."""
+    if cfg.init:
+        processor, model = load(Path(cfg.init))
+        if world_of(model).name != world.name:
+            raise ValueError(f"{cfg.init} holds a model of world {world_of(model).name}, not {world.name}")
+    else:
+        processor = build_processor(build_tokenizer(world), world)
+        model = build_model(len(processor.tokenizer), cfg, world)
+    if cfg.freeze_vision:
+        for part in (model.model.vision_tower, model.model.multi_modal_projector):
+            part.requires_grad_(False)
+    return processor, model
+
+
 def train(out_dir: Path, cfg: TrainConfig) -> dict:
-    """Train from scratch for ``cfg.steps`` steps (fewer if ``time_limit_s`` runs out) and save model,
-    processor and tokenizer in ``out_dir``; returns a summary (steps done, last losses, seconds)."""
+    """Train for ``cfg.steps`` steps (fewer if ``time_limit_s`` runs out), from scratch or from
+    ``cfg.init``, and save model, processor and tokenizer in ``out_dir``; returns a summary (steps done,
+    last losses, seconds)."""
     t0 = time.perf_counter()
     torch.set_num_threads(cfg.threads)
     world = WORLDS[cfg.world]
-    tokenizer = build_tokenizer(world)
-    processor = build_processor(tokenizer, world)
-    builder = SequenceBuilder(tokenizer, world.num_image_tokens)
+    if cfg.extra_phrasing_share > 0:
+        world = world.with_extra_questions(EXTRA_TRAINING_QUESTIONS, cfg.extra_phrasing_share)
+    processor, model = initial_model(cfg, world)
+    builder = SequenceBuilder(processor.tokenizer, world.num_image_tokens)
     # Batch workers fork before CUDA is initialised in this process.
     rng = np.random.default_rng(cfg.seed)
     stream = BatchStream(rng, world, builder, cfg.batch, cfg.attn_scope, cfg.workers)
-    model = build_model(len(tokenizer), cfg, world).to(cfg.device)
-    head = PatchHead(cfg.hidden, world).to(cfg.device)
+    model = model.to(cfg.device)
+    head = PatchHead(model.config.text_config.hidden_size, world).to(cfg.device)
     n_params = sum(p.numel() for p in model.parameters())
-    logger.info("model: %.2fM parameters, vocab %d, %s", n_params / 1e6, len(tokenizer), cfg)
-    params = list(model.parameters()) + list(head.parameters())
+    logger.info("model: %.2fM parameters, vocab %d, %s", n_params / 1e6, len(processor.tokenizer), cfg)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if cfg.uses_patch_loss:
+        params += list(head.parameters())
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -335,6 +376,20 @@ def _parser() -> argparse.ArgumentParser:
         choices=ATTN_SCOPES,
         default=d.attn_scope,
         help="answer tokens the binding loss supervises",
+    )
+    parser.add_argument(
+        "--init", default=d.init, help="fine-tune the model saved in this folder (its sizes and tokenizer)"
+    )
+    parser.add_argument(
+        "--extra-phrasing-share",
+        type=float,
+        default=d.extra_phrasing_share,
+        help="share of relation and position questions asked with phrasings of tools/embedded_phrasings.py",
+    )
+    parser.add_argument(
+        "--freeze-vision",
+        action="store_true",
+        help="train the language model only (vision tower and projector frozen, no per-patch loss)",
     )
     parser.add_argument("--device", default=d.device, help="torch device to train (and --eval) on, e.g. cuda")
     parser.add_argument(
