@@ -166,7 +166,8 @@ def test_choosing_v2_shows_its_examples_and_its_first_click_drafts_at_step_one(f
             page = context.new_page()
             page.goto(fresh_studio)
             page.wait_for_selector("#run-button", timeout=60_000)
-            assert page.locator("#examples").is_visible() and not page.locator("#examples-1").is_visible()
+            page.wait_for_selector("#examples", state="visible", timeout=30_000)  # laid out after the button
+            assert not page.locator("#examples-1").is_visible()
             page.click("#model input")
             page.get_by_role("option", name="Embedded VLM v2 (wider world)").click()
             # v1's pre-filled example gives way to v2's first one, and v2's examples replace v1's
