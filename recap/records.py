@@ -56,12 +56,7 @@ def fit_topk(ids: np.ndarray, probs: np.ndarray, k: int) -> tuple[np.ndarray, np
     Padding (a vocabulary smaller than k) repeats each row's last id with probability 0, so fusion
     and the tree ignore it.
     """
-    ids = np.asarray(ids).reshape(len(ids), -1)
-    probs = np.asarray(probs).reshape(len(probs), -1)
-    if ids.shape != probs.shape:
-        raise ValueError(f"top-k ids {ids.shape} and probs {probs.shape} differ in shape")
-    if ids.shape[1] == 0:
-        raise ValueError("top-k rows are empty")
+    ids, probs = _topk_rows(ids, probs)
     if ids.shape[1] < k:
         pad = k - ids.shape[1]
         ids = np.concatenate([ids, np.repeat(ids[:, -1:], pad, axis=1)], axis=1)
@@ -119,17 +114,23 @@ def record_table(ids: np.ndarray, probs: np.ndarray, concentrations: Any, stamps
     )
 
 
-def record_rows(ids: np.ndarray, probs: np.ndarray, k: int, stamp: int) -> np.ndarray:
-    """`record_table` of ``fit_topk(ids, probs, k)`` with their `concentration` and ``stamp``, in one
-    compiled pass (what a drafter writing every computed position builds each pass). Equal to the
-    numpy composition: the float64 concentration can differ from numpy's in its last bit (summation
-    order), which the float32 row rounds away."""
+def _topk_rows(ids: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``ids`` and ``probs`` as rows ``(R, width)`` of one shape, width >= 1 (else ValueError)."""
     ids = np.asarray(ids).reshape(len(ids), -1)
     probs = np.asarray(probs).reshape(len(probs), -1)
     if ids.shape != probs.shape:
         raise ValueError(f"top-k ids {ids.shape} and probs {probs.shape} differ in shape")
     if ids.shape[1] == 0:
         raise ValueError("top-k rows are empty")
+    return ids, probs
+
+
+def record_rows(ids: np.ndarray, probs: np.ndarray, k: int, stamp: int) -> np.ndarray:
+    """`record_table` of ``fit_topk(ids, probs, k)`` with their `concentration` and ``stamp``, in one
+    compiled pass (what a drafter writing every computed position builds each pass). Equal to the
+    numpy composition: the float64 concentration can differ from numpy's in its last bit (summation
+    order), which the float32 row rounds away."""
+    ids, probs = _topk_rows(ids, probs)
     return _record_rows(
         np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(probs, dtype=np.float32), k, stamp
     )
