@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from recap.acceptance import CODES
+from recap.acceptance import BUCKETS, CODES, EDGES
 from recap.fusion import Lookup
 
 #: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.acceptance.coarse_kind`).
@@ -86,3 +86,13 @@ def absent_code(found: Lookup, row: int) -> int:
     """Coarse kind (non-suffix) of a token no memory proposed at context ``row``."""
     code = np.where(found.shares[:, row] > 0, 1 + 5 * found.fresh[:, row] + 4, 0)
     return int(code @ _CODE_WEIGHTS) * 2
+
+
+def estimate(drafter, coarse: np.ndarray, q: np.ndarray, prior: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fine kinds and acceptance estimates (clipped to [0, 1]) of candidates of kinds ``coarse`` with
+    fused probability ``q`` and cold-start ``prior``, as the compiled search computes them."""
+    kinds = coarse * BUCKETS + np.array(EDGES).searchsorted(q, side="right")
+    if drafter.config.calibrate:
+        offset, slope = drafter.acceptance.linear()
+        prior = offset[kinds] + slope[kinds] * prior
+    return kinds, np.minimum(np.maximum(prior, 0.0), 1.0)

@@ -12,7 +12,7 @@ import pytest
 from conftest import images_for, tiny
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference_fusion import candidates
+from reference_fusion import candidates, estimate
 from test_drafters import IMAGE, PATTERN, VOCAB, Target, cycle_rule, seeded, simulate, start, step
 
 from recap.acceptance import BUCKETS, CODES, AcceptanceModel, bucket, coarse_kind, fine_kind, source_code
@@ -151,11 +151,11 @@ def reference_best_first(drafter: RecapDrafter, context, cap):
         nonlocal order
         found = drafter._lookup(np.array([node_tail]))
         tokens, q, coarse, _ = candidates(found, drafter.config.k)
-        _, estimate = drafter._estimate(coarse, q, q.copy())
-        estimate = np.where(q > 0, estimate, 0.0)[0]
-        for column in np.argsort(-estimate, kind="stable")[: drafter.config.branching]:
-            if path * estimate[column] > 0:
-                score = path * estimate[column]
+        _, estimates = estimate(drafter, coarse, q, q.copy())
+        estimates = np.where(q > 0, estimates, 0.0)[0]
+        for column in np.argsort(-estimates, kind="stable")[: drafter.config.branching]:
+            if path * estimates[column] > 0:
+                score = path * estimates[column]
                 heapq.heappush(heap, (-score, depth, order, node, int(tokens[0, column]), node_tail))
                 order += 1
 

@@ -1,7 +1,8 @@
 """RECAP's best-first growth, compiled: lookup, fusion, acceptance estimates and the search in one call.
 
-Python reference for every step: `recap.fusion` (`fuse`, and `candidates` for many contexts as numpy
-arrays), `recap.drafters.recap.RecapDrafter._lookup` and `._estimate`. This module does the same
+Python reference for every step: `recap.fusion.fuse` (one context), `RecapDrafter._lookup` (the
+records), and `tests/reference_fusion.py` (candidates of many contexts and their estimates as numpy
+arrays: the drafter's own code before the search was compiled). This module does the same
 arithmetic, in the same order and precision (float32 record values, float64 fused probabilities and
 scores), for one context at a time inside a best-first search, so that a pass costs tens of
 microseconds instead of a few hundred numpy calls. `tests/test_acceptance.py` checks the trees against
@@ -239,7 +240,7 @@ def grow_tree(
                 c_token[n], c_q[n], c_coarse[n] = wanted, 0.0, absent
                 c_parts[n, :] = 0.0
             c_coarse[chain_column] += 1  # the suffix flag
-        # ---- acceptance estimates (`RecapDrafter._estimate`) and labels
+        # ---- acceptance estimates (`recap.acceptance`: offset + slope * prior, clipped) and labels
         for column in range(columns):
             q = c_q[column]
             prior = max(q, suffix_prior) if column == chain_column else q

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from recap.acceptance import BUCKETS, EDGES, AcceptanceModel
+from recap.acceptance import AcceptanceModel
 from recap.config import AUTO_CAP, AUTO_FALLBACK_BUDGET, RecapConfig
 from recap.context_memory import ContextMemory
 from recap.cost import CostModel, auto_budget
@@ -48,8 +48,6 @@ OVERHEAD_SMOOTHING = 0.1
 
 #: How many fused candidates at the root `RecapDrafter.root_candidates` returns for display.
 ROOT_CANDIDATES = 10
-
-_EDGES = np.array(EDGES)  # `recap.acceptance.EDGES`, for searchsorted
 
 #: The last three tokens of a context, oldest first; None where the context is shorter.
 Tail = tuple[int | None, int | None, int | None]
@@ -295,23 +293,6 @@ class RecapDrafter:
         if self._flat is None:
             self._flat = self.cost_model.flat_extent() if self.cost_model is not None else 0
         return self._flat
-
-    def _estimate(
-        self, coarse: np.ndarray, q: np.ndarray, prior: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Fine kinds and acceptance estimates of candidates of kinds ``coarse`` with fused probability
-        ``q`` and cold-start ``prior`` (uncalibrated, the estimate is the prior).
-
-        Estimates are clipped to [0, 1]: a fused probability summed in float32 may exceed 1 by a
-        rounding step, and a child must never score above its parent (parents precede children).
-        """
-        kinds = coarse * BUCKETS + _EDGES.searchsorted(q, side="right")
-        if self.config.calibrate:
-            offset, slope = self.acceptance.linear()
-            prior = offset[kinds] + slope[kinds] * prior
-        # Clipped to [0, 1]: a path estimate must never grow along a path (a fused probability can
-        # round to just above 1), or a child would rank before its parent and the tree break its order.
-        return kinds, np.minimum(np.maximum(prior, 0.0), 1.0)
 
     def _best_first_tree(self, context: Sequence[int], tail: Tail) -> DraftTree:
         """The best-first tree (`recap.drafters.best_first`) under ``context``, with this pass's budget."""
