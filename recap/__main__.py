@@ -6,9 +6,9 @@ runs; an output file that cannot be written (``--json``, ``--memory``) is report
 the answer is printed. A ``--memory`` file that does not load is never overwritten.
 
 Memories (RECAP's persistent memory, Token Recycling's matrix) start from the shipped memory of the
-model's folder when one ships (the embedded model: `recap.hotstart`), read-only: nothing is written
-back to it. ``--memory FILE`` starts from FILE instead and saves a RECAP run's memory back to it;
-``--cold-start`` starts empty.
+model's folder when one ships (the embedded models v2, the default, and v1: `recap.hotstart`),
+read-only: nothing is written back to it. ``--memory FILE`` starts from FILE instead and saves a RECAP
+run's memory back to it; ``--cold-start`` starts empty.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="persistent token memory: loaded from FILE if it exists, saved back after a recap run "
         "(a file that does not load is left untouched); default: the shipped memory of the model, "
-        "read-only (the embedded model has one)",
+        "read-only (the embedded models have one)",
     )
     gen.add_argument(
         "--cold-start",

@@ -353,6 +353,19 @@ SCENE_DATASETS: dict[str, int] = {
 }
 
 
+#: The benchmark's dataset when none is named and the model is not of v1's world: the scenes of the
+#: default model (the embedded model v2).
+DEFAULT_DATASET = "scenes2"
+
+
+def default_dataset(model_image_size: int | None) -> str:
+    """The dataset a benchmark runs when none is named: the first scene dataset of the model's own world
+    when its vision input size is a scene world's (``scenes`` for the embedded model v1, 64x64 images),
+    else `DEFAULT_DATASET` (v2's ``scenes2``, for v2 and any other model)."""
+    fits = [name for name, size in SCENE_DATASETS.items() if size == model_image_size]
+    return fits[0] if fits else DEFAULT_DATASET
+
+
 def check_scene_world(dataset: str, model_image_size: int | None) -> None:
     """Refuse (ValueError) a scene dataset of one world for a model trained on the other: the v1 model
     (64x64 images) asked about v2 scenes, or the reverse, would run silently on images it never saw.

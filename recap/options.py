@@ -24,8 +24,8 @@ def add_model_options(parser: argparse.ArgumentParser, default_model: str) -> No
     group.add_argument(
         "--model",
         default=default_model,
-        help="hub id or local directory (default: the embedded tiny model v1; "
-        "assets/models/tiny-scenes-llava-v2 is the embedded model v2)",
+        help="hub id or local directory (default: the embedded tiny model v2; "
+        "assets/models/tiny-scenes-llava is the embedded model v1)",
     )
     group.add_argument("--gguf-file", default=None, help="GGUF file name inside --model (text models)")
     group.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")

@@ -36,8 +36,9 @@ def test_import_builds_nothing_and_loads_no_model():
     # A fresh interpreter: importing app must not build Blocks, load a model, or touch torch threads.
     code = (
         "import sys, app, recap.models as m\n"
+        "from recap.studio.environment import DEFAULT_MODEL_ID\n"
         "from recap.studio.serving import CACHE\n"
-        "assert CACHE.loaded('embedded') is None\n"
+        "assert CACHE.loaded(DEFAULT_MODEL_ID) is None\n"
         "assert 'transformers.models.llava' not in sys.modules\n"
         "print('ok')\n"
     )

@@ -65,10 +65,12 @@ def studio():
 
 
 def _embedded_models() -> list[str]:
-    """The studio's own offer: v1 (the default) and, when it ships, v2."""
-    from recap.runtime import EMBEDDED_MODEL_V2
+    """The studio's own offer: v2 (the default) and, when it ships, v1."""
+    from recap.runtime import EMBEDDED_MODEL_V1
+    from recap.studio.environment import EMBEDDED_V1_ID, EMBEDDED_V2_ID
 
-    return ["embedded", "embedded-v2"] if (EMBEDDED_MODEL_V2 / "config.json").is_file() else ["embedded"]
+    v1_ships = (EMBEDDED_MODEL_V1 / "config.json").is_file()
+    return [EMBEDDED_V2_ID, EMBEDDED_V1_ID] if v1_ships else [EMBEDDED_V2_ID]
 
 
 def _save(page, tmp_path: Path, name: str) -> Path:
@@ -94,7 +96,7 @@ def _browser(playwright, tmp_path, width: int = 1400):
 
 @pytest.fixture
 def fresh_studio():
-    """A fresh server on the embedded models (nothing loaded, no visitor yet): the issue's first click."""
+    """A fresh server on the embedded models, v2 first (nothing loaded, no visitor yet): the first click."""
     import app
     from recap.runtime import EMBEDDED_MODEL
     from recap.studio.serving import RuntimeCache
@@ -118,10 +120,13 @@ def _cards(page) -> dict[str, str]:
     )
 
 
-def test_first_click_on_a_fresh_server_drafts_at_step_one_and_commits_1_5_tokens_per_pass(
+def test_first_click_on_a_fresh_server_runs_v2_drafts_at_step_one_and_commits_1_5_tokens_per_pass(
     fresh_studio, tmp_path
 ):
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    from recap.studio.examples import examples
+
+    first_image, first_prompt = examples("embedded-v2")[0]
     with sync_api.sync_playwright() as playwright:
         context = _browser(playwright, tmp_path)
         try:
@@ -129,7 +134,11 @@ def test_first_click_on_a_fresh_server_drafts_at_step_one_and_commits_1_5_tokens
             page.goto(fresh_studio)
             page.wait_for_selector("#run-button", timeout=60_000)
             assert "loads with the model on your first run" in page.locator("#memory-state").inner_text()
-            page.click("#run-button")  # the first example is pre-filled; RECAP is the default method
+            # the page opens on v2, with v2's first example pre-filled
+            assert page.locator("#model input").input_value() == "Embedded VLM v2 (wider world)"
+            assert page.locator("#prompt textarea").input_value() == first_prompt
+            assert Path(first_image).name in page.locator("#input-image img").get_attribute("src")
+            page.click("#run-button")  # RECAP is the default method
             page.wait_for_function(
                 "document.querySelector('#status').innerText.includes('Done')", timeout=120_000
             )
@@ -152,14 +161,14 @@ def test_first_click_on_a_fresh_server_drafts_at_step_one_and_commits_1_5_tokens
 
 
 @pytest.mark.parametrize("width", [1500, 390])
-def test_choosing_v2_shows_its_examples_and_its_first_click_drafts_at_step_one(fresh_studio, tmp_path, width):
+def test_choosing_v1_shows_its_examples_and_its_first_click_drafts_at_step_one(fresh_studio, tmp_path, width):
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-    from recap.runtime import EMBEDDED_MODEL_V2
+    from recap.runtime import EMBEDDED_MODEL_V1
     from recap.studio.examples import examples
 
-    if not (EMBEDDED_MODEL_V2 / "config.json").is_file():
-        pytest.skip("the embedded model v2 is not in assets/models")
-    first_image, first_prompt = examples("embedded-v2")[0]
+    if not (EMBEDDED_MODEL_V1 / "config.json").is_file():
+        pytest.skip("the embedded model v1 is not in assets/models")
+    first_image, first_prompt = examples("embedded-v1")[0]
     with sync_api.sync_playwright() as playwright:
         context = _browser(playwright, tmp_path, width)
         try:
@@ -169,8 +178,8 @@ def test_choosing_v2_shows_its_examples_and_its_first_click_drafts_at_step_one(f
             page.wait_for_selector("#examples", state="visible", timeout=30_000)  # laid out after the button
             assert not page.locator("#examples-1").is_visible()
             page.click("#model input")
-            page.get_by_role("option", name="Embedded VLM v2 (wider world)").click()
-            # v1's pre-filled example gives way to v2's first one, and v2's examples replace v1's
+            page.get_by_role("option", name="Embedded VLM v1 (small world)").click()
+            # v2's pre-filled example gives way to v1's first one, and v1's examples replace v2's
             page.wait_for_function(
                 "(text) => document.querySelector('#prompt textarea').value === text",
                 arg=first_prompt,
@@ -195,9 +204,9 @@ def test_choosing_v2_shows_its_examples_and_its_first_click_drafts_at_step_one(f
             proposed = re.match(r"Step 1: the drafter proposed (\d+) node", words)
             page.wait_for_timeout(500)
             assert not _entities_shown(page, "run") and _fits(page)
-            _save(page, tmp_path, f"v2-first-click-{width}.png")
+            _save(page, tmp_path, f"v1-first-click-{width}.png")
             assert proposed and int(proposed.group(1)) >= 1, words
-            assert mat >= 1.5, f"v2's first click: {mat} tokens per pass"
+            assert mat >= 1.5, f"v1's first click: {mat} tokens per pass"
             assert Path(first_image).name in page.locator("#input-image img").get_attribute("src")
         finally:
             context.close()

@@ -1,7 +1,7 @@
-"""The embedded model v2 (assets/models/tiny-scenes-llava-v2), shipped beside v1: it loads with the Auto
-classes, its configuration is the one its model card states, it answers held-out questions of the v2
-world with the right facts (and not about another image), and the benchmark refuses to run it on v1
-scenes (or v1 on v2 scenes).
+"""The embedded model v2 (assets/models/tiny-scenes-llava-v2), the default model, v1 kept beside it: it
+loads with the Auto classes, its configuration is the one its model card states, it answers held-out
+questions of the v2 world with the right facts (and not about another image), the benchmark runs each
+model on its own world's scenes by default and refuses to run it on v1 scenes (or v1 on v2 scenes).
 
 Everything runs offline on a CPU in a few seconds; the full evaluation is in the model card.
 """
@@ -15,8 +15,8 @@ import torch
 
 from recap import scenes2
 from recap.bench.cli import local_image_size, main
-from recap.datasets import SCENE_DATASETS, check_scene_world, load_dataset
-from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V2
+from recap.datasets import DEFAULT_DATASET, SCENE_DATASETS, check_scene_world, default_dataset, load_dataset
+from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2
 from tools.embedded_eval import MAX_NEW_TOKENS, accuracy_by_type, folder_size
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-scenes-llava-v2"
@@ -57,7 +57,7 @@ def test_loads_with_the_auto_classes_as_a_plain_llava(loaded):
     assert type(model).__name__ == "LlavaForConditionalGeneration"
     assert model.config._attn_implementation == "sdpa"
     assert type(processor).__name__ == "LlavaProcessor"
-    assert MODEL_DIR == EMBEDDED_MODEL_V2 and EMBEDDED_MODEL_V2 != EMBEDDED_MODEL  # v1 stays the default
+    assert MODEL_DIR == EMBEDDED_MODEL_V2 == EMBEDDED_MODEL != EMBEDDED_MODEL_V1  # v2 is the default
 
 
 def test_configuration_matches_the_model_card(loaded):
@@ -152,7 +152,7 @@ def test_scene_world_check(dataset, model_size, refused):
 def test_scene_datasets_know_their_worlds_image_size():
     for name, size in SCENE_DATASETS.items():
         assert load_dataset(name, limit=1)[0].images[0].size == (size, size), name
-    assert local_image_size(str(EMBEDDED_MODEL)) == 64 and local_image_size(str(EMBEDDED_MODEL_V2)) == 96
+    assert local_image_size(str(EMBEDDED_MODEL_V1)) == 64 and local_image_size(str(EMBEDDED_MODEL_V2)) == 96
     assert local_image_size("some-org/some-hub-model") is None
 
 
@@ -165,7 +165,7 @@ def test_detail_dataset_holds_only_detailed_descriptions():
 
 @pytest.mark.parametrize(
     ("model", "dataset", "suggested"),
-    [(EMBEDDED_MODEL_V2, "scenes", "'scenes2'"), (EMBEDDED_MODEL, "scenes2-detail", "'scenes'")],
+    [(EMBEDDED_MODEL_V2, "scenes", "'scenes2'"), (EMBEDDED_MODEL_V1, "scenes2-detail", "'scenes'")],
 )
 def test_bench_refuses_the_other_worlds_scenes_before_loading(tmp_path, capsys, model, dataset, suggested):
     out = tmp_path / "out"
@@ -175,8 +175,42 @@ def test_bench_refuses_the_other_worlds_scenes_before_loading(tmp_path, capsys, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("model_size", "dataset"),
+    [
+        (96, "scenes2"),  # v2, the default model: its own scenes
+        (64, "scenes"),  # v1: its own scenes, as before v2 became the default
+        (384, DEFAULT_DATASET),  # a real VLM: the default model's scenes
+        (None, DEFAULT_DATASET),  # a hub id or a text model
+    ],
+)
+def test_the_benchmarks_default_dataset_is_the_models_own_world(model_size, dataset):
+    assert DEFAULT_DATASET == "scenes2"
+    assert default_dataset(model_size) == dataset
+    check_scene_world(default_dataset(model_size), model_size)  # never refused
+
+
+@pytest.mark.parametrize(
+    ("args", "model", "dataset"),
+    [
+        ([], "tiny-scenes-llava-v2", "scenes2"),  # no --model, no --dataset: v2 on its scenes
+        (["--model", str(EMBEDDED_MODEL_V1)], "tiny-scenes-llava", "scenes"),
+        (["--model", str(EMBEDDED_MODEL_V1), "--dataset", "scenes"], "tiny-scenes-llava", "scenes"),
+    ],
+)
+def test_bench_runs_the_default_model_and_v1_on_their_own_scenes(tmp_path, capsys, args, model, dataset):
+    import json
+
+    out = tmp_path / "out"
+    common = ["--methods", "ar", "--limit", "1", "--max-new-tokens", "4", "--warmup", "0", "--no-progress"]
+    assert main([*args, *common, "--out", str(out)]) == 0
+    settings = json.loads((out / "results.json").read_text())["settings"]
+    assert Path(settings["model"]).name == model and settings["dataset"] == dataset
+    capsys.readouterr()
+
+
 def test_v2_examples_are_heldout_scenes_it_answers_right(loaded):
-    """assets/examples-v2 (for the studio, once it offers v2): one held-out scene per question type."""
+    """assets/examples-v2 (the studio's first examples): one held-out scene per question type."""
     import json
 
     import numpy as np

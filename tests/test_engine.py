@@ -285,13 +285,13 @@ def test_a_tree_whose_parents_follow_their_children_is_refused_not_decoded_wrong
 
 
 @pytest.mark.parametrize("method", ["recap", "recap-uncalibrated", "recap-request-context"])
-def test_the_embedded_model_at_a_full_budget_equals_autoregressive(method):
+def test_the_embedded_model_v1_at_a_full_budget_equals_autoregressive(method):
     # Regression: uncalibrated fused probabilities can round to just above 1, which made a child
     # outrank its parent in the tree (the first held-out scene differed from greedy at token 28).
     from recap.datasets import load_dataset
-    from recap.runtime import EMBEDDED_MODEL, Runtime
+    from recap.runtime import EMBEDDED_MODEL_V1, Runtime
 
-    runtime = Runtime.load(str(EMBEDDED_MODEL))
+    runtime = Runtime.load(str(EMBEDDED_MODEL_V1))  # v1's regression, on v1's scenes
     drafter = runtime.drafter(method, budget=80)
     for sample in load_dataset("scenes", 6):
         truth = reference_greedy(runtime.target, sample.prompt, sample.images, 64)

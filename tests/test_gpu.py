@@ -16,7 +16,7 @@ from tiny_models import ARCHITECTURES, VISION_ARCHITECTURES, build
 from recap.decode import generate
 from recap.drafters import METHODS
 from recap.models import TargetModel
-from recap.runtime import EMBEDDED_MODEL, Runtime
+from recap.runtime import EMBEDDED_MODEL_V1, Runtime
 
 pytestmark = [
     pytest.mark.gpu,
@@ -60,7 +60,7 @@ def test_tree_logits_match_sequential_decoding_on_cuda(arch):
 
 @pytest.fixture(scope="module")
 def embedded_on_cuda():
-    return TargetModel.load(str(EMBEDDED_MODEL), device="cuda", dtype="float32")
+    return TargetModel.load(str(EMBEDDED_MODEL_V1), device="cuda", dtype="float32")  # v1, on v1's scenes
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -11,7 +11,7 @@ from conftest import tiny
 from recap.config import RecapConfig
 from recap.cost import steady_curve
 from recap.drafters import shared_state
-from recap.runtime import CPU_COST_SWEEPS, EMBEDDED_MODEL, Runtime, parse_budget
+from recap.runtime import CPU_COST_SWEEPS, EMBEDDED_MODEL_V1, Runtime, parse_budget
 
 
 def test_drafters_share_memories_per_method():
@@ -112,7 +112,7 @@ def test_a_cpu_measures_the_curve_in_sweeps_on_this_threads_cpu_time(monkeypatch
     assert model.points == ((1, 1e-3), (4, 2e-3 / CPU_COST_SWEEPS))
 
 
-@pytest.mark.skipif(not (EMBEDDED_MODEL / "config.json").is_file(), reason="no embedded model in assets/")
+@pytest.mark.skipif(not (EMBEDDED_MODEL_V1 / "config.json").is_file(), reason="no embedded v1 in assets")
 def test_first_click_budget_tool_reports_both_curves(capsys):
     from tools import first_click_budget
 

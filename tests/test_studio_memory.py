@@ -2,8 +2,9 @@
 the two resets, the CLI's default, the fair Compare warm-up and the story line above the strip.
 
 The shipped memory's numbers are read from the file and its build record, never written here: the
-embedded model will be retrained, and rebuilding the memory (``python -m tools.build_memory``) must be
-all it takes.
+embedded models will be retrained, and rebuilding the memory (``python -m tools.build_memory --model
+v1`` / ``v2``) must be all it takes. v1's shipped memory is checked here, v2's in test_studio_models.py;
+the CLI's default (v2) starts from v2's.
 """
 
 from __future__ import annotations
@@ -33,21 +34,21 @@ from recap.hotstart import (
     warm_up,
 )
 from recap.memory import PersistentMemory
-from recap.runtime import EMBEDDED_MODEL, Runtime
+from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, Runtime
 from recap.studio import render, story
 from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, MemoryPlan, memory_plan
 from recap.studio.serving import RuntimeCache, Studio, session_memories
 from recap.trace import NodeRecord, StepRecord
 
-EMBEDDED = (EMBEDDED_MODEL / "config.json").is_file()
-needs_embedded = pytest.mark.skipif(not EMBEDDED, reason="the embedded model is not in assets/ yet")
+EMBEDDED = (EMBEDDED_MODEL / "config.json").is_file() and (EMBEDDED_MODEL_V1 / "config.json").is_file()
+needs_embedded = pytest.mark.skipif(not EMBEDDED, reason="the embedded models are not in assets/ yet")
 
 
 @pytest.fixture(scope="module")
-def embedded():
+def embedded_v1():
     if not EMBEDDED:
-        pytest.skip("the embedded model is not in assets/ yet")
-    return Runtime.load(str(EMBEDDED_MODEL))
+        pytest.skip("the embedded models are not in assets/ yet")
+    return Runtime.load(str(EMBEDDED_MODEL_V1))
 
 
 @pytest.fixture(scope="module")
@@ -69,15 +70,18 @@ def _rows(memory: PersistentMemory) -> dict[int, list[int]]:
 
 # --------------------------------------------------------------------------------- the shipped memory
 @needs_embedded
-def test_shipped_memory_loads_for_the_embedded_model_and_matches_its_build_record(embedded):
-    path = shipped_memory_for(embedded.target)
-    assert path is not None, "no shipped memory: run python -m tools.build_memory"
-    start = starting_memory(embedded.target, path, "shipped")
+def test_v1s_shipped_memory_loads_for_it_and_matches_its_build_record(embedded_v1):
+    path = shipped_memory_for(embedded_v1.target)
+    assert path is not None and path.name == "tiny-scenes-llava.safetensors", (
+        "no shipped v1 memory: run python -m tools.build_memory --model v1"
+    )
+    start = starting_memory(embedded_v1.target, path, "shipped")
     assert start.origin == "shipped" and start.warm, "the shipped memory no longer matches the model"
     record = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
-    assert record["tokens_known"] == start.tokens == len(start.fresh(embedded.target.vocab_size))
-    assert record["fingerprint"] == model_fingerprint(embedded.target)
+    assert record["tokens_known"] == start.tokens == len(start.fresh(embedded_v1.target.vocab_size))
+    assert record["fingerprint"] == model_fingerprint(embedded_v1.target)
     assert record["scene_seeds"][1] < scenes.HELDOUT_SEED_START  # training scenes only
+    assert "--model v1" in record["command"]
     assert path.stat().st_size == record["bytes"] < 1 << 20  # small enough to ship
 
 
@@ -96,11 +100,12 @@ def test_training_requests_come_from_training_scenes_and_templates():
 
 
 @needs_embedded
-def test_build_memory_writes_a_loadable_memory_and_its_record(tmp_path):
+def test_build_memory_writes_a_loadable_memory_of_the_default_model_and_its_record(tmp_path):
     from tools.build_memory import build
 
     out = tmp_path / "memory.safetensors"
-    record = build(out=out, requests=3, budget=4, max_new_tokens=8)
+    record = build(out=out, requests=3, budget=4, max_new_tokens=8)  # the default model: v2
+    assert record["model"] == EMBEDDED_MODEL.name == "tiny-scenes-llava-v2" and record["world"] == "scenes2"
     target = Runtime.load(str(EMBEDDED_MODEL)).target
     start = starting_memory(target, out, "file")
     assert start.warm and start.tokens == record["tokens_known"] > 0
@@ -376,11 +381,11 @@ def _cli(capsys, *args):
 
 
 @needs_embedded
-def test_cli_starts_from_the_shipped_memory_and_never_writes_it(capsys, tmp_path):
-    path = EMBEDDED_MODEL.parents[1] / "memory" / f"{EMBEDDED_MODEL.name}.safetensors"
+def test_cli_starts_from_the_default_models_shipped_memory_and_never_writes_it(capsys, tmp_path):
+    path = EMBEDDED_MODEL.parents[1] / "memory" / "tiny-scenes-llava-v2.safetensors"  # v2, the default
     before = path.read_bytes()
     tokens = json.loads(path.with_suffix(".json").read_text())["tokens_known"]
-    image = EMBEDDED_MODEL.parents[1] / "examples" / "scene_1.png"
+    image = EMBEDDED_MODEL.parents[1] / "examples-v2" / "scene_1.png"
     common = ("--image", image, "--prompt", "What is in this picture?", "--max-new-tokens", 8)
     for method in ("recap", "tr"):
         code, err = _cli(capsys, *common, "--method", method)
@@ -428,12 +433,13 @@ class RecordingRuntime(Runtime):
 def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path):
     import app
     from recap.studio.compare import WARMUP_REQUESTS
-    from recap.studio.examples import EXAMPLES_DIR, examples
+    from recap.studio.examples import EXAMPLES_V1_DIR, OTHER_SET, examples
 
     runtime = RecordingRuntime(tiny("llava"))
     demo = app.build_demo(runtime_factory=lambda _: runtime, models=["tiny-recorded"], cache=RuntimeCache())
     compare = next(fn.fn for fn in demo.fns.values() if fn.api_name == "compare")
-    image, prompt = examples()[0] if examples() else (None, "the cat is")
+    rows = examples(OTHER_SET)  # the examples a model that is not embedded is shown (v1's scenes)
+    image, prompt = rows[0] if rows else (None, "the cat is")
     settings = [
         "tiny-recorded",
         "recap",
@@ -453,7 +459,7 @@ def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path)
     ]
     *_, final = compare({"path": image} if image else None, prompt, *settings)
     state = next(v for v in final.values() if isinstance(v, dict) and "runs" in v)
-    assert image is None or Path(image).is_relative_to(EXAMPLES_DIR)
+    assert image is None or Path(image).is_relative_to(EXAMPLES_V1_DIR)
     seen: dict[str, list] = {}
     for method, tokens in runtime.log:
         seen.setdefault(method, []).append(tokens)

@@ -1,7 +1,7 @@
-"""The embedded models in the studio: v1 and v2 offered side by side, each with its own examples,
-replacement scenes, shipped memory and per-session memories; and v2's first click.
+"""The embedded models in the studio: v2 (the default) and v1 offered side by side, each with its own
+examples, replacement scenes, shipped memory and per-session memories; and the first click on v2.
 
-The first-click test drives the built demo's own handlers (the model dropdown's, then Run's) with the
+The first-click test drives the built demo's own handlers (Run's, then the model dropdown's) with the
 page's default values, which is what a visitor's browser sends: no numbers are written here that a
 retrained v2 or a rebuilt memory (``python -m tools.build_memory --model v2``) would change, except
 the issue's goals (a tree at step 1, at least 1.5 tokens per pass).
@@ -16,10 +16,11 @@ import pytest
 
 from recap import scenes2
 from recap.hotstart import model_fingerprint, shipped_memory_for, starting_memory, training_requests
-from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V2, Runtime, embedded_world
+from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2, Runtime, embedded_world
 from recap.studio import environment
 from recap.studio.environment import (
-    EMBEDDED_ID,
+    DEFAULT_MODEL_ID,
+    EMBEDDED_V1_ID,
     EMBEDDED_V2_ID,
     SESSION_SCOPE,
     default_runtime_factory,
@@ -27,7 +28,7 @@ from recap.studio.environment import (
 )
 from recap.studio.examples import (
     BLANK_IMAGE,
-    EXAMPLES_DIR,
+    EXAMPLES_V1_DIR,
     EXAMPLES_V2_DIR,
     OTHER_SET,
     example_sets,
@@ -39,24 +40,42 @@ from recap.studio.examples import (
 from recap.studio.serving import RuntimeCache, Studio
 from recap.trace import RunTrace, summarize
 
-BOTH = (EMBEDDED_MODEL / "config.json").is_file() and (EMBEDDED_MODEL_V2 / "config.json").is_file()
+BOTH = (EMBEDDED_MODEL_V1 / "config.json").is_file() and (EMBEDDED_MODEL_V2 / "config.json").is_file()
 needs_both = pytest.mark.skipif(not BOTH, reason="the embedded models are not both in assets/models")
 
 
 # ------------------------------------------------------------------------------------ offered
-def test_both_embedded_models_are_offered_v1_first(monkeypatch):
+def test_v2_is_the_default_model_everywhere():
+    assert EMBEDDED_MODEL == EMBEDDED_MODEL_V2 and EMBEDDED_MODEL_V2.name == "tiny-scenes-llava-v2"
+    assert EMBEDDED_MODEL_V1.name == "tiny-scenes-llava"
+    assert DEFAULT_MODEL_ID == EMBEDDED_V2_ID
+    assert environment.EMBEDDED_FOLDERS[DEFAULT_MODEL_ID] == EMBEDDED_MODEL
+
+
+@pytest.mark.parametrize(
+    "recap_model, first_two",
+    [
+        (None, [EMBEDDED_V2_ID, EMBEDDED_V1_ID]),  # the studio opens on v2
+        (EMBEDDED_V1_ID, [EMBEDDED_V1_ID, EMBEDDED_V2_ID]),  # the operator makes v1 the default
+        ("embedded", [EMBEDDED_V2_ID, EMBEDDED_V1_ID]),  # "embedded" names the default embedded model
+        (" embedded-v2 ", [EMBEDDED_V2_ID, EMBEDDED_V1_ID]),
+    ],
+)
+def test_both_embedded_models_are_offered_the_default_first(monkeypatch, recap_model, first_two):
     monkeypatch.delenv("RECAP_MODEL", raising=False)
     monkeypatch.delenv("RECAP_MODELS", raising=False)
-    assert offered_models()[:2] == [EMBEDDED_ID, EMBEDDED_V2_ID]
-    monkeypatch.setenv("RECAP_MODEL", EMBEDDED_V2_ID)  # the operator makes v2 the default
-    assert offered_models()[:2] == [EMBEDDED_V2_ID, EMBEDDED_ID]
+    if recap_model is not None:
+        monkeypatch.setenv("RECAP_MODEL", recap_model)
+    models = offered_models()
+    assert models[:2] == first_two and "embedded" not in models
     assert environment.model_label(EMBEDDED_V2_ID) == "Embedded VLM v2 (wider world)"
+    assert environment.model_label(EMBEDDED_V1_ID) == "Embedded VLM v1 (small world)"
 
 
 @pytest.mark.parametrize(
     "model_id, command",
     [
-        (EMBEDDED_ID, "python -m tools.train_embedded)"),
+        (EMBEDDED_V1_ID, "python -m tools.train_embedded)"),
         (EMBEDDED_V2_ID, "python -m tools.train_embedded --world v2)"),
     ],
 )
@@ -71,8 +90,8 @@ def test_a_missing_embedded_folder_is_a_clear_error_without_a_path(monkeypatch, 
 @needs_both
 def test_each_embedded_id_loads_its_own_folder_and_world():
     for model_id, folder, world, size in (
-        (EMBEDDED_ID, EMBEDDED_MODEL, "recap.scenes", 64),
         (EMBEDDED_V2_ID, EMBEDDED_MODEL_V2, "recap.scenes2", 96),
+        (EMBEDDED_V1_ID, EMBEDDED_MODEL_V1, "recap.scenes", 64),
     ):
         runtime = default_runtime_factory(model_id)
         assert Path(runtime.target.name).resolve() == folder.resolve()
@@ -96,23 +115,25 @@ def test_examples_and_replacement_scenes_come_from_the_chosen_models_folder():
     assert [(Path(p).parent, Path(p).name, q) for p, q in v2_rows] == [
         (EXAMPLES_V2_DIR, e["image"], e["prompt"]) for e in listed
     ]
-    assert all(Path(p).parent == EXAMPLES_DIR for p, _ in examples(EMBEDDED_ID) + examples("some/hub-model"))
+    assert examples() == v2_rows  # the default model's
+    v1_rows = examples(EMBEDDED_V1_ID) + examples("some/hub-model")
+    assert all(Path(p).parent == EXAMPLES_V1_DIR for p, _ in v1_rows)
     choice = Path(v2_rows[0][0]).name
     assert choice in other_image_choices() and other_image_choices()[0] == BLANK_IMAGE
     assert other_image(choice, None, EMBEDDED_V2_ID).size == (96, 96)  # v2's scene, not v1's namesake
-    assert other_image(choice, None, EMBEDDED_ID).size == (64, 64)
+    assert other_image(choice, None, EMBEDDED_V1_ID).size == (64, 64)
     assert other_image(BLANK_IMAGE, other_image(choice, None, EMBEDDED_V2_ID)).size == (96, 96)
 
 
 def test_example_sets_follow_the_offered_models():
-    sets = example_sets([EMBEDDED_V2_ID, EMBEDDED_ID])
-    assert list(sets) == [EMBEDDED_V2_ID, EMBEDDED_ID]  # the default model's set first
+    sets = example_sets([EMBEDDED_V2_ID, EMBEDDED_V1_ID])
+    assert list(sets) == [EMBEDDED_V2_ID, EMBEDDED_V1_ID]  # the default model's set first
     assert sets[EMBEDDED_V2_ID] == examples(EMBEDDED_V2_ID)
-    assert list(example_sets([EMBEDDED_ID, "org/hub-model", "org/other"])) == [EMBEDDED_ID, OTHER_SET]
+    assert list(example_sets([EMBEDDED_V1_ID, "org/hub-model", "org/other"])) == [EMBEDDED_V1_ID, OTHER_SET]
 
 
 SETS = {
-    EMBEDDED_ID: [["/a/scene_1.png", "Where is the star?"], ["/a/scene_2.png", "What colour is it?"]],
+    EMBEDDED_V1_ID: [["/a/scene_1.png", "Where is the star?"], ["/a/scene_2.png", "What colour is it?"]],
     EMBEDDED_V2_ID: [["/b/scene_1.png", "Describe this scene."], ["/b/scene_2.png", "How many?"]],
 }
 
@@ -123,7 +144,7 @@ SETS = {
         # another model's example is replaced by the chosen model's first example
         (EMBEDDED_V2_ID, {"path": "/tmp/gradio/x/scene_1.png", "orig_name": "scene_1.png"},
          "Where is the star?", EMBEDDED_V2_ID),
-        (EMBEDDED_ID, {"path": "/c/scene_2.png"}, "How many?", EMBEDDED_ID),
+        (EMBEDDED_V1_ID, {"path": "/c/scene_2.png"}, "How many?", EMBEDDED_V1_ID),
         # an empty image slot is filled
         (EMBEDDED_V2_ID, None, "", EMBEDDED_V2_ID),
         # the chosen model's own example, a visitor's image or prompt: kept
@@ -182,7 +203,7 @@ def _fills(template: str, prompt: str) -> bool:
 
 @needs_both
 def test_switching_models_keeps_each_models_own_session_memories():
-    studio = Studio(default_runtime_factory, [EMBEDDED_ID, EMBEDDED_V2_ID], cache=RuntimeCache())
+    studio = Studio(default_runtime_factory, [EMBEDDED_V1_ID, EMBEDDED_V2_ID], cache=RuntimeCache())
     demo_session: dict = {}
     from recap.config import RecapConfig
     from recap.decode import generate
@@ -191,7 +212,7 @@ def test_switching_models_keeps_each_models_own_session_memories():
     from recap.studio.validation import RunSettings
 
     sizes = {}
-    for model_id in (EMBEDDED_ID, EMBEDDED_V2_ID, EMBEDDED_ID):
+    for model_id in (EMBEDDED_V1_ID, EMBEDDED_V2_ID, EMBEDDED_V1_ID):
         runtime = studio.runtime(model_id)
         settings = RunSettings(model_id, "recap", "fixed", 8, 8, 8, True, True, True, 12, SESSION_SCOPE)
         before = {m: len(v["persistent"]) for m, v in demo_session.items()}
@@ -208,37 +229,44 @@ def test_switching_models_keeps_each_models_own_session_memories():
             m: n for m, n in before.items() if m != model_id
         }
         sizes[model_id] = runtime.target.vocab_size
-    assert sizes[EMBEDDED_ID] != sizes[EMBEDDED_V2_ID]  # different tokenizers, never mixed
-    assert studio.cache.start(EMBEDDED_ID).path != studio.cache.start(EMBEDDED_V2_ID).path
+    assert sizes[EMBEDDED_V1_ID] != sizes[EMBEDDED_V2_ID]  # different tokenizers, never mixed
+    assert studio.cache.start(EMBEDDED_V1_ID).path != studio.cache.start(EMBEDDED_V2_ID).path
 
 
-# ------------------------------------------------------------------------------ v2's first click
+# ------------------------------------------------------------------------- the first click (v2)
 def _handler(demo, name: str):
     """The function the browser calls for an event, by its name (the demo's own closure)."""
     return next(fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == name)
 
 
 @needs_both
-def test_v2s_first_click_on_its_first_example_drafts_at_step_one_and_commits_1_5_tokens_per_pass():
+def test_the_first_click_opens_on_v2_drafts_at_step_one_and_commits_1_5_tokens_per_pass(monkeypatch):
     import app
 
-    demo = app.build_demo(models=[EMBEDDED_ID, EMBEDDED_V2_ID], cache=RuntimeCache())  # a fresh server
+    monkeypatch.delenv("RECAP_MODEL", raising=False)
+    monkeypatch.delenv("RECAP_MODELS", raising=False)
+    demo = app.build_demo(cache=RuntimeCache())  # a fresh server offering the studio's own models
     run = _handler(demo, "run")
     follow = _handler(demo, "follow")
     page = {block: getattr(block, "value", None) for block in run.inputs}  # what the page shows at first
     image_box, prompt_box, model_box = run.inputs[0], run.inputs[1], run.inputs[2]
-    assert page[model_box] == EMBEDDED_ID
-    # the visitor chooses v2: the examples follow, and v1's pre-filled example becomes v2's first one
-    updates = follow.fn(EMBEDDED_V2_ID, page[image_box], page[prompt_box])
-    image, prompt = updates[image_box]["value"], updates[prompt_box]["value"]
+    # the page opens on v2 with v2's first example pre-filled
     first_image, first_prompt = examples(EMBEDDED_V2_ID)[0]
-    assert image["orig_name"] == Path(first_image).name and prompt == first_prompt
+    assert page[model_box] == EMBEDDED_V2_ID
+    assert page[image_box]["orig_name"] == Path(first_image).name and page[prompt_box] == first_prompt
+    # choosing v1 (still offered) swaps in v1's first example; choosing v2 again brings v2's back
+    updates = follow.fn(EMBEDDED_V1_ID, page[image_box], page[prompt_box])
+    v1_image, v1_prompt = examples(EMBEDDED_V1_ID)[0]
+    assert updates[image_box]["value"]["orig_name"] == Path(v1_image).name
+    assert updates[prompt_box]["value"] == v1_prompt
+    back = follow.fn(EMBEDDED_V2_ID, updates[image_box]["value"], v1_prompt)
+    assert back[prompt_box]["value"] == first_prompt
     assert follow.fn("not-offered", None, "") == {} and follow.fn(["hostile"], None, "") == {}
-    page.update({image_box: image, prompt_box: prompt, model_box: EMBEDDED_V2_ID})
     page[run.inputs[-2]] = 0  # no display delay (it only spaces out what the page shows)
     *_, final = run.fn(*(page[block] for block in run.inputs[:-1]), {})
     trace = next(v["trace"] for v in final.values() if isinstance(v, dict) and "trace" in v)
     assert isinstance(trace, RunTrace) and trace.settings["budget_mode"] == "auto"
+    assert trace.settings["model"] == EMBEDDED_V2_ID
     assert len(trace.steps[1].nodes) >= 1, "v2's first click drafted nothing at step 1"
     mat = summarize(trace.steps).mat  # the page's "mean accepted / pass"
     assert mat >= 1.5, f"v2's first click: {mat:.2f} tokens per pass"
@@ -248,8 +276,8 @@ def test_v2s_first_click_on_its_first_example_drafts_at_step_one_and_commits_1_5
 
 @needs_both
 def test_compare_warms_each_embedded_model_on_its_own_worlds_training_scenes():
-    studio = Studio(default_runtime_factory, [EMBEDDED_ID, EMBEDDED_V2_ID], cache=RuntimeCache())
-    for model_id, size, qtypes in ((EMBEDDED_ID, 64, 4), (EMBEDDED_V2_ID, 96, 6)):
+    studio = Studio(default_runtime_factory, [EMBEDDED_V2_ID, EMBEDDED_V1_ID], cache=RuntimeCache())
+    for model_id, size, qtypes in ((EMBEDDED_V2_ID, 96, 6), (EMBEDDED_V1_ID, 64, 4)):
         runtime = studio.runtime(model_id)
         requests = studio.warmup_requests(runtime)
         assert studio.warmup_source(runtime) == "training scenes"

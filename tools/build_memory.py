@@ -1,7 +1,7 @@
 """Build the warmed persistent memory that ships for an embedded model (the studio's and CLI's hot start).
 
-    python -m tools.build_memory                 # v1: writes assets/memory/tiny-scenes-llava.safetensors
-    python -m tools.build_memory --model v2      # v2: writes assets/memory/tiny-scenes-llava-v2.safetensors
+    python -m tools.build_memory --model v2   # v2 (default): assets/memory/tiny-scenes-llava-v2.safetensors
+    python -m tools.build_memory --model v1   # v1: writes assets/memory/tiny-scenes-llava.safetensors
 
 The target decodes ``--requests`` questions about TRAINING scenes of its own world
 (`recap.hotstart.training_requests`: v1's `recap.scenes` or v2's `recap.scenes2`, seeds 0 .. n-1, below
@@ -35,7 +35,7 @@ from recap.hotstart import (
     warm_up,
 )
 from recap.memory import PersistentMemory
-from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V2, Runtime, embedded_world
+from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2, Runtime, embedded_world
 
 #: Defaults: 200 requests (50 per question type of v1, 33-34 of v2's six); the build's tree budget.
 REQUESTS = 200
@@ -43,7 +43,7 @@ BUDGET = 16
 #: Tokens per answer: v1's answers are short; v2's detailed descriptions run to 150 tokens.
 MAX_NEW_TOKENS = {"scenes": 64, "scenes2": 160}
 #: ``--model`` names of the embedded models.
-MODELS = {"v1": EMBEDDED_MODEL, "v2": EMBEDDED_MODEL_V2}
+MODELS = {"v1": EMBEDDED_MODEL_V1, "v2": EMBEDDED_MODEL_V2}
 
 
 def model_folder(model: str | Path) -> Path:
@@ -87,7 +87,7 @@ def build(
         "model": folder.resolve().name,
         "fingerprint": fingerprint,
         "command": "python -m tools.build_memory "
-        + (f"--model {alias} " if alias and alias != "v1" else "")
+        + (f"--model {alias} " if alias else "")
         + f"--requests {requests} --budget {budget} --max-new-tokens {max_new_tokens}",
         "world": name,
         "requests": requests,
@@ -110,7 +110,7 @@ def build(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.build_memory", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--model", default="v1", help="v1 or v2 (the embedded models) or a model folder (default: v1)"
+        "--model", default="v2", help="v2 or v1 (the embedded models) or a model folder (default: v2)"
     )
     parser.add_argument(
         "--out", default=None, help="memory file (default: assets/memory/<model folder>.safetensors)"

@@ -60,14 +60,15 @@ def _hide_sampling_labels(drafter) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from recap.datasets import load_dataset
+    from recap.bench.cli import local_image_size
+    from recap.datasets import check_scene_world, default_dataset, load_dataset
     from recap.decode import generate
     from recap.memory import PersistentMemory
     from recap.options import add_model_options, add_sampling_options, load_runtime, sampling_settings
     from recap.runtime import EMBEDDED_MODEL, parse_budget
 
     parser = argparse.ArgumentParser(prog="python -m tools.calibration", description=__doc__.split("\n")[0])
-    parser.add_argument("--dataset", default="scenes")
+    parser.add_argument("--dataset", default=None, help="default: the model's own scenes (as the benchmark)")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--method", default="recap")
     parser.add_argument("--budget", default="80")
@@ -80,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.threads = 1 if args.threads is None else args.threads
     sampling = sampling_settings(args)
+    image_size = local_image_size(args.model)
+    args.dataset = args.dataset or default_dataset(image_size)
+    check_scene_world(args.dataset, image_size)
     runtime = load_runtime(args)
     samples = load_dataset(args.dataset, limit=args.limit)
     persistent = PersistentMemory(runtime.target.vocab_size)

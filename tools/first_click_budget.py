@@ -4,7 +4,7 @@ wall-clock passes per size, one size after the other) and the way `Runtime.cost_
 now (each size's fastest pass of a few sweeps, in this thread's CPU time), in turn, ``--rounds`` times
 each.
 
-    python -m tools.first_click_budget --model v1 --rounds 8
+    python -m tools.first_click_budget --model v2 --rounds 8
 
 Prints each round's curve, nodes per pass and tokens per pass (the page's "mean accepted / pass"), then
 the median and range of each. Run it once on a quiet machine and once beside a load (e.g.
@@ -26,10 +26,11 @@ from recap.cost import CostModel
 from recap.decode import generate
 from recap.hotstart import shipped_start
 from recap.inputs import load_image
-from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V2, Runtime
+from recap.runtime import EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2, Runtime
 from recap.trace import summarize
 
-MODELS = {"v1": ("embedded", EMBEDDED_MODEL), "v2": ("embedded-v2", EMBEDDED_MODEL_V2)}
+#: ``--model`` -> (studio id, folder) of the embedded models; v2 is the studio's default.
+MODELS = {"v1": ("embedded-v1", EMBEDDED_MODEL_V1), "v2": ("embedded-v2", EMBEDDED_MODEL_V2)}
 
 
 def old_curve(runtime: Runtime) -> CostModel:
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.first_click_budget", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--model", choices=sorted(MODELS), default="v1")
+    parser.add_argument("--model", choices=sorted(MODELS), default="v2")
     parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args(argv)
     if args.rounds < 1:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks, as one run on a machine with CUDA (no network needed):
-#   1. the benchmark of the embedded model on CUDA (fp32, so the lossless match is exact), with the
-#      `auto` budget and at budget 80, first, while the GPU is otherwise idle;
+#   1. the benchmark of the embedded model v1 on its scenes on CUDA (fp32, so the lossless match is
+#      exact; the model of the recorded docs/results/gpu-h200*), with the `auto` budget and at budget 80,
+#      first, while the GPU is otherwise idle;
 #   2. the GPU twins of the lossless tests (tests/test_gpu.py, marker `gpu`);
 #   3. the tree-pass cost curve of the paper's 7B language-model backbones (tools/tree_cost.py;
 #      TREE_COST=0 skips it, e.g. when docs/results/gpu-h200 already holds it);
@@ -44,7 +45,7 @@ if compgen -G ".suffix/arctic_inference-*.tar.gz" >/dev/null; then
 fi
 for budget in auto 80; do
     bench=/tmp/bench-scenes-cuda-$budget
-    timeout 200 python3 -m recap.bench --dataset scenes --methods "$methods" \
+    timeout 200 python3 -m recap.bench --model assets/models/tiny-scenes-llava --dataset scenes --methods "$methods" \
         --device "${DEVICE:-cuda}" --dtype float32 --budget "$budget" ${BENCH_ARGS:-} --max-new-tokens 64 --no-progress --out "$bench" 2>&1 \
         | tail -12 || status=1
     cp "$bench/results.md" "$C/bench-$budget.md" && cp "$bench/results.json" "$C/bench-$budget.json" || status=1

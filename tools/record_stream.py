@@ -1,6 +1,7 @@
 """Record a drafter's stream (what it was shown and what it proposed) for replay without a model.
 
-A drafter's trees depend only on what it observed before (with a fixed budget: no timing enters), so
+The stream is the embedded model v1's on v1's held-out scenes (the recorded file's). A drafter's
+trees depend only on what it observed before (with a fixed budget: no timing enters), so
 a recorded stream replays exactly: begin each request, feed every observation, and compare every
 proposed tree with the recorded one. ``tests/test_stream_replay.py`` does that for RECAP on the
 stream in ``tests/data/``, so a faster implementation must draft the very same trees.
@@ -176,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from recap.bench.runner import _run_one
     from recap.config import RecapConfig
     from recap.datasets import load_scenes
-    from recap.runtime import EMBEDDED_MODEL, Runtime
+    from recap.runtime import EMBEDDED_MODEL_V1, Runtime
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--method", default="recap")
@@ -186,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    runtime = Runtime.load(str(EMBEDDED_MODEL))
+    runtime = Runtime.load(str(EMBEDDED_MODEL_V1))  # v1's model for v1's scenes
     drafter = StreamRecording(runtime.drafter(args.method, budget=args.budget, config=RecapConfig()))
     for sample in load_scenes(args.limit):
         _run_one(runtime.target, drafter, sample, args.max_new_tokens, args.method)

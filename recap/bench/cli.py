@@ -1,4 +1,4 @@
-"""The benchmark's command line: ``python -m recap.bench --dataset scenes --out runs/scenes``.
+"""The benchmark's command line: ``python -m recap.bench --dataset scenes2 --out runs/scenes2``.
 
 Every argument is checked before a model loads; bad arguments or inputs end with a one-line
 ``error: ...`` on stderr and exit code 2. The results table goes to stdout, the files to ``--out``.
@@ -18,7 +18,7 @@ from pathlib import Path
 from recap.bench.report import markdown_table, write_outputs
 from recap.bench.runner import normalize_methods, run_benchmark
 from recap.cost import load_curve
-from recap.datasets import SPECBENCH_ENV, check_scene_world, load_dataset
+from recap.datasets import SPECBENCH_ENV, check_scene_world, default_dataset, load_dataset
 from recap.drafters import METHODS
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.hotstart import BUILD_COMMAND, model_fingerprint
@@ -44,9 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m recap.bench", description=_description())
     parser.add_argument(
         "--dataset",
-        default="scenes",
-        help="scenes (embedded model v1), scenes2 / scenes2-detail (v2), photos, mtbench, specbench "
-        "or a .jsonl file",
+        default=None,
+        help="scenes2 / scenes2-detail (embedded model v2), scenes (v1), photos, mtbench, specbench "
+        "or a .jsonl file (default: the model's own scenes: scenes for v1, else scenes2)",
     )
     parser.add_argument(
         "--data-file",
@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="start RECAP's persistent memory and TR's matrix from this saved memory of the model "
-        "(e.g. assets/memory/tiny-scenes-llava.safetensors) instead of empty; default: a cold start",
+        "(e.g. assets/memory/tiny-scenes-llava-v2.safetensors) instead of empty; default: a cold start",
     )
     parser.add_argument(
         "--cost-curve",
@@ -149,11 +149,14 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     )
     if "suffix" in methods:
         SuffixTreeCache.for_config(suffix_config)  # says how to install arctic-inference before loading
+    image_size = local_image_size(args.model)
+    if args.dataset is None:
+        args.dataset = default_dataset(image_size)
     data_file = args.data_file
     if data_file is None and args.dataset == "specbench":
         data_file = os.environ.get(SPECBENCH_ENV) or None
     samples = load_dataset(args.dataset, args.limit, data_file=data_file)
-    check_scene_world(args.dataset, local_image_size(args.model))  # v1 scenes for v2's model: refused
+    check_scene_world(args.dataset, image_size)  # v1 scenes for v2's model: refused
     curve = load_curve(args.cost_curve) if args.cost_curve is not None else None
     if args.memory is not None and not Path(args.memory).expanduser().is_file():
         raise ValueError(f"memory file not found: {args.memory}")

@@ -2,8 +2,9 @@
 
 Read here and nowhere else in the studio:
 
-- ``RECAP_MODEL``: the model selected by default (``embedded`` = the tiny model shipped in assets/,
-  ``embedded-v2`` = its wider-world v2 beside it; both are always offered);
+- ``RECAP_MODEL``: the model selected at start (``embedded-v2`` = the embedded model v2 in assets/,
+  the default; ``embedded-v1`` = the embedded model v1 beside it, the small world; both are always
+  offered; ``embedded`` names the default, v2);
 - ``RECAP_MODELS``: comma-separated extra hub ids / local directories to offer (the paper's models are
   offered anyway when a GPU is present);
 - ``RECAP_OFFLINE``: if set, never contact the Hugging Face hub (``HF_HUB_OFFLINE=1``), so an unknown
@@ -33,18 +34,23 @@ from typing import Any
 import gradio as gr
 import torch
 
-from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V2, Runtime
+from recap.runtime import EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2, Runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 STATIC_DIR = ROOT / "assets" / "static"
 
-EMBEDDED_ID = "embedded"
 EMBEDDED_V2_ID = "embedded-v2"
-#: The embedded models by their studio id: the folders under assets/models, and the visitors' labels.
-EMBEDDED_FOLDERS = {EMBEDDED_ID: EMBEDDED_MODEL, EMBEDDED_V2_ID: EMBEDDED_MODEL_V2}
+EMBEDDED_V1_ID = "embedded-v1"
+#: The model the studio opens on (unless ``RECAP_MODEL`` names another): the embedded model v2.
+DEFAULT_MODEL_ID = EMBEDDED_V2_ID
+#: ``RECAP_MODEL`` values that name a model by another id (``embedded``: the default embedded model).
+MODEL_ALIASES = {"embedded": DEFAULT_MODEL_ID}
+#: The embedded models by their studio id, the default first: the folders under assets/models, and the
+#: visitors' labels.
+EMBEDDED_FOLDERS = {EMBEDDED_V2_ID: EMBEDDED_MODEL_V2, EMBEDDED_V1_ID: EMBEDDED_MODEL_V1}
 EMBEDDED_LABELS = {
-    EMBEDDED_ID: "Embedded VLM v1 (small world)",
     EMBEDDED_V2_ID: "Embedded VLM v2 (wider world)",
+    EMBEDDED_V1_ID: "Embedded VLM v1 (small world)",
 }
 PAPER_MODELS = (
     "Qwen/Qwen2.5-VL-7B-Instruct",
@@ -76,20 +82,20 @@ def configure_environment() -> None:
 
 
 def offered_models() -> list[str]:
-    """Model ids for the dropdown: the embedded models (v1 first), the paper's models on a GPU,
-    ``RECAP_MODELS``; ``RECAP_MODEL`` (if set) first, as the default."""
+    """Model ids for the dropdown: the embedded models (v2, the default, first), the paper's models on
+    a GPU, ``RECAP_MODELS``; ``RECAP_MODEL`` (if set; `MODEL_ALIASES` resolved) first, as the default."""
     models = list(EMBEDDED_FOLDERS)
     if torch.cuda.is_available():
         models += PAPER_MODELS
     models += [m.strip() for m in os.environ.get("RECAP_MODELS", "").split(",") if m.strip()]
-    default = os.environ.get("RECAP_MODEL")
+    default = os.environ.get("RECAP_MODEL", "").strip()
     if default:
-        models.insert(0, default)
+        models.insert(0, MODEL_ALIASES.get(default, default))
     return list(dict.fromkeys(models))
 
 
 def default_runtime_factory(model_id: str) -> Runtime:
-    """Load ``model_id`` (``embedded`` / ``embedded-v2`` = the models in assets/) on the default device
+    """Load ``model_id`` (``embedded-v2`` / ``embedded-v1`` = the models in assets/) on the default device
     and dtype. A missing embedded folder is a ValueError naming the command that trains it (the folder's
     name only: no server path reaches a visitor)."""
     folder = EMBEDDED_FOLDERS.get(model_id)

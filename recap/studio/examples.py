@@ -1,9 +1,10 @@
 """The studio's example inputs, the sensitivity tab's replacement images, and examples that follow the
 chosen model.
 
-Each embedded model has its own held-out scenes: assets/examples/prompts.json for v1 (``embedded``),
-assets/examples-v2/prompts.json for v2 (``embedded-v2``); any other model is shown v1's scenes and, when
-such a model is offered, a few photos (the first of `recap.datasets.PHOTO_PROMPTS`, the benchmark's).
+Each embedded model has its own held-out scenes: assets/examples-v2/prompts.json for v2 (``embedded-v2``,
+the default), assets/examples/prompts.json for v1 (``embedded-v1``); any other model is shown v1's scenes
+and, when such a model is offered, a few photos (the first of `recap.datasets.PHOTO_PROMPTS`, the
+benchmark's).
 The Run tab shows the example set of the chosen model only (`wire_examples`), and the sensitivity
 tab's replacement scenes come from the same folder as the run's.
 """
@@ -21,12 +22,12 @@ from PIL import Image
 from recap.datasets import PHOTO_PROMPTS
 from recap.hotstart import WarmupRequest
 from recap.inputs import check_choice, load_image
-from recap.studio.environment import EMBEDDED_ID, EMBEDDED_V2_ID
+from recap.studio.environment import DEFAULT_MODEL_ID, EMBEDDED_V1_ID, EMBEDDED_V2_ID
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "assets" / "examples"
-EXAMPLES_V2_DIR = EXAMPLES_DIR.with_name("examples-v2")
+EXAMPLES_V1_DIR = Path(__file__).resolve().parents[2] / "assets" / "examples"
+EXAMPLES_V2_DIR = EXAMPLES_V1_DIR.with_name("examples-v2")
 #: Each embedded model's example scenes (held-out scenes of its own world); other models use v1's.
-EXAMPLE_DIRS = {EMBEDDED_ID: EXAMPLES_DIR, EMBEDDED_V2_ID: EXAMPLES_V2_DIR}
+EXAMPLE_DIRS = {EMBEDDED_V2_ID: EXAMPLES_V2_DIR, EMBEDDED_V1_ID: EXAMPLES_V1_DIR}
 #: Every folder an example image may come from (the studio reads images from these and its uploads).
 EXAMPLE_ROOTS = tuple(EXAMPLE_DIRS.values())
 #: The example set of models that are not embedded: v1's scenes, and photos.
@@ -36,12 +37,12 @@ BLANK_IMAGE = "blank (grey)"
 PHOTO_EXAMPLES = 3
 
 
-def examples_dir(model_id: object = EMBEDDED_ID) -> Path:
+def examples_dir(model_id: object = DEFAULT_MODEL_ID) -> Path:
     """The folder of ``model_id``'s example scenes (v1's for any model that is not embedded)."""
-    return EXAMPLE_DIRS.get(model_id, EXAMPLES_DIR) if isinstance(model_id, str) else EXAMPLES_DIR
+    return EXAMPLE_DIRS.get(model_id, EXAMPLES_V1_DIR) if isinstance(model_id, str) else EXAMPLES_V1_DIR
 
 
-def examples(model_id: object = EMBEDDED_ID) -> list[list[str]]:
+def examples(model_id: object = DEFAULT_MODEL_ID) -> list[list[str]]:
     """``[image path, prompt]`` rows of ``model_id``'s examples (`examples_dir`; empty if its
     prompts.json is not there yet)."""
     folder = examples_dir(model_id)
@@ -109,7 +110,7 @@ def other_image_choices() -> list[str]:
     return [BLANK_IMAGE, *sorted(names)]
 
 
-def other_image(choice: str, like: Image.Image | None, model_id: object = EMBEDDED_ID) -> Image.Image:
+def other_image(choice: str, like: Image.Image | None, model_id: object = DEFAULT_MODEL_ID) -> Image.Image:
     """The replacement image of the sensitivity pass: the example scene ``choice`` of ``model_id``'s
     folder (`examples_dir`; v2's scenes for v2), or a blank grey image of ``like``'s size."""
     folder = examples_dir(model_id)
@@ -137,7 +138,7 @@ def swap_to(model_id: object, image: object, prompt: object, sets: dict[str, lis
     model's own set, when the input is empty or is an example of another set (a visitor's own image
     or prompt is never replaced); None to keep the input.
 
-    Example: v1's first example loaded, then ``embedded-v2`` chosen -> ``"embedded-v2"``.
+    Example: v2's first example loaded, then ``embedded-v1`` chosen -> ``"embedded-v1"``.
     """
     if not isinstance(model_id, str) or example_set(model_id) not in sets:
         return None

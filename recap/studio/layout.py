@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 
 from recap.studio import render
-from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, model_label
+from recap.studio.environment import EMBEDDED_V1_ID, EMBEDDED_V2_ID, SESSION_SCOPE, SHARED_SCOPE, model_label
 from recap.studio.examples import BLANK_IMAGE, example_sets, other_image_choices
 from recap.studio.validation import (
     BUDGET_MODES,
@@ -64,15 +64,16 @@ order, child `c` accepted with probability `p(c)`, and a rejected child removed 
 accepted the token is drawn from what is left (the *residual*). A seed makes a run reproducible.
 
 ### The embedded models
-`tiny-scenes-llava` (v1, the CPU default) is a 2.4M-parameter LLaVA trained by this project on
-synthetic 64x64 scenes of 1-3 coloured shapes. On held-out scenes it answers "Describe the image.",
-"What colour is the X?", "How many shapes are there?" and "Where is the X?" correctly (99-100%), so its
-answers really depend on the image. *v2* (`tiny-scenes-llava-v2`, 3.7M parameters) sees a wider world:
-96x96 scenes of up to five shapes in 12 colours and 8 kinds; it also answers where one shape is
-relative to another and "Describe the image in detail." (60-150 tokens, where each shape's colour and
-kind recur), and comes with its own examples. Each model keeps its own memories. Neither knows
-anything else: a photo or another question gets a scene-style answer. The paper's models (on a GPU)
-answer anything.
+`tiny-scenes-llava-v2` (v2, the default) is a 3.7M-parameter LLaVA trained by this project on
+synthetic 96x96 scenes of up to five shapes in 12 colours and 8 kinds. On held-out scenes it answers
+"Describe the image.", "What colour is the X?", "How many shapes are there?", "Where is the X?", where
+one shape is relative to another, and "Describe the image in detail." (60-150 tokens, where each
+shape's colour and kind recur) correctly (93-100%, also when the question is worded unlike its
+training), so its answers really depend on the image. *v1* (`tiny-scenes-llava`, 2.4M parameters),
+kept for the project's earlier results, sees a smaller world: 64x64 scenes of 1-3 shapes in 6 colours
+and 4 kinds, and the first four questions. Each model has its own examples and keeps its own memories.
+Neither knows anything else: a photo or another question gets a scene-style answer. The paper's
+models (on a GPU) answer anything.
 """
 
 
@@ -157,7 +158,7 @@ def _inputs(ui: dict[str, Any], models: list[str]) -> None:
 
 
 #: The label above each example set.
-EXAMPLE_LABELS = {"embedded": "Examples (v1 scenes)", "embedded-v2": "Examples (v2 scenes)"}
+EXAMPLE_LABELS = {EMBEDDED_V2_ID: "Examples (v2 scenes)", EMBEDDED_V1_ID: "Examples (v1 scenes)"}
 
 
 def _examples(ui: dict[str, Any], models: list[str]) -> None:

@@ -38,7 +38,7 @@ from recap.memory import PersistentMemory
 from recap.runtime import Runtime, embedded_world
 from recap.sampling import GREEDY, SamplingSettings
 from recap.studio.environment import SESSION_SCOPE, MemoryPlan
-from recap.studio.examples import EXAMPLE_ROOTS, example_requests, examples, photo_examples
+from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
 from recap.trace import StepRecord
 
@@ -274,7 +274,7 @@ class Studio:
         world = embedded_world(target.name)
         if world is not None:
             return training_requests(n, world=world)
-        requests = example_requests(examples() + photo_examples(), exclude)[:n]
+        requests = example_requests(examples(OTHER_SET) + photo_examples(), exclude)[:n]
         if target.family == "text":
             requests = [r._replace(images=()) for r in requests]
         return requests
