@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from contextlib import AbstractContextManager
 
 import numpy as np
 
@@ -138,7 +137,7 @@ class ContextMemory:
             table[: len(self.table)] = self.table
             self.table = table
 
-    def frozen(self) -> AbstractContextManager:
+    def frozen(self) -> threading.Lock:
         """Hold writers off while compiled code reads ``index`` and ``table`` directly (a write may add
         keys whose rows lie beyond the table it replaces): ``with memory.frozen(): ...`` (the memory's
         lock itself, so holding it costs no more than a lock)."""

@@ -23,7 +23,6 @@ import os
 import tempfile
 import threading
 import time
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
@@ -146,7 +145,7 @@ class PersistentMemory:
             if self._table is not None:
                 self._table[keys] = rows
 
-    def frozen(self) -> AbstractContextManager:
+    def frozen(self) -> threading.Lock:
         """Hold other writers and savers off while compiled code writes the arrays directly: ``with
         memory.frozen(): ...`` (the memory's lock itself, so holding it costs no more than a lock)."""
         return self._lock

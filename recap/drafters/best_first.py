@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
 from typing import NamedTuple
 
 import numpy as np
@@ -83,21 +82,36 @@ def grow(
         p_on, p_table = True, persistent.table
     else:
         p_on, p_table = False, record_table(np.full((1, k), -1), np.zeros((1, k)), [0.0], [-1])
-    s1, s2, s3 = config.specificity
     fine, coarse = levels if levels is not None else (_NO_LEVELS, _NO_LEVELS)
-    with ExitStack() as frozen:
-        # Locks in one order everywhere (persistent, ctx2, ctx3: `recap.recycling.recycle`).
-        for memory in {id(m): m for m in (ctx2, ctx3) if m is not None}.values():
-            frozen.enter_context(memory.frozen())
-        search = (int(cap), int(k), int(config.branching), float(config.score_floor), int(config.depth))
-        suffix = (float(config.suffix_prior),)
-        weights = (bool(config.uniform_weights), float(config.kappa_min), np.array([s3, s2, s1], dtype=float))
-        estimates = (int(request), levels is not None, fine, coarse, _EDGES, BUCKETS)
+    search = (int(cap), int(k), int(config.branching), float(config.score_floor), int(config.depth))
+    weights = (bool(config.uniform_weights), float(config.kappa_min), _specificity(config.specificity))
+    estimates = (int(request), levels is not None, fine, coarse, _EDGES, BUCKETS)
+    root, chain = np.ascontiguousarray(tail, dtype=np.int64), np.asarray(chain, dtype=np.int64)
+    # Locks in one order everywhere (persistent, ctx2, ctx3: `recap.recycling.recycle`).
+    locks = [m.frozen() for m in (ctx2, ctx3) if m is not None]
+    if len(locks) == 2 and locks[0] is locks[1]:
+        locks.pop()
+    for lock in locks:
+        lock.acquire()
+    try:
         found = grow_tree(
-            np.ascontiguousarray(tail, dtype=np.int64), np.asarray(chain, dtype=np.int64), *search, *suffix,
-            usable, *_context_arrays(ctx3), *_context_arrays(ctx2), p_on, p_table, *weights, *estimates,
+            root, chain, *search, float(config.suffix_prior), usable, *_context_arrays(ctx3),
+            *_context_arrays(ctx2), p_on, p_table, *weights, *estimates,
         )
+    finally:
+        for lock in reversed(locks):
+            lock.release()
     return Growth(*found)
+
+
+@functools.lru_cache(maxsize=8)
+def _specificity(specificity: tuple[float, float, float]) -> np.ndarray:
+    """``config.specificity`` (persistent, ctx2, ctx3) as the search's array, in ctx3, ctx2, persistent
+    order (read-only; one array per setting)."""
+    s1, s2, s3 = specificity
+    array = np.array([s3, s2, s1], dtype=float)
+    array.flags.writeable = False
+    return array
 
 
 def select(growth: Growth, keep: Callable[[np.ndarray], int] | None = None) -> DraftTree:
