@@ -80,6 +80,13 @@ def bucket(q: float) -> int:
     return len(EDGES)
 
 
+#: Columns of a kind's row in `AcceptanceModel`'s tables: its counts, the shrinkage ``(a, b)`` the search
+#: reads (`AcceptanceModel.levels`), and `update`'s scratch (counts added, last update that touched it).
+#: One row is 64 bytes (a cache line), so an update or an estimate reads one line per kind.
+SEEN, HITS, A, B, ADD_SEEN, ADD_HITS, MARK = range(7)
+_COLUMNS = 8
+
+
 class AcceptanceModel:
     """Online hit rates per candidate kind, shared by the requests of one stream (thread-safe updates).
 
@@ -93,19 +100,26 @@ class AcceptanceModel:
                 f"need strength > 0, memory > 0, 0 < decay <= 1; got {strength}, {memory}, {decay}"
             )
         self.strength, self.memory, self.decay = float(strength), float(memory), float(decay)
-        self.seen_coarse = np.zeros(COARSE_KINDS)
-        self.hits_coarse = np.zeros(COARSE_KINDS)
-        self.seen_fine = np.zeros(FINE_KINDS)
-        self.hits_fine = np.zeros(FINE_KINDS)
+        self._fine, self._coarse = _rows(FINE_KINDS), _rows(COARSE_KINDS)
         self._lock = threading.Lock()
-        # estimate = offset + slope * prior; with no labels, the prior itself.
-        self._offset, self._slope = np.zeros(FINE_KINDS), np.ones(FINE_KINDS)
-        # Scratch of `update` (zero between calls): counts added per kind, and the last update that
-        # touched each kind.
-        fine, coarse = np.zeros(FINE_KINDS), np.zeros(COARSE_KINDS)
-        self._added = (fine, fine.copy(), coarse, coarse.copy())
-        self._marks = (np.zeros(FINE_KINDS, dtype=np.int64), np.zeros(COARSE_KINDS, dtype=np.int64))
         self._updates = 0
+
+    # Counts per kind (views of the tables; after decay, not integers).
+    @property
+    def seen_fine(self) -> np.ndarray:
+        return self._fine[:, SEEN]
+
+    @property
+    def hits_fine(self) -> np.ndarray:
+        return self._fine[:, HITS]
+
+    @property
+    def seen_coarse(self) -> np.ndarray:
+        return self._coarse[:, SEEN]
+
+    @property
+    def hits_coarse(self) -> np.ndarray:
+        return self._coarse[:, HITS]
 
     def __len__(self) -> int:
         """Labels learnt so far (after decay)."""
@@ -113,20 +127,29 @@ class AcceptanceModel:
 
     def reset(self) -> None:
         with self._lock:
-            for array in (self.seen_coarse, self.hits_coarse, self.seen_fine, self.hits_fine, self._offset):
-                array.fill(0.0)
-            self._slope.fill(1.0)
+            self._fine[:], self._coarse[:] = _rows(1), _rows(1)
+
+    def levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """The tables the compiled search reads, fine and coarse kinds' rows: columns ``A`` and ``B``
+        hold each level's shrinkage ``a = hits / (seen + m)`` and ``b = m / (seen + m)``, so that
+        ``estimate = (a_fine + b_fine * a_coarse) + (b_fine * b_coarse) * prior`` (the coarse row of
+        fine kind ``f`` is ``f // BUCKETS``). Kept up to date by `update`, which recomputes only the
+        kinds it touched; do not modify."""
+        return self._fine, self._coarse
 
     def linear(self) -> tuple[np.ndarray, np.ndarray]:
         """``(offset, slope)`` per fine kind: ``estimate = offset[kind] + slope[kind] * prior`` (the two
-        shrinkage levels composed). Kept up to date by `update`, which recomputes only the kinds it
-        touched; do not modify."""
-        return self._offset, self._slope
+        levels composed, with the very operations the search uses). Computed for all kinds on each
+        call: for references and inspection, not for drafting."""
+        fine, coarse = self._fine, np.repeat(self._coarse, BUCKETS, axis=0)
+        return fine[:, A] + fine[:, B] * coarse[:, A], fine[:, B] * coarse[:, B]
 
     def estimate(self, kind: int, q: float) -> float:
         """Estimated chance that a candidate of fine ``kind`` (`fine_kind`) with fused probability ``q``
         (or a suffix token's prior) is right."""
-        return float(self._offset[kind] + self._slope[kind] * q)
+        a_f, b_f = self._fine[kind, A], self._fine[kind, B]
+        a_c, b_c = self._coarse[kind // BUCKETS, A], self._coarse[kind // BUCKETS, B]
+        return float((a_f + b_f * a_c) + (b_f * b_c) * q)
 
     def update(self, seen: np.ndarray, hits: np.ndarray, hit_weights: np.ndarray | None = None) -> None:
         """Count labels: ``seen`` holds the fine kind of every labelled candidate, ``hits`` those that
@@ -143,58 +166,96 @@ class AcceptanceModel:
         with self._lock:
             self._updates += 1
             _count_labels(
-                seen, hits, weights, (self.seen_fine, self.hits_fine, self.seen_coarse, self.hits_coarse),
-                self._added, self._marks, self._updates, self.memory, self.decay, self.strength,
-                self._offset, self._slope, BUCKETS,
+                seen, hits, weights, self._fine, self._coarse, self._updates, self.memory, self.decay,
+                self.strength, BUCKETS,
+            )
+
+    def update_greedy(
+        self,
+        nodes: np.ndarray,
+        tokens: np.ndarray,
+        kinds: np.ndarray,
+        kept: int,
+        first_row: int,
+        greedy: np.ndarray,
+    ) -> None:
+        """Count the labels of a greedy pass in one compiled call: candidate ``i`` (fine kind
+        ``kinds[i]``, token ``tokens[i]``) was offered at the context of tree node ``nodes[i]`` (-1: the
+        root); contexts of nodes ``>= kept`` were not verified and teach nothing; the others are right
+        when the token is ``greedy[first_row + node]``, the target's greedy token there (``greedy``: one
+        per computed row, the root's at ``first_row - 1``). Equal to `update` with the labels chosen
+        so."""
+        if len(kinds) == 0:
+            return
+        with self._lock:
+            self._updates += 1
+            _count_greedy(
+                nodes, tokens, kinds, int(kept), int(first_row), greedy, self._fine, self._coarse,
+                self._updates, self.memory, self.decay, self.strength, BUCKETS,
             )
 
 
+def _rows(kinds: int) -> np.ndarray:
+    """``kinds`` rows of a kind table with no labels (counts 0, ``(a, b) = (0, 1)``), each row starting
+    on a 64-byte boundary."""
+    size = kinds * _COLUMNS
+    raw = np.zeros(size + _COLUMNS)
+    skip = (-raw.ctypes.data % 64) // raw.itemsize
+    rows = raw[skip : skip + size].reshape(kinds, _COLUMNS)
+    rows[:, B] = 1.0
+    return rows
+
+
 @numba.njit(cache=True, nogil=True)
-def _count_labels(
-    seen, hits, weights, counts, added, marks, update, memory, decay, m, offset, slope, buckets
-):
+def _count_labels(seen, hits, weights, fine, coarse, update, memory, decay, m, buckets):
     """`AcceptanceModel.update`, compiled: counts are added once per kind (labels first summed per
     fine kind, coarse sums from them: exact integers as counting each label would give), kinds over
-    ``memory`` decay, and every fine kind of a touched coarse kind gets its ``offset``/``slope``
-    again: with ``a = hits / (seen + m)`` and ``b = m / (seen + m)`` at each level,
-    ``offset = a_fine + b_fine * a_coarse`` and ``slope = b_fine * b_coarse``."""
-    seen_fine, hits_fine, seen_coarse, hits_coarse = counts
-    add_seen_fine, add_hits_fine, add_seen_coarse, add_hits_coarse = added
-    mark_fine, mark_coarse = marks
+    ``memory`` decay, and every touched kind gets its shrinkage ``(a, b)`` again."""
     fine_kinds, coarse_kinds = [np.int64(0)], [np.int64(0)]
     fine_kinds.pop()
     coarse_kinds.pop()
     for kind in seen:
-        if mark_fine[kind] != update:
-            mark_fine[kind] = update
+        if fine[kind, MARK] != update:
+            fine[kind, MARK] = update
             fine_kinds.append(kind)
-        add_seen_fine[kind] += 1.0
+        fine[kind, ADD_SEEN] += 1.0
     for i in range(len(hits)):
-        add_hits_fine[hits[i]] += weights[i]
+        fine[hits[i], ADD_HITS] += weights[i]
     for kind in fine_kinds:
-        coarse = kind // buckets
-        if mark_coarse[coarse] != update:
-            mark_coarse[coarse] = update
-            coarse_kinds.append(coarse)
-        add_seen_coarse[coarse] += add_seen_fine[kind]
-        add_hits_coarse[coarse] += add_hits_fine[kind]
-    for kinds, seen_counts, hit_counts, add_seen, add_hits in (
-        (fine_kinds, seen_fine, hits_fine, add_seen_fine, add_hits_fine),
-        (coarse_kinds, seen_coarse, hits_coarse, add_seen_coarse, add_hits_coarse),
-    ):
+        c = kind // buckets
+        if coarse[c, MARK] != update:
+            coarse[c, MARK] = update
+            coarse_kinds.append(c)
+        coarse[c, ADD_SEEN] += fine[kind, ADD_SEEN]
+        coarse[c, ADD_HITS] += fine[kind, ADD_HITS]
+    for kinds, table in ((fine_kinds, fine), (coarse_kinds, coarse)):
         for kind in kinds:
-            seen_counts[kind] += add_seen[kind]
-            hit_counts[kind] += add_hits[kind]
-            add_seen[kind] = 0.0
-            add_hits[kind] = 0.0
-            if seen_counts[kind] > memory:
-                seen_counts[kind] *= decay
-                hit_counts[kind] *= decay
-    for coarse in coarse_kinds:
-        a_c = hits_coarse[coarse] / (seen_coarse[coarse] + m)
-        b_c = m / (seen_coarse[coarse] + m)
-        for fine in range(coarse * buckets, coarse * buckets + buckets):
-            a_f = hits_fine[fine] / (seen_fine[fine] + m)
-            b_f = m / (seen_fine[fine] + m)
-            offset[fine] = a_f + b_f * a_c
-            slope[fine] = b_f * b_c
+            row = table[kind]
+            row[SEEN] += row[ADD_SEEN]
+            row[HITS] += row[ADD_HITS]
+            row[ADD_SEEN] = 0.0
+            row[ADD_HITS] = 0.0
+            if row[SEEN] > memory:
+                row[SEEN] *= decay
+                row[HITS] *= decay
+            row[A] = row[HITS] / (row[SEEN] + m)
+            row[B] = m / (row[SEEN] + m)
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_greedy(
+    nodes, tokens, kinds, kept, first_row, greedy, fine, coarse, update, memory, decay, m, buckets
+):
+    """`AcceptanceModel.update_greedy` on arrays: the verified labels, then `_count_labels`."""
+    seen = np.empty(len(kinds), dtype=np.int64)
+    hits = np.empty(len(kinds), dtype=np.int64)
+    n_seen, n_hits = 0, 0
+    for i in range(len(kinds)):
+        if nodes[i] < kept:
+            seen[n_seen] = kinds[i]
+            n_seen += 1
+            if tokens[i] == greedy[first_row + nodes[i]]:
+                hits[n_hits] = kinds[i]
+                n_hits += 1
+    weights = np.ones(n_hits)
+    _count_labels(seen[:n_seen], hits[:n_hits], weights, fine, coarse, update, memory, decay, m, buckets)

@@ -15,8 +15,7 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -138,12 +137,11 @@ class ContextMemory:
             table[: len(self.table)] = self.table
             self.table = table
 
-    @contextmanager
-    def frozen(self) -> Iterator[None]:
+    def frozen(self) -> threading.Lock:
         """Hold writers off while compiled code reads ``index`` and ``table`` directly (a write may add
-        keys whose rows lie beyond the table it replaces)."""
-        with self._lock:
-            yield
+        keys whose rows lie beyond the table it replaces): ``with memory.frozen(): ...`` (the memory's
+        lock itself, so holding it costs no more than a lock)."""
+        return self._lock
 
     def clear(self) -> None:
         """Forget every record (start of a request)."""

@@ -23,8 +23,6 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -147,11 +145,10 @@ class PersistentMemory:
             if self._table is not None:
                 self._table[keys] = rows
 
-    @contextmanager
-    def frozen(self) -> Iterator[None]:
-        """Hold other writers and savers off while compiled code writes the arrays directly."""
-        with self._lock:
-            yield
+    def frozen(self) -> threading.Lock:
+        """Hold other writers and savers off while compiled code writes the arrays directly: ``with
+        memory.frozen(): ...`` (the memory's lock itself, so holding it costs no more than a lock)."""
+        return self._lock
 
     def reset(self) -> None:
         """Forget every record."""

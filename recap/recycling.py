@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from recap.key_index import write_slot
-from recap.records import KEY_BITS
+from recap.records import KEY_BITS, _record_rows, _topk_rows
 
 if TYPE_CHECKING:
     from recap.context_memory import ContextMemory
@@ -129,28 +129,104 @@ def write_recycled(
     if len(rows) == 0:
         return
     k = (records.shape[1] - 2) // 2
+    with ExitStack() as held:
+        arrays = _held_memories(held, len(rows), k, persistent, ctx2, ctx3)
+        records = np.ascontiguousarray(records, dtype=np.float32)
+        _write_recycled(rows, keys, lengths, records, k, *arrays)
+
+
+def recycle(
+    context: Sequence[int],
+    positions: np.ndarray,
+    parents: np.ndarray,
+    tokens: np.ndarray,
+    accepted: Sequence[int],
+    excluded: np.ndarray,
+    topk_ids: np.ndarray,
+    topk_probs: np.ndarray,
+    k: int,
+    stamp: int,
+    persistent: PersistentMemory | None,
+    ctx2: ContextMemory | None,
+    ctx3: ContextMemory | None,
+) -> None:
+    """RECAP's whole recycling step after a pass, in one compiled call: `recycling_keys`, each computed
+    row's record (`recap.records.record_rows` of the top-k ``topk_ids``/``topk_probs``, width ``k``,
+    stamped ``stamp``) and `write_recycled`, with the same results as calling the three."""
+    positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+    count = len(positions) + len(tokens)
+    if count == 0:
+        return
+    ids, probs = topk_ids, topk_probs
+    ready = isinstance(ids, np.ndarray) and isinstance(probs, np.ndarray) and ids.ndim == 2
+    if not (ready and ids.shape == probs.shape and ids.dtype == np.int64 and probs.dtype == np.float32):
+        ids, probs = _topk_rows(topk_ids, topk_probs)  # (the decode loop's rows need nothing)
+    low = max(int(positions.min()) - 2, 0) if len(positions) else 0
+    last = int(context[-1]) if len(context) >= 1 else -1
+    before_last = int(context[-2]) if len(context) >= 2 else -1
+    with ExitStack() as held:
+        arrays = _held_memories(held, count, k, persistent, ctx2, ctx3)
+        _recycle(
+            _ints(context[low:]), low, positions, _ints(parents), _ints(tokens), _ints(accepted),
+            _ints(excluded), last, before_last,
+            np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(probs, dtype=np.float32),
+            int(stamp), k, *arrays,
+        )
+
+
+def _ints(values: Sequence[int] | np.ndarray) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64).reshape(-1)
+
+
+def _held_memories(
+    held: ExitStack,
+    count: int,
+    k: int,
+    persistent: PersistentMemory | None,
+    ctx2: ContextMemory | None,
+    ctx3: ContextMemory | None,
+) -> tuple:
+    """The memories' arrays as `_write_recycled` takes them, each memory frozen (in one order
+    everywhere: persistent, ctx2, ctx3) and the contextual ones with room for ``count`` more keys; a
+    memory given as None: placeholders and its flag off."""
     no_ids, no_rows = np.zeros((1, 1), np.int32), np.zeros(1, np.int64)
     no_table = np.zeros((1, 1), np.float32)
-    with ExitStack() as held:  # locks in one order everywhere: persistent, ctx2, ctx3
-        p_on = persistent is not None
-        if persistent is not None:
-            table = persistent.table  # (built on first use)
-            held.enter_context(persistent.frozen())
-            p_arrays = (persistent.ids, persistent.probs, persistent.filled, persistent.concentrations)
-            p_arrays += (persistent.stamps, table)
+    if persistent is not None:
+        table = persistent.table  # (built on first use)
+        held.enter_context(persistent.frozen())
+        arrays: tuple = (True, persistent.ids, persistent.probs, persistent.filled, persistent.concentrations)
+        arrays += (persistent.stamps, table)
+    else:
+        arrays = (False, no_ids, no_table, np.zeros(1, bool), np.zeros(1, np.float32), no_rows, no_table)
+    for memory in (ctx2, ctx3):
+        if memory is None:
+            arrays += (False, no_rows, no_rows, no_rows, no_rows, no_table)
         else:
-            p_arrays = (no_ids, no_table, np.zeros(1, bool), np.zeros(1, np.float32), no_rows, no_table)
-        contexts = []
-        for memory in (ctx2, ctx3):
-            if memory is None:
-                contexts.append((False, no_rows, no_rows, no_rows, no_rows, no_table))
-            else:
-                held.enter_context(memory.frozen())
-                memory.reserve(len(rows), k)
-                index = memory.index
-                contexts.append((True, index.keys, index.rows, index.owner, index.state, memory.table))
-        records = np.ascontiguousarray(records, dtype=np.float32)
-        _write_recycled(rows, keys, lengths, records, k, p_on, *p_arrays, *contexts[0], *contexts[1])
+            held.enter_context(memory.frozen())
+            memory.reserve(count, k)
+            index = memory.index
+            arrays += (True, index.keys, index.rows, index.owner, index.state, memory.table)
+    return arrays
+
+
+@numba.njit(cache=True, nogil=True)
+def _recycle(
+    segment, low, positions, parents, tokens, accepted, excluded, last, before_last, ids, probs, stamp, k,
+    p_on, p_ids, p_probs, p_filled, p_concentrations, p_stamps, p_table,
+    c2_on, c2_keys, c2_rows, c2_owner, c2_state, c2_table,
+    c3_on, c3_keys, c3_rows, c3_owner, c3_state, c3_table,
+):
+    """`recycle` on arrays."""
+    rows, keys, lengths = _recycling_keys(
+        segment, low, positions, parents, tokens, accepted, excluded, last, before_last
+    )
+    records = _record_rows(ids, probs, k, stamp)
+    _write_recycled(
+        rows, keys, lengths, records, k,
+        p_on, p_ids, p_probs, p_filled, p_concentrations, p_stamps, p_table,
+        c2_on, c2_keys, c2_rows, c2_owner, c2_state, c2_table,
+        c3_on, c3_keys, c3_rows, c3_owner, c3_state, c3_table,
+    )
 
 
 @numba.njit(cache=True, nogil=True)

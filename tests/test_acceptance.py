@@ -15,7 +15,19 @@ from hypothesis import strategies as st
 from reference_fusion import candidates, estimate
 from test_drafters import IMAGE, PATTERN, VOCAB, Target, cycle_rule, seeded, simulate, start, step
 
-from recap.acceptance import BUCKETS, CODES, AcceptanceModel, bucket, coarse_kind, fine_kind, source_code
+from recap.acceptance import (
+    BUCKETS,
+    CODES,
+    HITS,
+    SEEN,
+    A,
+    AcceptanceModel,
+    B,
+    bucket,
+    coarse_kind,
+    fine_kind,
+    source_code,
+)
 from recap.config import RecapConfig
 from recap.context_memory import ContextMemory
 from recap.cost import MAX_TREE, CostModel, load_curve
@@ -62,6 +74,26 @@ def test_old_labels_decay_once_a_kind_is_well_known():
     kind = fine_kind(0, 0.5)
     model.update(np.array([kind] * 12), np.array([kind] * 12))  # 12 > 10 seen: halved
     assert model.seen_fine[kind] == pytest.approx(6.0) and model.hits_fine[kind] == pytest.approx(6.0)
+
+
+def test_greedy_labels_count_as_update_with_the_labels_chosen_in_numpy():
+    """`update_greedy` (labels chosen and counted in one compiled call) equals `update` with the verified
+    labels and the right ones picked by numpy, over passes that decay counts."""
+    rng = np.random.default_rng(0)
+    fused, apart = (AcceptanceModel(strength=2.0, memory=40.0, decay=0.9) for _ in range(2))
+    for _ in range(30):
+        labels, kept, first_row = int(rng.integers(0, 60)), int(rng.integers(0, 8)), int(rng.integers(1, 4))
+        nodes = rng.integers(-1, 10, labels)
+        tokens = rng.integers(0, 5, labels)
+        kinds = rng.integers(0, 3 * BUCKETS, labels)  # few kinds: counts pass `memory` and decay
+        greedy = rng.integers(0, 5, first_row + 10)
+        fused.update_greedy(nodes, tokens, kinds, kept, first_row, greedy)
+        verified = nodes < kept
+        right = tokens[verified] == greedy[first_row + nodes[verified]]
+        apart.update(kinds[verified], kinds[verified][right])
+    for ours, theirs in zip(fused.levels(), apart.levels()):  # counts and shrinkage (not scratch)
+        assert np.array_equal(ours[:, [SEEN, HITS, A, B]], theirs[:, [SEEN, HITS, A, B]])
+    assert len(fused) == len(apart) > 0
 
 
 @pytest.mark.parametrize(

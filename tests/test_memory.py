@@ -25,7 +25,7 @@ from recap.records import (
     record_rows,
     record_table,
 )
-from recap.recycling import recycling_keys
+from recap.recycling import recycle, recycling_keys, write_recycled
 
 NONE = np.zeros(0, dtype=np.int64)
 
@@ -283,3 +283,37 @@ def test_record_rows_equal_the_numpy_composition_on_many_random_rows():
     fitted_ids, fitted_probs = fit_topk(ids, probs, 8)
     expected = record_table(fitted_ids, fitted_probs, concentration(fitted_probs), np.full(5000, 3))
     assert np.array_equal(record_rows(ids, probs, 8, 3), expected)
+
+
+def _memories(vocab: int, k: int) -> tuple[PersistentMemory, ContextMemory, ContextMemory]:
+    return PersistentMemory(vocab, k), ContextMemory(2, capacity=6), ContextMemory(3, capacity=6)
+
+
+def _contents(memories) -> list:
+    persistent, ctx2, ctx3 = memories
+    contextual = [(m.keys(), m.index.items()[1].tolist(), m.table.tolist()) for m in (ctx2, ctx3)]
+    return [persistent.table.tolist(), *contextual]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_recycle_equals_keys_records_and_writes_called_apart(seed):
+    """`recycle` (one compiled call) leaves the memories exactly as `recycling_keys`, `record_rows` and
+    `write_recycled` do, over several passes (bounded contextual memories: reuse of the oldest rows)."""
+    rng = np.random.default_rng(seed)
+    vocab, k = 12, 4
+    apart, fused = _memories(vocab, k), _memories(vocab, k)
+    context = rng.integers(0, vocab, 6).tolist()
+    excluded = np.array([3], dtype=np.int64)
+    for stamp in range(5):
+        size = int(rng.integers(0, 7))
+        parents = [int(rng.integers(-1, i)) for i in range(size)]
+        tokens = rng.integers(0, vocab + 2, size).tolist()  # some outside the persistent vocabulary
+        positions = np.arange(len(context) - int(rng.integers(1, 3)), len(context))
+        accepted = [i for i in range(size) if rng.random() < 0.4]
+        ids = rng.integers(0, vocab, (len(positions) + size, 5))
+        probs = rng.dirichlet(np.ones(5), len(ids)).astype(np.float32)
+        rows, keys, lengths = recycling_keys(context, positions, parents, tokens, accepted, excluded)
+        write_recycled(rows, keys, lengths, record_rows(ids, probs, k, stamp), *apart)
+        recycle(context, positions, parents, tokens, accepted, excluded, ids, probs, k, stamp, *fused)
+        assert _contents(fused) == _contents(apart)
+        context += rng.integers(0, vocab, 2).tolist()

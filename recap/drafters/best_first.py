@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
 from typing import NamedTuple
 
 import numpy as np
@@ -26,11 +25,12 @@ from recap.drafters.growth_kernel import grow_tree
 from recap.fusion import SOURCE_NAMES
 from recap.memory import PersistentMemory
 from recap.records import pack_keys, record_table
-from recap.recycling import recycling_keys, write_recycled
+from recap.recycling import recycle
 from recap.tree import DraftTree
 
 _EDGES = np.array(EDGES, dtype=np.float64)
 _NO_SLOTS = np.full(1, -1, dtype=np.int64)
+_NO_LEVELS = np.zeros((1, 8))
 
 
 class Growth(NamedTuple):
@@ -68,35 +68,50 @@ def grow(
     ctx2: ContextMemory | None,
     persistent: PersistentMemory | None,
     request: int,
-    linear: tuple[np.ndarray, np.ndarray] | None,
+    levels: tuple[np.ndarray, np.ndarray] | None,
 ) -> Growth:
     """The best-first search for ``cap`` nodes under the root context ``tail`` ``(3,)`` (its last three
     tokens, -1 before the sequence start), down to ``config.depth``; ``chain``: the suffix-matched
     continuation (may be empty); ``usable``: token -> may appear in a key; ``ctx3``/``ctx2``/
-    ``persistent``: the memories read (None: off); ``request``: this request's stamp; ``linear``: the
-    acceptance model's ``(offset, slope)`` per fine kind, None for uncalibrated estimates (the fused
-    probability itself).
+    ``persistent``: the memories read (None: off); ``request``: this request's stamp; ``levels``: the
+    acceptance model's shrinkage levels (`recap.acceptance.AcceptanceModel.levels`), None for
+    uncalibrated estimates (the fused probability itself).
     """
     k = config.k
     if persistent is not None:
         p_on, p_table = True, persistent.table
     else:
         p_on, p_table = False, record_table(np.full((1, k), -1), np.zeros((1, k)), [0.0], [-1])
-    s1, s2, s3 = config.specificity
-    offset, slope = linear if linear is not None else (_EDGES, _EDGES)
-    with ExitStack() as frozen:
-        # Locks in one order everywhere (persistent, ctx2, ctx3: `recap.recycling.write_recycled`).
-        for memory in {id(m): m for m in (ctx2, ctx3) if m is not None}.values():
-            frozen.enter_context(memory.frozen())
-        search = (int(cap), int(k), int(config.branching), float(config.score_floor), int(config.depth))
-        suffix = (float(config.suffix_prior),)
-        weights = (bool(config.uniform_weights), float(config.kappa_min), np.array([s3, s2, s1], dtype=float))
-        estimates = (int(request), linear is not None, offset, slope, _EDGES, BUCKETS)
+    fine, coarse = levels if levels is not None else (_NO_LEVELS, _NO_LEVELS)
+    search = (int(cap), int(k), int(config.branching), float(config.score_floor), int(config.depth))
+    weights = (bool(config.uniform_weights), float(config.kappa_min), _specificity(config.specificity))
+    estimates = (int(request), levels is not None, fine, coarse, _EDGES, BUCKETS)
+    root, chain = np.ascontiguousarray(tail, dtype=np.int64), np.asarray(chain, dtype=np.int64)
+    # Locks in one order everywhere (persistent, ctx2, ctx3: `recap.recycling.recycle`).
+    locks = [m.frozen() for m in (ctx2, ctx3) if m is not None]
+    if len(locks) == 2 and locks[0] is locks[1]:
+        locks.pop()
+    for lock in locks:
+        lock.acquire()
+    try:
         found = grow_tree(
-            np.ascontiguousarray(tail, dtype=np.int64), np.asarray(chain, dtype=np.int64), *search, *suffix,
-            usable, *_context_arrays(ctx3), *_context_arrays(ctx2), p_on, p_table, *weights, *estimates,
+            root, chain, *search, float(config.suffix_prior), usable, *_context_arrays(ctx3),
+            *_context_arrays(ctx2), p_on, p_table, *weights, *estimates,
         )
+    finally:
+        for lock in reversed(locks):
+            lock.release()
     return Growth(*found)
+
+
+@functools.lru_cache(maxsize=8)
+def _specificity(specificity: tuple[float, float, float]) -> np.ndarray:
+    """``config.specificity`` (persistent, ctx2, ctx3) as the search's array, in ctx3, ctx2, persistent
+    order (read-only; one array per setting)."""
+    s1, s2, s3 = specificity
+    array = np.array([s3, s2, s1], dtype=float)
+    array.flags.writeable = False
+    return array
 
 
 def select(growth: Growth, keep: Callable[[np.ndarray], int] | None = None) -> DraftTree:
@@ -116,8 +131,9 @@ def select(growth: Growth, keep: Callable[[np.ndarray], int] | None = None) -> D
 def compile_kernels() -> None:
     """Compile RECAP's compiled parts once per process (`numba`: about 15 s the first time on a machine,
     then loaded from numba's on-disk cache in about a second): the search, the key index, the
-    recycling writes and the acceptance counts. Every `recap.drafters.recap.RecapDrafter` calls it when
-    created, so no timed pass pays for it; a server may call it at start-up."""
+    recycling (keys, records, writes) and the acceptance counts. Every
+    `recap.drafters.recap.RecapDrafter` calls it when created, so no timed pass pays for it; a server
+    may call it at start-up."""
     config = RecapConfig(budget=4)
     k = config.k
     row = record_table(np.arange(k)[None], np.full((1, k), 1.0 / k), [0.0], [0])
@@ -129,6 +145,9 @@ def compile_kernels() -> None:
     usable[-1] = False
     grow(np.array([0, 1, 2]), [3], 4, config, usable, *memories, None, 0, None)
     persistent = PersistentMemory(k + 1, k)
-    rows, keys, lengths = recycling_keys([0, 1, 2], np.arange(3), [], [], [], np.zeros(0, dtype=np.int64))
-    write_recycled(rows, keys, lengths, np.repeat(row, 3, axis=0), persistent, *reversed(memories))
+    no_nodes, top = np.zeros(0, dtype=np.int64), np.tile(np.arange(k), (3, 1))
+    uniform = np.full((3, k), 1 / k, np.float32)
+    recycle([0, 1, 2], np.arange(3), no_nodes, no_nodes, [], no_nodes, top, uniform, k, 0,
+            persistent, *memories[::-1])
     persistent.acceptance.update(np.array([0, 1]), np.array([1]))
+    persistent.acceptance.update_greedy(np.array([-1]), np.array([0]), np.array([0]), 1, 1, np.array([0, 0]))

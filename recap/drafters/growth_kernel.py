@@ -23,7 +23,7 @@ import heapq
 import numba
 import numpy as np
 
-from recap.acceptance import CODES
+from recap.acceptance import CODES, A, B
 from recap.key_index import find_row
 from recap.records import KEY_BITS
 
@@ -107,8 +107,8 @@ def grow_tree(
     specificity,
     request,
     calibrate,
-    offset,
-    slope,
+    fine_rows,
+    coarse_rows,
     edges,
     buckets,
 ):
@@ -119,8 +119,8 @@ def grow_tree(
     memories: ``C3``/``C2`` hash slots (`recap.key_index.KeyIndex`) and record tables, ``P1``'s table
     (`recap.memory.PersistentMemory.table`), each with a flag (off: read as empty); weights:
     ``uniform``, ``kappa_min``, ``specificity`` (`recap.fusion.SOURCES` order); ``request``: this
-    request's stamp (fresh records); estimates: ``calibrate``, the acceptance model's ``offset`` and
-    ``slope`` per fine kind (`recap.acceptance.AcceptanceModel.linear`), ``edges`` and ``buckets``.
+    request's stamp (fresh records); estimates: ``calibrate``, the acceptance model's shrinkage levels
+    (`recap.acceptance.AcceptanceModel.levels`), ``edges`` and ``buckets``.
 
     Returns the tree, best first (then shallower, then earlier by key): ``tokens``, ``parents`` (node
     ids, -1 the root), path estimates ``scores``, each memory's contribution ``parts`` ``(N, 3)`` and
@@ -204,6 +204,9 @@ def grow_tree(
         for column in range(n):
             memory = column // k
             tok = record_ids[memory, column % k]
+            if tok < 0:  # an empty entry (or an absent memory's): never offered
+                c_token[column], c_q[column], c_coarse[column] = tok, -1.0, base
+                continue
             coarse = base
             q = 0.0
             for s in range(3):
@@ -240,12 +243,16 @@ def grow_tree(
                 c_token[n], c_q[n], c_coarse[n] = wanted, 0.0, absent
                 c_parts[n, :] = 0.0
             c_coarse[chain_column] += 1  # the suffix flag
-        # ---- acceptance estimates (`recap.acceptance`: offset + slope * prior, clipped) and labels
+        # ---- acceptance estimates (`recap.acceptance`, clipped) and labels
         for column in range(columns):
             q = c_q[column]
             prior = max(q, suffix_prior) if column == chain_column else q
             kind = c_coarse[column] * buckets + _searchsorted_right(edges, q)
-            estimate = offset[kind] + slope[kind] * prior if calibrate else prior
+            estimate = prior
+            if calibrate:  # (a_f + b_f * a_c) + (b_f * b_c) * prior: `AcceptanceModel.levels`
+                a_f, b_f = fine_rows[kind, A], fine_rows[kind, B]
+                a_c, b_c = coarse_rows[kind // buckets, A], coarse_rows[kind // buckets, B]
+                estimate = (a_f + b_f * a_c) + (b_f * b_c) * prior
             offered = q > 0 or column == chain_column
             c_estimate[column] = min(max(estimate, 0.0), 1.0) if offered else 0.0
             c_taken[column] = False

@@ -37,8 +37,8 @@ from recap.drafters.prompt_lookup import NgramIndex
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
 from recap.fusion import EMPTY, SOURCES, Fused, Lookup, fuse_rows
 from recap.memory import PersistentMemory
-from recap.records import KEY_BITS, PredictionRecord, record_rows, record_table
-from recap.recycling import recycling_keys, write_recycled
+from recap.records import KEY_BITS, PredictionRecord, record_table
+from recap.recycling import recycle
 from recap.tree import ROOT, DraftTree, FusedCandidate
 
 logger = logging.getLogger(__name__)
@@ -184,21 +184,21 @@ class RecapDrafter:
         if config.calibrate and tree is self._proposed and len(tree) and self._growth is not None:
             self._learn(observation)
         accepted = observation.acceptance.nodes if observation.acceptance is not None else ()
-        rows, keys, lengths = recycling_keys(
+        if tree is self._proposed and self._growth is not None:  # the search's own arrays
+            parents, tokens = self._growth.parents[: len(tree)], self._growth.tokens[: len(tree)]
+        else:
+            parents, tokens = tree.parents, tree.tokens
+        recycle(
             observation.context,
             observation.positions,
-            tree.parents,
-            tree.tokens,
+            parents,
+            tokens,
             accepted,
             self._excluded_array,
-        )
-        # Each computed position's record row, built once for all memories (concentration, stamp).
-        records = record_rows(observation.topk_ids, observation.topk_probs, config.k, self._request)
-        write_recycled(
-            rows,
-            keys,
-            lengths,
-            records,
+            observation.topk_ids,
+            observation.topk_probs,
+            config.k,
+            self._request,
             self.persistent if config.use_persistent else None,
             self.ctx2 if config.use_context else None,
             self.ctx3 if config.use_context else None,
@@ -314,7 +314,7 @@ class RecapDrafter:
             self.ctx2 if config.use_context else None,
             self.persistent if config.use_persistent else None,
             self._request,
-            self.acceptance.linear() if config.calibrate else None,
+            self.acceptance.levels() if config.calibrate else None,
         )
         self._growth = growth
         if len(growth.tokens) == 0:
@@ -375,12 +375,15 @@ class RecapDrafter:
         Contexts whose node was left out of the tree were not verified: they teach nothing.
         """
         growth = self._growth  # one label per candidate offered at every context expanded
+        if observation.commit_probs is None:  # greedy: right when it is the target's argmax
+            self.acceptance.update_greedy(
+                growth.label_nodes, growth.label_tokens, growth.label_kinds, self._kept,
+                len(observation.positions), observation.topk_ids[:, 0],
+            )
+            return
         verified = growth.label_nodes < self._kept  # the root (-1) and the nodes kept in the tree
         rows = len(observation.positions) + growth.label_nodes[verified]
         tokens, kinds = growth.label_tokens[verified], growth.label_kinds[verified]
-        if observation.commit_probs is None:  # greedy: right when it is the target's argmax
-            self.acceptance.update(kinds, kinds[tokens == observation.topk_ids[rows, 0]])
-            return
         # Sampling: a candidate is accepted with the target's processed probability of it (soft
         # label; 0 outside the target's top-k).
         worth = ((tokens[:, None] == observation.topk_ids[rows]) * observation.commit_probs[rows]).sum(1)
