@@ -216,13 +216,14 @@ def grow_tree(
                         if record_ids[s, j] == tok:
                             rank[s] = j + 1
                             break
+                if s < memory and rank[s] > 0:
+                    q = -1.0  # counted at a more specific memory's column: never offered here
+                    break
                 part = values[s, rank[s] - 1] if rank[s] > 0 else np.float32(0.0)
                 c_parts[column, s] = part
                 q += np.float64(part)
                 if present[s]:
                     coarse += 2 * CODE_WEIGHTS[s] * RANK_CODES[min(rank[s], 4)]
-            if tok < 0 or (memory >= 1 and rank[0] > 0) or (memory >= 2 and rank[1] > 0):
-                q = -1.0  # empty, or counted at a more specific memory's column
             c_token[column], c_q[column], c_coarse[column] = tok, q, coarse
         columns = n
         # ---- the suffix-matched continuation, one more candidate along its path
