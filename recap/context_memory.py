@@ -128,7 +128,8 @@ class ContextMemory:
         elif k != self.k:
             raise ValueError(f"records of width {k} for a memory of k={self.k}")
         self.index.reserve(count)
-        need = min(self.index.rows_used + count, self.capacity or self.index.rows_used + count) + 1
+        used = self.index.rows_used
+        need = min(used + count, self.capacity or used + count) + 1
         if need > len(self.table):
             grown = max(1024, 2 * len(self.table), need)
             if self.capacity is not None:

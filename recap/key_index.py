@@ -162,9 +162,10 @@ class KeyIndex:
 
     def reserve(self, count: int) -> None:
         """Make room for ``count`` more keys (hash slots and ``owner`` rows) before `write_slot` calls."""
-        if 2 * (self._state[3] + count) > len(self.keys):
-            self._rebuild(self.rows_used + count)
-        need = self._state[0] + count
+        next_row, _, _, taken = self._state.tolist()  # (Python ints: this runs every pass)
+        if 2 * (taken + count) > len(self.keys):
+            self._rebuild(next_row - 1 + count)
+        need = next_row + count
         if self.capacity is not None:
             need = min(need, self.capacity + 1)
         if need > len(self.owner):
