@@ -15,10 +15,8 @@ verbs:
 - ``commit(state, pending, accepted_nodes)``: keep the accepted nodes' KV entries (gather into place,
   then crop the rest).
 
-The KV cache is a `recap.kv_cache.GrowingCache` (entries written into spare room, not concatenated).
-A pass with no tree nodes (autoregressive decoding, and every pass whose drafter proposed nothing)
-builds no mask: the model's own causal mask is exact there. Families whose row says so
-(`Family.direct_decoder`: LLaVA) run decode passes as embedding -> decoder -> output head directly.
+The cache is a `recap.kv_cache.GrowingCache`; a pass with no tree nodes builds no mask (the model's own
+causal mask is exact); `Family.direct_decoder` (LLaVA) runs decode passes as embedding -> decoder -> head.
 
 Why an additive float mask: with ``eager`` attention a bool 4-D mask is silently wrong, and
 ``flash_attention_2`` cannot express a tree at all. Why explicit positions: without them LLaVA and
@@ -118,12 +116,10 @@ class TargetModel:
         self.excluded_ids = self._vision_token_ids()
         self.attention = AttentionLayout.of(self.text_config)
         self._pieces: dict[int, str] = {}
-        # Decode passes call these three directly where the family allows it (`Family.direct_decoder`)
-        # and one device holds the model (accelerate's hooks place a dispatched model's outputs).
+        # Decode passes skip the wrapper where the family allows it and one device holds the model.
         direct = self.family_spec.direct_decoder and not getattr(model, "hf_device_map", None)
         self._decoder = model.get_decoder() if direct else None
-        self._embed = model.get_input_embeddings()
-        self._head = model.get_output_embeddings()
+        self._embed, self._head = model.get_input_embeddings(), model.get_output_embeddings()
 
     # ------------------------------------------------------------------------------------- loading
     @classmethod
@@ -316,21 +312,18 @@ class TargetModel:
             new[n_pending:, n_pending:] = tree.ancestor_mask()
             mask = self._tree_masks(new, past, positions)
         else:  # a plain chain of pending tokens: the model's own (windowed) causal mask is exact
-            position_ids = torch.arange(past, past + n_pending, dtype=torch.long, device=self.device)[None]
-            mask = None
+            position_ids, mask = torch.arange(past, past + n_pending, device=self.device)[None], None
         position_ids = self.family_spec.positions.extend(position_ids, state.position_offset)
         logits = self._forward(input_ids, mask, position_ids, state.cache)
         state.cached = past + n_pending + n_nodes
         return logits[0].float()
 
-    def _forward(
-        self, input_ids: torch.Tensor, mask: Any, position_ids: torch.Tensor, cache: Any
-    ) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, mask: Any, position_ids: torch.Tensor, cache: Any) -> torch.Tensor:
         """Logits ``(1, T, vocab)`` of one pass over text tokens after the prefill (no images)."""
         common = {"attention_mask": mask, "position_ids": position_ids, "cache": cache, "use_cache": True}
         if self._decoder is None:
-            return self.model(input_ids=input_ids, **common).logits
-        hidden = self._decoder(inputs_embeds=self._embed(input_ids), **common).last_hidden_state
+            return self.model(input_ids=ids, **common).logits
+        hidden = self._decoder(inputs_embeds=self._embed(ids), **common).last_hidden_state
         return self._head(hidden)
 
     def _tree_masks(self, new: np.ndarray, past: int, positions: np.ndarray) -> Any:
@@ -373,8 +366,6 @@ class TargetModel:
         nodes), then the cache is cropped to ``base + len(accepted)``.
         """
         base = state.cached - n_nodes
-        if not n_nodes:  # nothing drafted: every new entry stays
-            return
         if list(accepted) != list(range(len(accepted))):
             source = torch.as_tensor([base + n for n in accepted], dtype=torch.long)
             target = slice(base, base + len(accepted))
