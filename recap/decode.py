@@ -195,8 +195,10 @@ def generate(target: TargetModel, *args: Any, **kwargs: Any) -> GenerationResult
 def _check_order(tree: DraftTree, drafter: Drafter) -> None:
     """Refuse a tree whose parents do not precede their children: its positions and attention mask
     (derived in one sweep) would be wrong, and so, silently, would the output."""
+    if not tree.parents:  # the empty tree (autoregressive steps)
+        return
     parents = np.asarray(tree.parents, dtype=np.int64)
-    if len(parents) and (np.any(parents >= np.arange(len(parents))) or np.any(parents < -1)):
+    if np.any(parents >= np.arange(len(parents))) or np.any(parents < -1):
         raise RuntimeError(
             f"drafter {drafter.name!r} proposed a tree whose parents do not precede their children"
         )

@@ -93,7 +93,13 @@ class Family:
     ``vision``: prompts go through the processor's chat template with image placeholders (else the
     tokenizer's template, text only). ``image_tokens``: tokens that stand for image content (never
     drafting keys); ``image_token_prefix``: the prefix of more such tokens (Idefics3's tile markers
-    ``<row_1_col_2>``). ``positions``: the position scheme.
+    ``<row_1_col_2>``). ``positions``: the position scheme. ``direct_decoder``: once the prompt is
+    prefilled, the model's forward on text tokens is exactly input embedding -> decoder
+    (``get_decoder()``) -> output embedding, with nothing else on the way (no logit soft-capping, no
+    embedding scaling outside the embedding module), so decode passes may call those three directly and
+    skip the wrapper's per-call overhead (about a tenth of a pass of the embedded model on one CPU
+    thread). LLaVA and LLaVA-NeXT qualify whatever their text model (their wrappers compute the
+    logits as ``lm_head(decoder(embed(ids)))``); Gemma2/3 do not (their wrappers soft-cap logits).
     """
 
     name: str
@@ -101,10 +107,11 @@ class Family:
     image_tokens: tuple[str, ...] = ()
     image_token_prefix: str | None = None
     positions: PositionScheme = SEQUENTIAL
+    direct_decoder: bool = False
 
 
 TEXT = Family("text", vision=False)
-LLAVA = Family("llava", vision=True, image_tokens=("<image>",))
+LLAVA = Family("llava", vision=True, image_tokens=("<image>",), direct_decoder=True)
 IDEFICS3 = Family(
     "idefics3",
     vision=True,

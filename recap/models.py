@@ -1,4 +1,4 @@
-"""The model adapter: the only module that imports transformers.
+"""The model adapter: the only module that imports transformers (with its cache, `recap.kv_cache`).
 
 `TargetModel` wraps a Hugging Face vision-language (or text) model and gives the decode loop four
 verbs:
@@ -14,6 +14,9 @@ verbs:
   delta) -> logits ``(P + N, vocab)``;
 - ``commit(state, pending, accepted_nodes)``: keep the accepted nodes' KV entries (gather into place,
   then crop the rest).
+
+The cache is a `recap.kv_cache.GrowingCache`; a pass with no tree nodes builds no mask (the model's own
+causal mask is exact); `Family.direct_decoder` (LLaVA) runs decode passes as embedding -> decoder -> head.
 
 Why an additive float mask: with ``eager`` attention a bool 4-D mask is silently wrong, and
 ``flash_attention_2`` cannot express a tree at all. Why explicit positions: without them LLaVA and
@@ -113,6 +116,10 @@ class TargetModel:
         self.excluded_ids = self._vision_token_ids()
         self.attention = AttentionLayout.of(self.text_config)
         self._pieces: dict[int, str] = {}
+        # Decode passes skip the wrapper where the family allows it and one device holds the model.
+        direct = self.family_spec.direct_decoder and not getattr(model, "hf_device_map", None)
+        self._decoder = model.get_decoder() if direct else None
+        self._embed, self._head = model.get_input_embeddings(), model.get_output_embeddings()
 
     # ------------------------------------------------------------------------------------- loading
     @classmethod
@@ -268,14 +275,14 @@ class TargetModel:
 
         ``keep`` must include the last position (its logits give the first generated token).
         """
-        from transformers import DynamicCache
+        from recap.kv_cache import GrowingCache
 
         input_ids = inputs["input_ids"]
         length = int(input_ids.shape[1])
         kwargs = dict(inputs)
         kwargs["position_ids"], offset = self.family_spec.positions.prompt(self.model, inputs)
-        # A cache built without a config holds every layer in full; sliding windows are applied by masks.
-        cache = DynamicCache()
+        # Every layer is held in full; sliding windows are applied by masks.
+        cache = GrowingCache()
         # On the CPU: the final hidden states may sit on another device than the inputs (device_map),
         # and a CPU index selects from a tensor on any device.
         keep_index = torch.as_tensor(list(keep), dtype=torch.long)
@@ -294,27 +301,30 @@ class TargetModel:
         """
         n_pending, n_nodes = len(pending), len(tree)
         past = state.cached
-        positions = np.concatenate([past + np.arange(n_pending), past + n_pending - 1 + tree.depths])
         input_ids = torch.tensor([[*pending, *tree.tokens]], dtype=torch.long, device=self.device)
-        position_ids = torch.as_tensor(positions, dtype=torch.long, device=self.device)[None]
-        mask: Any = None  # a plain chain of pending tokens: the model's own (windowed) causal mask is exact
         if n_nodes:
+            positions = np.concatenate([past + np.arange(n_pending), past + n_pending - 1 + tree.depths])
+            position_ids = torch.as_tensor(positions, dtype=torch.long, device=self.device)[None]
             # Visibility among the new tokens; everything already cached is visible to all of them.
             new = np.zeros((n_pending + n_nodes, n_pending + n_nodes), dtype=bool)
             new[:n_pending, :n_pending] = np.tri(n_pending, dtype=bool)
             new[n_pending:, :n_pending] = True
             new[n_pending:, n_pending:] = tree.ancestor_mask()
             mask = self._tree_masks(new, past, positions)
+        else:  # a plain chain of pending tokens: the model's own (windowed) causal mask is exact
+            position_ids, mask = torch.arange(past, past + n_pending, device=self.device)[None], None
         position_ids = self.family_spec.positions.extend(position_ids, state.position_offset)
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=position_ids,
-            cache=state.cache,
-            use_cache=True,
-        )
+        logits = self._forward(input_ids, mask, position_ids, state.cache)
         state.cached = past + n_pending + n_nodes
-        return out.logits[0].float()
+        return logits[0].float()
+
+    def _forward(self, ids: torch.Tensor, mask: Any, position_ids: torch.Tensor, cache: Any) -> torch.Tensor:
+        """Logits ``(1, T, vocab)`` of one pass over text tokens after the prefill (no images)."""
+        common = {"attention_mask": mask, "position_ids": position_ids, "cache": cache, "use_cache": True}
+        if self._decoder is None:
+            return self.model(input_ids=ids, **common).logits
+        hidden = self._decoder(inputs_embeds=self._embed(ids), **common).last_hidden_state
+        return self._head(hidden)
 
     def _tree_masks(self, new: np.ndarray, past: int, positions: np.ndarray) -> Any:
         """The 4-D mask(s) the text model takes for ``new`` (visibility among the new tokens).
@@ -408,11 +418,11 @@ class TargetModel:
 
         ``clock``: wall-clock time by default; `time.thread_time` counts this thread's CPU time only,
         which other processes' load does not inflate (right for one torch thread on a CPU)."""
-        from transformers import DynamicCache
+        from recap.kv_cache import GrowingCache
 
         generator = torch.Generator().manual_seed(0)
         prompt = torch.randint(0, self.vocab_size, (1, context), generator=generator).to(self.device)
-        state = RequestState(cache=DynamicCache(), cached=0, input_ids=[])
+        state = RequestState(cache=GrowingCache(), cached=0, input_ids=[])
         self.model(input_ids=prompt, cache=state.cache, use_cache=True, logits_to_keep=1)
         state.cached = context
         points = []
