@@ -56,7 +56,7 @@ def fit_topk(ids: np.ndarray, probs: np.ndarray, k: int) -> tuple[np.ndarray, np
     Padding (a vocabulary smaller than k) repeats each row's last id with probability 0, so fusion
     and the tree ignore it.
     """
-    ids, probs = _topk_rows(ids, probs)
+    ids, probs = topk_rows(ids, probs)
     if ids.shape[1] < k:
         pad = k - ids.shape[1]
         ids = np.concatenate([ids, np.repeat(ids[:, -1:], pad, axis=1)], axis=1)
@@ -114,7 +114,7 @@ def record_table(ids: np.ndarray, probs: np.ndarray, concentrations: Any, stamps
     )
 
 
-def _topk_rows(ids: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def topk_rows(ids: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``ids`` and ``probs`` as rows ``(R, width)`` of one shape, width >= 1 (else ValueError)."""
     ids = np.asarray(ids).reshape(len(ids), -1)
     probs = np.asarray(probs).reshape(len(probs), -1)
@@ -130,14 +130,16 @@ def record_rows(ids: np.ndarray, probs: np.ndarray, k: int, stamp: int) -> np.nd
     compiled pass (what a drafter writing every computed position builds each pass). Equal to the
     numpy composition: the float64 concentration can differ from numpy's in its last bit (summation
     order), which the float32 row rounds away."""
-    ids, probs = _topk_rows(ids, probs)
-    return _record_rows(
+    ids, probs = topk_rows(ids, probs)
+    return record_rows_compiled(
         np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(probs, dtype=np.float32), k, stamp
     )
 
 
 @numba.njit(cache=True, nogil=True)
-def _record_rows(ids, probs, k, stamp):
+def record_rows_compiled(ids, probs, k, stamp):
+    """`record_rows` for compiled callers (`recap.recycling.recycle`): ``ids`` int64 and ``probs``
+    float32 ``(R, width)`` rows, C-contiguous."""
     count, width = ids.shape
     rows = np.zeros((count, 2 * k + 2), dtype=np.float32)
     order = np.empty(width, dtype=np.int64)

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from recap.key_index import write_slot
-from recap.records import KEY_BITS, _record_rows, _topk_rows
+from recap.records import KEY_BITS, record_rows_compiled, topk_rows
 
 if TYPE_CHECKING:
     from recap.context_memory import ContextMemory
@@ -160,7 +160,7 @@ def recycle(
     ids, probs = topk_ids, topk_probs
     ready = isinstance(ids, np.ndarray) and isinstance(probs, np.ndarray) and ids.ndim == 2
     if not (ready and ids.shape == probs.shape and ids.dtype == np.int64 and probs.dtype == np.float32):
-        ids, probs = _topk_rows(topk_ids, topk_probs)  # (the decode loop's rows need nothing)
+        ids, probs = topk_rows(topk_ids, topk_probs)  # (the decode loop's rows need nothing)
     low = max(int(positions.min()) - 2, 0) if len(positions) else 0
     last = int(context[-1]) if len(context) >= 1 else -1
     before_last = int(context[-2]) if len(context) >= 2 else -1
@@ -220,7 +220,7 @@ def _recycle(
     rows, keys, lengths = _recycling_keys(
         segment, low, positions, parents, tokens, accepted, excluded, last, before_last
     )
-    records = _record_rows(ids, probs, k, stamp)
+    records = record_rows_compiled(ids, probs, k, stamp)
     _write_recycled(
         rows, keys, lengths, records, k,
         p_on, p_ids, p_probs, p_filled, p_concentrations, p_stamps, p_table,
