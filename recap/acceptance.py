@@ -84,7 +84,7 @@ def bucket(q: float) -> int:
 #: reads (`AcceptanceModel.levels`), and `update`'s scratch (counts added, last update that touched it).
 #: One row is 64 bytes (a cache line), so an update or an estimate reads one line per kind.
 SEEN, HITS, A, B, ADD_SEEN, ADD_HITS, MARK = range(7)
-_COLUMNS = 8
+KIND_COLUMNS = 8
 
 
 class AcceptanceModel:
@@ -184,24 +184,33 @@ class AcceptanceModel:
         root); contexts of nodes ``>= kept`` were not verified and teach nothing; the others are right
         when the token is ``greedy[first_row + node]``, the target's greedy token there (``greedy``: one
         per computed row, the root's at ``first_row - 1``). Equal to `update` with the labels chosen
-        so."""
+        so. Out-of-range input is a ValueError (the counting is compiled and checks no bounds)."""
+        nodes, tokens, kinds = (np.asarray(a, dtype=np.int64).reshape(-1) for a in (nodes, tokens, kinds))
+        greedy = np.ascontiguousarray(greedy, dtype=np.int64).reshape(-1)
         if len(kinds) == 0:
             return
+        if not len(nodes) == len(tokens) == len(kinds):
+            raise ValueError(f"{len(nodes)} nodes, {len(tokens)} tokens and {len(kinds)} kinds")
         with self._lock:
             self._updates += 1
-            _count_greedy(
+            bad = _count_greedy(
                 nodes, tokens, kinds, int(kept), int(first_row), greedy, self._fine, self._coarse,
                 self._updates, self.memory, self.decay, self.strength, BUCKETS,
+            )
+        if bad >= 0:
+            raise ValueError(
+                f"label {bad}: fine kind {kinds[bad]} (must be in [0, {FINE_KINDS})) or greedy row "
+                f"{first_row + nodes[bad]} (must be in [0, {len(greedy)})) out of range; nothing counted"
             )
 
 
 def _rows(kinds: int) -> np.ndarray:
     """``kinds`` rows of a kind table with no labels (counts 0, ``(a, b) = (0, 1)``), each row starting
     on a 64-byte boundary."""
-    size = kinds * _COLUMNS
-    raw = np.zeros(size + _COLUMNS)
+    size = kinds * KIND_COLUMNS
+    raw = np.zeros(size + KIND_COLUMNS)
     skip = (-raw.ctypes.data % 64) // raw.itemsize
-    rows = raw[skip : skip + size].reshape(kinds, _COLUMNS)
+    rows = raw[skip : skip + size].reshape(kinds, KIND_COLUMNS)
     rows[:, B] = 1.0
     return rows
 
@@ -246,7 +255,12 @@ def _count_labels(seen, hits, weights, fine, coarse, update, memory, decay, m, b
 def _count_greedy(
     nodes, tokens, kinds, kept, first_row, greedy, fine, coarse, update, memory, decay, m, buckets
 ):
-    """`AcceptanceModel.update_greedy` on arrays: the verified labels, then `_count_labels`."""
+    """`AcceptanceModel.update_greedy` on arrays: the verified labels, then `_count_labels`. Returns -1,
+    or the first label out of range (a kind outside the tables, a verified label's greedy row outside
+    ``greedy``), in which case nothing is counted."""
+    for i in range(len(kinds)):
+        if not 0 <= kinds[i] < len(fine) or (nodes[i] < kept and not 0 <= first_row + nodes[i] < len(greedy)):
+            return i
     seen = np.empty(len(kinds), dtype=np.int64)
     hits = np.empty(len(kinds), dtype=np.int64)
     n_seen, n_hits = 0, 0
@@ -259,3 +273,4 @@ def _count_greedy(
                 n_hits += 1
     weights = np.ones(n_hits)
     _count_labels(seen[:n_seen], hits[:n_hits], weights, fine, coarse, update, memory, decay, m, buckets)
+    return -1

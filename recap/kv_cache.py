@@ -23,8 +23,8 @@ class GrowingLayer(DynamicLayer):
     """One layer's keys and values ``(batch, heads, length, head_dim)`` as views of a larger buffer.
 
     Supports what the decode loop does: `update`, `crop`, `reset`, and writing into ``keys`` /
-    ``values`` in place (`TargetModel.commit` moves accepted entries). Beam-search reordering, which
-    replaces ``keys`` / ``values`` with new tensors, is not supported.
+    ``values`` in place (`TargetModel.commit` moves accepted entries). What would replace ``keys`` /
+    ``values`` with new tensors (beam-search reordering, batch selection, offloading) raises.
     """
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -66,9 +66,16 @@ class GrowingLayer(DynamicLayer):
         self._expose()
 
     def reset(self) -> None:
-        """Forget every entry (the buffers are dropped; the next update allocates new ones)."""
+        """Forget every entry: the buffers are released and the next update allocates new ones."""
         self.length = 0
-        super().reset()
+        super().reset()  # (drops ``keys`` / ``values``; the next update initialises the layer again)
+        self._keys = self._values = None
+
+    def offload(self) -> None:
+        raise NotImplementedError("GrowingLayer is not offloaded (its views would detach from the buffers)")
+
+    def prefetch(self) -> None:
+        raise NotImplementedError("GrowingLayer is not offloaded (its views would detach from the buffers)")
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         raise NotImplementedError("GrowingLayer does not reorder (the decode loop runs one sequence)")

@@ -121,7 +121,8 @@ def write_recycled(
     ctx2: ContextMemory | None,
     ctx3: ContextMemory | None,
 ) -> None:
-    """RECAP's writes after a pass (`recycling_keys` gives ``rows``, ``keys``, ``lengths``): record
+    """The writes of a pass given its keys and records (`recycle` does keys, records and writes in one
+    call; this is its reference and the building block for records built elsewhere): record
     ``records[rows[i]]`` (`recap.records.record_table` layout) goes under ``P1[t]``, ``C2[t-1, t]`` and
     ``C3[t-2, t-1, t]`` where the key is usable (``lengths[i]`` >= 1, 2, 3), in order, so that later rows
     win (overwrite-with-latest); a memory given as None is not written, ``P1`` ignores tokens outside
@@ -152,7 +153,11 @@ def recycle(
 ) -> None:
     """RECAP's whole recycling step after a pass, in one compiled call: `recycling_keys`, each computed
     row's record (`recap.records.record_rows` of the top-k ``topk_ids``/``topk_probs``, width ``k``,
-    stamped ``stamp``) and `write_recycled`, with the same results as calling the three."""
+    stamped ``stamp``) and `write_recycled`, with the same results as calling the three.
+
+    Checked before anything is written (ValueError): one top-k row per computed position (the
+    ``positions``, then the tree's nodes), ``parents`` and ``tokens`` of one length, accepted nodes
+    inside the tree, ``k`` the persistent memory's width."""
     positions = np.asarray(positions, dtype=np.int64).reshape(-1)
     count = len(positions) + len(tokens)
     if count == 0:
@@ -161,6 +166,15 @@ def recycle(
     ready = isinstance(ids, np.ndarray) and isinstance(probs, np.ndarray) and ids.ndim == 2
     if not (ready and ids.shape == probs.shape and ids.dtype == np.int64 and probs.dtype == np.float32):
         ids, probs = topk_rows(topk_ids, topk_probs)  # (the decode loop's rows need nothing)
+    if len(ids) != count or len(parents) != len(tokens):
+        raise ValueError(
+            f"{len(ids)} top-k rows for {len(positions)} positions and {len(tokens)} nodes "
+            f"({len(parents)} parents)"
+        )
+    if any(not 0 <= node < len(tokens) for node in accepted):
+        raise ValueError(f"accepted nodes {list(accepted)} outside a tree of {len(tokens)} nodes")
+    if persistent is not None and persistent.k != k:
+        raise ValueError(f"records of width {k} for a persistent memory of k={persistent.k}")
     low = max(int(positions.min()) - 2, 0) if len(positions) else 0
     last = int(context[-1]) if len(context) >= 1 else -1
     before_last = int(context[-2]) if len(context) >= 2 else -1
@@ -192,8 +206,8 @@ def _held_memories(
     no_ids, no_rows = np.zeros((1, 1), np.int32), np.zeros(1, np.int64)
     no_table = np.zeros((1, 1), np.float32)
     if persistent is not None:
-        table = persistent.table  # (built on first use)
         held.enter_context(persistent.frozen())
+        table = persistent.table  # (built on first use: under the lock, so no writer builds another)
         arrays: tuple = (True, persistent.ids, persistent.probs, persistent.filled, persistent.concentrations)
         arrays += (persistent.stamps, table)
     else:

@@ -18,6 +18,7 @@ from test_drafters import IMAGE, PATTERN, VOCAB, Target, cycle_rule, seeded, sim
 from recap.acceptance import (
     BUCKETS,
     CODES,
+    FINE_KINDS,
     HITS,
     SEEN,
     A,
@@ -94,6 +95,22 @@ def test_greedy_labels_count_as_update_with_the_labels_chosen_in_numpy():
     for ours, theirs in zip(fused.levels(), apart.levels()):  # counts and shrinkage (not scratch)
         assert np.array_equal(ours[:, [SEEN, HITS, A, B]], theirs[:, [SEEN, HITS, A, B]])
     assert len(fused) == len(apart) > 0
+
+
+@pytest.mark.parametrize(
+    ("nodes", "tokens", "kinds", "message"),
+    [
+        ([0, 1], [5, 5], [3], "2 nodes, 2 tokens and 1 kinds"),
+        ([0], [5], [-1], "label 0: fine kind -1"),
+        ([0], [5], [FINE_KINDS], f"label 0: fine kind {FINE_KINDS}"),
+        ([5], [5], [3], "greedy row 6"),  # a verified node beyond the 3 computed rows
+    ],
+)
+def test_greedy_labels_out_of_range_are_refused_and_nothing_is_counted(nodes, tokens, kinds, message):
+    model = AcceptanceModel()
+    with pytest.raises(ValueError, match=message):
+        model.update_greedy(np.array(nodes), np.array(tokens), np.array(kinds), 9, 1, np.array([5, 5, 5]))
+    assert len(model) == 0
 
 
 @pytest.mark.parametrize(

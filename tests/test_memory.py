@@ -317,3 +317,21 @@ def test_recycle_equals_keys_records_and_writes_called_apart(seed):
         recycle(context, positions, parents, tokens, accepted, excluded, ids, probs, k, stamp, *fused)
         assert _contents(fused) == _contents(apart)
         context += rng.integers(0, vocab, 2).tolist()
+
+
+@pytest.mark.parametrize(
+    ("rows", "parents", "accepted", "memory_k", "message"),
+    [
+        (2, [-1], [0], 4, "2 top-k rows for 2 positions and 1 nodes"),  # one row short
+        (3, [-1], [1], 4, r"accepted nodes \[1\] outside a tree of 1 nodes"),
+        (3, [-1], [0], 2, "records of width 4 for a persistent memory of k=2"),
+    ],
+)
+def test_recycle_refuses_inconsistent_input_before_writing(rows, parents, accepted, memory_k, message):
+    persistent = PersistentMemory(12, memory_k)
+    before = persistent.table.copy()
+    ids, probs = np.tile(np.arange(5), (rows, 1)), np.full((rows, 5), 0.2, np.float32)
+    with pytest.raises(ValueError, match=message):
+        recycle([1, 2, 3], np.array([1, 2]), parents, [4], accepted, np.zeros(0, np.int64), ids, probs, 4, 0,
+                persistent, None, None)
+    assert np.array_equal(persistent.table, before)

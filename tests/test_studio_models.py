@@ -52,6 +52,23 @@ def test_v2_is_the_default_model_everywhere():
     assert environment.EMBEDDED_FOLDERS[DEFAULT_MODEL_ID] == EMBEDDED_MODEL
 
 
+def test_the_old_id_embedded_names_the_default_with_a_warning(monkeypatch, caplog):
+    """``embedded`` meant v1 until v2 became the default: it is still accepted (an API client's run, an
+    operator's RECAP_MODELS) as the default, and the operator is told what it means now."""
+    from recap.studio.validation import parse_settings
+
+    values = ["embedded", "recap", "auto", 8, 8, 8, True, True, True, 8, "per session", 0.0, 0, 1.0, None]
+    assert parse_settings(values, [EMBEDDED_V2_ID], ("per session",)).model == EMBEDDED_V2_ID
+    with pytest.raises(ValueError, match="unknown model"):  # an alias of a model not offered: refused
+        parse_settings(values, [EMBEDDED_V1_ID], ("per session",))
+    monkeypatch.delenv("RECAP_MODEL", raising=False)
+    monkeypatch.setenv("RECAP_MODELS", "embedded")
+    with caplog.at_level("WARNING"):
+        models = offered_models()
+    assert "embedded" not in models and models[0] == EMBEDDED_V2_ID
+    assert "alias" in caplog.text and EMBEDDED_V1_ID in caplog.text
+
+
 @pytest.mark.parametrize(
     "recap_model, first_two",
     [

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from recap.acceptance import BUCKETS, EDGES
+from recap.acceptance import BUCKETS, EDGES, KIND_COLUMNS
 from recap.config import RecapConfig
 from recap.context_memory import ContextMemory
 from recap.drafters.growth_kernel import grow_tree
@@ -30,7 +30,7 @@ from recap.tree import DraftTree
 
 _EDGES = np.array(EDGES, dtype=np.float64)
 _NO_SLOTS = np.full(1, -1, dtype=np.int64)
-_NO_LEVELS = np.zeros((1, 8))
+_NO_LEVELS = np.zeros((1, KIND_COLUMNS))
 
 
 class Growth(NamedTuple):
@@ -87,10 +87,10 @@ def grow(
     weights = (bool(config.uniform_weights), float(config.kappa_min), _specificity(config.specificity))
     estimates = (int(request), levels is not None, fine, coarse, _EDGES, BUCKETS)
     root, chain = np.ascontiguousarray(tail, dtype=np.int64), np.asarray(chain, dtype=np.int64)
-    # Locks in one order everywhere (persistent, ctx2, ctx3: `recap.recycling.recycle`).
+    # The contextual memories are frozen (a write may reallocate their tables), in the order writers
+    # take them (`recap.recycling.recycle`: persistent, ctx2, ctx3). The persistent table is read
+    # unlocked: a concurrent write can only make a record newer (drafting, never the output, changes).
     locks = [m.frozen() for m in (ctx2, ctx3) if m is not None]
-    if len(locks) == 2 and locks[0] is locks[1]:
-        locks.pop()
     for lock in locks:
         lock.acquire()
     try:

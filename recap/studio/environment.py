@@ -26,6 +26,7 @@ Read here and nowhere else in the studio:
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,8 @@ import gradio as gr
 import torch
 
 from recap.runtime import EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2, Runtime
+
+log = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[2]
 STATIC_DIR = ROOT / "assets" / "static"
@@ -87,11 +90,23 @@ def offered_models() -> list[str]:
     models = list(EMBEDDED_FOLDERS)
     if torch.cuda.is_available():
         models += PAPER_MODELS
-    models += [m.strip() for m in os.environ.get("RECAP_MODELS", "").split(",") if m.strip()]
+    models += [resolve_alias(m.strip()) for m in os.environ.get("RECAP_MODELS", "").split(",") if m.strip()]
     default = os.environ.get("RECAP_MODEL", "").strip()
     if default:
-        models.insert(0, MODEL_ALIASES.get(default, default))
+        models.insert(0, resolve_alias(default))
     return list(dict.fromkeys(models))
+
+
+def resolve_alias(model_id: str) -> str:
+    """``model_id`` with `MODEL_ALIASES` resolved; an alias is logged with what it means now (``embedded``
+    meant v1 until v2 became the default: whoever wants v1 says ``embedded-v1``)."""
+    if model_id in MODEL_ALIASES:
+        log.warning(
+            "model id %r is an alias of %r (the default embedded model; v1 is %r)",
+            model_id, MODEL_ALIASES[model_id], EMBEDDED_V1_ID,
+        )
+        return MODEL_ALIASES[model_id]
+    return model_id
 
 
 def default_runtime_factory(model_id: str) -> Runtime:

@@ -30,7 +30,7 @@ from recap.inputs import (
 )
 from recap.runtime import parse_budget
 from recap.sampling import SamplingSettings
-from recap.studio.environment import SHARED_SCOPE
+from recap.studio.environment import MODEL_ALIASES, SHARED_SCOPE
 from recap.studio.render import visible_token
 
 #: Methods offered in the Run tab, in the order of the radio buttons; Compare runs them all.
@@ -146,6 +146,8 @@ def parse_settings(values: list | tuple, models: list[str], scopes: tuple[str, .
     if not isinstance(values, list | tuple) or len(values) != len(setting_names()):
         raise ValueError("the request does not carry the Run tab's settings")
     raw = dict(zip(setting_names(), values))
+    if isinstance(raw["model"], str) and raw["model"] in MODEL_ALIASES and raw["model"] not in models:
+        raw["model"] = MODEL_ALIASES[raw["model"]]  # (an API client's old id: ``embedded``)
     if not isinstance(raw["model"], str) or raw["model"] not in models:
         raise ValueError(f"unknown model {shown(raw['model'])}: choose one from the list")
     if raw["scope"] == SHARED_SCOPE and raw["scope"] not in scopes:
