@@ -87,7 +87,7 @@ def build(
         "model": folder.resolve().name,
         "fingerprint": fingerprint,
         "command": "python -m tools.build_memory "
-        + (f"--model {alias} " if alias else "")
+        + f"--model {alias or folder} "
         + f"--requests {requests} --budget {budget} --max-new-tokens {max_new_tokens}",
         "world": name,
         "requests": requests,

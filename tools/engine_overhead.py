@@ -100,8 +100,8 @@ def main() -> None:
         for name, (count, wall, cpu) in rows.items():
             total = totals[name]
             total[0] += count
-            total[1] += count / wall
-            total[2] += count / cpu
+            total[1] += count / wall if wall > 0 else 0.0  # (an empty answer: no rate)
+            total[2] += count / cpu if cpu > 0 else 0.0
             cells.append(f"{wall:13.1f} / {cpu:6.1f}")
         print(f"{label:10s} {rows['ours'][0]:6d}  {cells[0]:>28s}  {cells[1] if len(cells) > 1 else '':>27s}")
     overall = [f"{t[0] / t[1]:13.1f} / {t[0] / t[2]:6.1f}" if t[0] else "" for t in totals.values()]
