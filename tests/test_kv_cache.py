@@ -1,4 +1,4 @@
-"""The decode loop's cache (`recap.kv_cache`) and the direct decoder pass (`Family.direct_decoder`):
+"""The decode loop's cache (`recap.models.kv_cache`) and the direct decoder pass (`Family.direct_decoder`):
 both must give exactly what transformers' own `DynamicCache` and model forward give."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from tiny_models import ARCHITECTURES
 from transformers import DynamicCache
 
 from recap.families import FAMILIES
-from recap.kv_cache import SPARE, GrowingCache
+from recap.models.kv_cache import SPARE, GrowingCache
 from recap.tree import DraftTree
 
 HEADS, HEAD_DIM = 2, 4

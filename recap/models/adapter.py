@@ -1,4 +1,4 @@
-"""The model adapter: the only module that imports transformers (with its cache, `recap.kv_cache`).
+"""The model adapter (with its cache, `recap.models.kv_cache`, the only code that imports transformers).
 
 `TargetModel` wraps a Hugging Face vision-language (or text) model and gives the decode loop four
 verbs:
@@ -15,7 +15,7 @@ verbs:
 - ``commit(state, pending, accepted_nodes)``: keep the accepted nodes' KV entries (gather into place,
   then crop the rest).
 
-The cache is a `recap.kv_cache.GrowingCache`; a pass with no tree nodes builds no mask (the model's own
+The cache is a `recap.models.kv_cache.GrowingCache`; a pass with no tree nodes builds no mask (the model's own
 causal mask is exact); `Family.direct_decoder` (LLaVA) runs decode passes as embedding -> decoder -> head.
 
 Why an additive float mask: with ``eager`` attention a bool 4-D mask is silently wrong, and
@@ -275,7 +275,7 @@ class TargetModel:
 
         ``keep`` must include the last position (its logits give the first generated token).
         """
-        from recap.kv_cache import GrowingCache
+        from recap.models.kv_cache import GrowingCache
 
         input_ids = inputs["input_ids"]
         length = int(input_ids.shape[1])
@@ -418,7 +418,7 @@ class TargetModel:
 
         ``clock``: wall-clock time by default; `time.thread_time` counts this thread's CPU time only,
         which other processes' load does not inflate (right for one torch thread on a CPU)."""
-        from recap.kv_cache import GrowingCache
+        from recap.models.kv_cache import GrowingCache
 
         generator = torch.Generator().manual_seed(0)
         prompt = torch.randint(0, self.vocab_size, (1, context), generator=generator).to(self.device)

@@ -7,7 +7,8 @@ a buffer with spare room (doubling when full) and writes new entries into it; ``
 views of the filled part, so attention reads the same numbers in the same order, and `crop` (drop
 the last entries, as `TargetModel.commit` does with rejected tree nodes) only shortens the views.
 
-Imported by `recap.models` when a request starts (this module imports transformers).
+Imported by `recap.models.adapter` when a request starts (this module imports transformers; the
+`recap.models` package is the only code that does).
 """
 
 from __future__ import annotations
