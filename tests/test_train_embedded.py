@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -200,21 +202,37 @@ def v2_tokenizer():
     return ed.build_tokenizer(V2)
 
 
-def test_batches_built_by_workers_equal_batches_built_in_process(v2_tokenizer):
-    builder = ed.SequenceBuilder(v2_tokenizer, V2.num_image_tokens)
-    world = V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.5)  # the workers get the extras too
-    streams = [
-        ed.BatchStream(np.random.default_rng(5), world, builder, 4, "mentions", workers=w) for w in (0, 2)
-    ]
-    try:
-        for _ in range(3):
-            a, b = (next(s) for s in streams)
-            for key in ("input_ids", "labels", "attention_mask", "pixels", "attn_target"):
-                assert np.array_equal(a[key], b[key]), key
-            assert all(np.array_equal(a["aux"][k], b["aux"][k]) for k in a["aux"])
-    finally:
-        for s in streams:
-            s.close()
+#: The comparison, run in a fresh interpreter: the pool forks, and forking the test process, whose
+#: earlier tests left threads (servers, tokenizers, torch) holding locks, can leave a worker dead and the
+#: pool waiting forever; a training run forks from a process of its own, as this script does.
+WORKERS_SCRIPT = """
+import numpy as np
+from tools import embedded_data as ed
+from tools.embedded_phrasings import EXTRA_TRAINING_QUESTIONS
+V2 = ed.WORLDS["v2"]
+builder = ed.SequenceBuilder(ed.build_tokenizer(V2), V2.num_image_tokens)
+world = V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.5)  # the workers get the extras too
+streams = [ed.BatchStream(np.random.default_rng(5), world, builder, 4, "mentions", workers=w) for w in (0, 2)]
+try:
+    for _ in range(3):
+        a, b = (next(s) for s in streams)
+        for key in ("input_ids", "labels", "attention_mask", "pixels", "attn_target"):
+            assert np.array_equal(a[key], b[key]), key
+        assert all(np.array_equal(a["aux"][k], b["aux"][k]) for k in a["aux"])
+finally:
+    for s in streams:
+        s.close()
+print("same batches")
+"""
+
+
+def test_batches_built_by_workers_equal_batches_built_in_process():
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-c", WORKERS_SCRIPT], cwd=root, capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("same batches")
 
 
 def test_v2_binding_targets_point_at_the_shape_the_answer_names(v2_tokenizer):
