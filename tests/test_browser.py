@@ -120,6 +120,24 @@ def _cards(page) -> dict[str, str]:
     )
 
 
+def _first_run_at_step_one(page) -> tuple[float, int | None, str]:
+    """Run the page's current request, then show step 1: the run's tokens per pass, the nodes step 1
+    proposed (None when its words say otherwise) and the memory line after the run."""
+    page.click("#run-button")
+    page.wait_for_function("document.querySelector('#status').innerText.includes('Done')", timeout=120_000)
+    mat = float(_cards(page)["mean accepted / pass"])
+    memory = page.locator("#memory-state").inner_text()
+    number = page.locator("#step-slider input[type=number]")
+    number.fill("1")
+    number.press("Enter")
+    page.wait_for_function(
+        "document.querySelector('#step-words').innerText.startsWith('Step 1:')", timeout=10_000
+    )
+    words = page.locator("#step-words").inner_text()
+    proposed = re.match(r"Step 1: the drafter proposed (\d+) node", words)
+    return mat, int(proposed.group(1)) if proposed else None, memory
+
+
 def test_first_click_on_a_fresh_server_runs_v2_drafts_at_step_one_and_commits_1_5_tokens_per_pass(
     fresh_studio, tmp_path
 ):
@@ -138,23 +156,10 @@ def test_first_click_on_a_fresh_server_runs_v2_drafts_at_step_one_and_commits_1_
             assert page.locator("#model input").input_value() == "Embedded VLM v2 (wider world)"
             assert page.locator("#prompt textarea").input_value() == first_prompt
             assert Path(first_image).name in page.locator("#input-image img").get_attribute("src")
-            page.click("#run-button")  # RECAP is the default method
-            page.wait_for_function(
-                "document.querySelector('#status').innerText.includes('Done')", timeout=120_000
-            )
-            mat = float(_cards(page)["mean accepted / pass"])
-            memory = page.locator("#memory-state").inner_text()
+            mat, proposed, memory = _first_run_at_step_one(page)  # RECAP is the default method
             assert "warm" in memory and "started from the shipped memory" in memory
-            number = page.locator("#step-slider input[type=number]")
-            number.fill("1")
-            number.press("Enter")
-            page.wait_for_function(
-                "document.querySelector('#step-words').innerText.startsWith('Step 1:')", timeout=10_000
-            )
-            words = page.locator("#step-words").inner_text()
-            proposed = re.match(r"Step 1: the drafter proposed (\d+) node", words)
             _save(page, tmp_path, "first-click-1500.png")
-            assert proposed and int(proposed.group(1)) >= 1, words
+            assert proposed is not None and proposed >= 1, page.locator("#step-words").inner_text()
             assert mat >= 1.5, f"first click: {mat} tokens per pass"
         finally:
             context.close()
@@ -188,24 +193,12 @@ def test_choosing_v1_shows_its_examples_and_its_first_click_drafts_at_step_one(f
             page.wait_for_selector("#examples-1", state="visible", timeout=10_000)
             assert not page.locator("#examples").is_visible()
             assert "loads with the model on your first run" in page.locator("#memory-state").inner_text()
-            page.click("#run-button")
-            page.wait_for_function(
-                "document.querySelector('#status').innerText.includes('Done')", timeout=120_000
-            )
-            mat = float(_cards(page)["mean accepted / pass"])
-            assert "started from the shipped memory" in page.locator("#memory-state").inner_text()
-            number = page.locator("#step-slider input[type=number]")
-            number.fill("1")
-            number.press("Enter")
-            page.wait_for_function(
-                "document.querySelector('#step-words').innerText.startsWith('Step 1:')", timeout=10_000
-            )
-            words = page.locator("#step-words").inner_text()
-            proposed = re.match(r"Step 1: the drafter proposed (\d+) node", words)
+            mat, proposed, memory = _first_run_at_step_one(page)
+            assert "started from the shipped memory" in memory
             page.wait_for_timeout(500)
             assert not _entities_shown(page, "run") and _fits(page)
             _save(page, tmp_path, f"v1-first-click-{width}.png")
-            assert proposed and int(proposed.group(1)) >= 1, words
+            assert proposed is not None and proposed >= 1, page.locator("#step-words").inner_text()
             assert mat >= 1.5, f"v1's first click: {mat} tokens per pass"
             assert Path(first_image).name in page.locator("#input-image img").get_attribute("src")
         finally:

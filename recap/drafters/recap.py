@@ -378,7 +378,7 @@ class RecapDrafter:
         if observation.commit_probs is None:  # greedy: right when it is the target's argmax
             self.acceptance.update_greedy(
                 growth.label_nodes, growth.label_tokens, growth.label_kinds, self._kept,
-                len(observation.positions), np.ascontiguousarray(observation.topk_ids[:, 0]),
+                len(observation.positions), observation.topk_ids[:, 0],  # (made contiguous there)
             )
             return
         verified = growth.label_nodes < self._kept  # the root (-1) and the nodes kept in the tree
