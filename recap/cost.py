@@ -1,12 +1,12 @@
 """Forward-pass cost model and the cost-aware tree budget.
 
-The engine measures the target's forward time for a few input sizes at load time (e.g. T = 1, 4, 8,
-16, 32, 64 tokens) and builds a `CostModel`. A pass over more tokens never really costs less, so the
-measured seconds are first made non-decreasing by isotonic regression (pooling adjacent violators:
-a noisy spike is averaged with its neighbours instead of reading as a wall; on a GPU, where a pass of
-64 tokens costs about what one token does, timing noise is as large as the trend). ``c(T)`` then
-interpolates the fitted points linearly, is clamped below the first point and extrapolated with the
-last segment's slope beyond the last one.
+The engine measures the target's forward time for a few input sizes at load time (`COST_SIZES`: T = 1,
+2, 3, 4, 6, 8, ... 64 tokens) and builds a `CostModel`. A pass over more tokens never really costs less,
+so the measured seconds are first made non-decreasing by isotonic regression (pooling adjacent
+violators: a noisy spike is averaged with its neighbours instead of reading as a wall; on a GPU, where a
+pass of 64 tokens costs about what one token does, timing noise is as large as the trend). ``c(T)`` then
+interpolates the fitted points linearly, is clamped below the first point and extrapolated with the last
+segment's slope beyond the last one.
 
 **Budget rule.** A tree node with path score ``s`` adds about ``s`` expected accepted tokens; every
 pass also commits one bonus token. With ``T`` nodes and ``pending`` uncached input tokens (the root,
@@ -54,6 +54,12 @@ import numpy as np
 FLAT_TOLERANCE = 0.05
 #: Largest tree a flat curve lets the budget grow to (also `recap.runtime.parse_budget`'s limit).
 MAX_TREE = 256
+
+#: Tree sizes (input tokens per pass) at which the curve is measured. Dense where CPUs step: one
+#: token runs matrix-vector products, two or more run matrix-matrix ones, and on a CPU a 2-token pass
+#: can cost what a 4-token pass does (SmolLM2-135M: 38 ms at T = 1, 60 at T = 2, 57 at T = 4), which
+#: a line from T = 1 to T = 4 would price at 45.
+COST_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
 class CostModel:

@@ -41,8 +41,14 @@ EMBEDDED_MODEL_V2 = _MODELS_DIR / "tiny-scenes-llava-v2"
 EMBEDDED_MODEL = EMBEDDED_MODEL_V2
 
 #: Sweeps over the curve's sizes when a CPU measures the tree-cost curve (each: a prefill, then one
-#: unmeasured and one measured pass per size; about 60 ms for the embedded model on one idle thread).
+#: unmeasured and one measured pass per size; about 0.1 s for the embedded model on one idle thread,
+#: 1.5 s for SmolLM2-135M): at least `CPU_COST_SWEEPS`, then more while the sweeps so far took less
+#: than `CPU_COST_SECONDS`, at most `CPU_COST_MAX_SWEEPS`. Each size keeps its fastest pass, so a
+#: cheap model's curve, measured over many sweeps, is not left with one sweep's noise (a single
+#: millisecond pass on a shared CPU moves by 30%).
 CPU_COST_SWEEPS = 3
+CPU_COST_SECONDS = 1.0
+CPU_COST_MAX_SWEEPS = 20
 
 __all__ = [
     "DEFAULT_METHOD",
@@ -100,10 +106,11 @@ class Runtime:
         cost-aware drafter).
 
         On a GPU: the median of 10 passes per size (passes take milliseconds and jitter by about as much
-        as T changes them). On a CPU, where other processes' load comes and goes, `CPU_COST_SWEEPS`
-        quick sweeps over the sizes, each size keeping its fastest pass (`recap.cost.steady_curve`),
-        timed in this thread's CPU time when torch computes on one thread (the time the scheduler gave
-        to others is not the pass's cost), else in wall-clock time.
+        as T changes them). On a CPU, where other processes' load comes and goes, `CPU_COST_SWEEPS` or
+        more quick sweeps over the sizes (as many as fit in `CPU_COST_SECONDS`), each size keeping its
+        fastest pass (`recap.cost.steady_curve`), timed in this thread's CPU time when torch computes
+        on one thread (the time the scheduler gave to others is not the pass's cost), else in wall-clock
+        time.
         """
         with self._lock:
             if self._cost is None:
@@ -112,9 +119,11 @@ class Runtime:
                     self._cost = CostModel(target.measure_tree_cost(repeats=10))
                 else:
                     clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
-                    sweeps = [
-                        target.measure_tree_cost(repeats=1, clock=clock) for _ in range(CPU_COST_SWEEPS)
-                    ]
+                    sweeps, start = [], time.perf_counter()
+                    while len(sweeps) < CPU_COST_SWEEPS or (
+                        len(sweeps) < CPU_COST_MAX_SWEEPS and time.perf_counter() - start < CPU_COST_SECONDS
+                    ):
+                        sweeps.append(target.measure_tree_cost(repeats=1, clock=clock))
                     self._cost = steady_curve(sweeps)
                     log.info("tree cost curve (T, ms): %s", self._cost.to_ms()["measured"])
             return self._cost

@@ -8,10 +8,11 @@ import pytest
 import torch
 from conftest import tiny
 
+from recap import runtime as runtime_module
 from recap.config import RecapConfig
 from recap.cost import steady_curve
 from recap.drafters import shared_state
-from recap.runtime import CPU_COST_SWEEPS, EMBEDDED_MODEL_V1, Runtime, parse_budget
+from recap.runtime import CPU_COST_MAX_SWEEPS, CPU_COST_SWEEPS, EMBEDDED_MODEL_V1, Runtime, parse_budget
 
 
 def test_drafters_share_memories_per_method():
@@ -107,9 +108,27 @@ def test_a_cpu_measures_the_curve_in_sweeps_on_this_threads_cpu_time(monkeypatch
 
     monkeypatch.setattr(target, "measure_tree_cost", measured)
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    monkeypatch.setattr(runtime_module, "CPU_COST_SECONDS", 0.0)  # no time for more than the minimum
     model = Runtime(target).cost_model()
     assert calls == [(1, clock)] * CPU_COST_SWEEPS
     assert model.points == ((1, 1e-3), (4, 2e-3 / CPU_COST_SWEEPS))
+
+
+def test_a_cheap_model_gets_more_sweeps_while_they_fit_in_the_time_allowed(monkeypatch):
+    # Sweeps that take no time: as many as allowed, each size keeping its fastest pass over all.
+    target = tiny("llama")
+    calls = []
+
+    def measured(sizes=(1, 4), context=256, repeats=3, clock=time.perf_counter):
+        calls.append(repeats)
+        return [(1, 1e-3 * len(calls)), (4, 2e-3 / len(calls))]
+
+    monkeypatch.setattr(target, "measure_tree_cost", measured)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    monkeypatch.setattr(runtime_module, "CPU_COST_SECONDS", 3600.0)
+    model = Runtime(target).cost_model()
+    assert len(calls) == CPU_COST_MAX_SWEEPS > CPU_COST_SWEEPS
+    assert model.points == ((1, 1e-3), (4, 2e-3 / CPU_COST_MAX_SWEEPS))
 
 
 @pytest.mark.skipif(not (EMBEDDED_MODEL_V1 / "config.json").is_file(), reason="no embedded v1 in assets")

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from recap.cost import COST_SIZES
 from recap.families import AttentionLayout, family_of
 from recap.tree import DraftTree
 
@@ -409,7 +410,7 @@ class TargetModel:
     @torch.inference_mode()
     def measure_tree_cost(
         self,
-        sizes: Sequence[int] = (1, 4, 8, 16, 32, 64),
+        sizes: Sequence[int] = COST_SIZES,
         context: int = 256,
         repeats: int = 3,
         clock: Callable[[], float] = time.perf_counter,
