@@ -25,7 +25,7 @@ from recap.decode import generate
 from recap.drafters.suffix_decoding import SuffixConfig
 from recap.hotstart import model_fingerprint
 from recap.memory import PersistentMemory
-from recap.runtime import Runtime
+from recap.runtime import EMBEDDED_MODEL_V1, Runtime
 from recap.sampling import SamplingSettings
 from recap.sensitivity import common_prefix, split_against_reference
 
@@ -335,6 +335,16 @@ def test_cli_end_to_end_on_a_saved_tiny_model(tmp_path, capsys):
     assert data["settings"]["command"].startswith("python -m recap.bench --model ")
     assert data["methods"]["recap"]["match_rate"] == 1.0
     assert "| recap |" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not (EMBEDDED_MODEL_V1 / "config.json").is_file(), reason="no embedded v1 in assets")
+def test_a_defaulted_dataset_is_written_into_the_recorded_command(tmp_path):
+    # The default follows the model (and may change); the recorded command must reproduce this run.
+    out = tmp_path / "out"
+    args = ["--model", str(EMBEDDED_MODEL_V1), "--methods", "ar", "--limit", "1", "--max-new-tokens", "2"]
+    assert main([*args, "--warmup", "0", "--threads", "1", "--no-progress", "--out", str(out)]) == 0
+    settings = json.loads((out / "results.json").read_text())["settings"]
+    assert settings["dataset"] == "scenes" and settings["command"].endswith(" --dataset scenes")
 
 
 # --------------------------------------------------------------------------- suffix and categories

@@ -150,8 +150,9 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     if "suffix" in methods:
         SuffixTreeCache.for_config(suffix_config)  # says how to install arctic-inference before loading
     image_size = local_image_size(args.model)
-    if args.dataset is None:
+    if args.dataset is None:  # the model's own; recorded in the command, so that it reproduces the run
         args.dataset = default_dataset(image_size)
+        command += " --dataset " + shlex.quote(args.dataset)
     data_file = args.data_file
     if data_file is None and args.dataset == "specbench":
         data_file = os.environ.get(SPECBENCH_ENV) or None
