@@ -19,6 +19,7 @@ from recap.config import ABLATIONS, AUTO_FALLBACK_BUDGET, RecapConfig, apply_abl
 from recap.cost import CostModel, auto_budget, isotonic
 from recap.drafters import DEFAULT_METHOD, METHODS, make_drafter
 from recap.drafters.base import Drafter, Observation, RequestInfo
+from recap.drafters.growth_kernel import suffix_chain
 from recap.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter, find_continuation
 from recap.drafters.recap import RecapDrafter
 from recap.drafters.token_recycling import TR_TEMPLATE, SuccessorMatrix, TokenRecyclingDrafter
@@ -457,6 +458,17 @@ def test_ngram_index_matches_reference(tokens, growth):
     index = NgramIndex(2, 4, excluded={4})
     for end in range(1, len(tokens) + 1, growth):  # the sequence grows by several tokens per step
         assert index.continuation(tokens[:end], 5) == find_continuation(tokens[:end], 2, 4, 5, {4})
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=40), st.integers(0, 6), st.integers(2, 5))
+def test_compiled_suffix_match_matches_reference(tokens, num, max_n):
+    """RECAP's compiled suffix match (`suffix_chain`, inside the search's call) is `find_continuation`:
+    4 is excluded (its ``usable`` entry False); 5 lies outside the vocabulary (never excluded)."""
+    usable = np.array([True, True, True, True, False, False])  # vocabulary 0-4, then "no token"
+    array = np.array([*tokens, 0, 0], dtype=np.int64)  # the mirror is longer than the context
+    chain = suffix_chain(array, len(tokens), usable, 2, max_n, num)
+    assert chain.tolist() == find_continuation(tokens, 2, max_n, num, {4})
 
 
 # ----------------------------------------------------------------------------------------------- cost
