@@ -33,6 +33,9 @@ _EDGES = np.array(EDGES, dtype=np.float64)
 _NO_SLOTS = np.full(1, -1, dtype=np.int64)
 _NO_LEVELS = np.zeros((1, KIND_COLUMNS))
 _NO_TABLE = np.zeros((1, 2), dtype=np.float32)
+#: `SOURCE_NAMES` as an array (a tree's sources in one lookup).
+_SOURCE_NAMES = np.empty(len(SOURCE_NAMES), dtype=object)
+_SOURCE_NAMES[:] = [*SOURCE_NAMES]
 #: The shortest suffix the suffix match takes (`recap.drafters.growth_kernel.suffix_chain`; the longest:
 #: ``config.suffix_max_len``).
 SUFFIX_MIN_LEN = 2
@@ -153,7 +156,7 @@ def select(growth: Growth, keep: Callable[[np.ndarray], int] | None = None) -> D
         growth.tokens[:size].tolist(),
         growth.parents[:size].tolist(),
         growth.scores[:size].tolist(),
-        [SOURCE_NAMES[code] for code in growth.codes[:size].tolist()],
+        _SOURCE_NAMES[growth.codes[:size]].tolist(),
         [{} for _ in range(size)],
     )
 
