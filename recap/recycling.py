@@ -240,7 +240,9 @@ def recycle(
 
 
 def _ints(values: Sequence[int] | np.ndarray) -> np.ndarray:
-    return np.asarray(values, dtype=np.int64).reshape(-1)
+    """``values`` as a 1-D int64 array (itself when it is one)."""
+    array = np.asarray(values, dtype=np.int64)
+    return array if array.ndim == 1 else array.reshape(-1)
 
 
 #: `_recycle`'s answer when a contextual memory must make room (`ContextMemory.reserve`) first.
