@@ -221,6 +221,15 @@ def test_suffix_respects_suffix_budget_and_depth():
     assert drafter.propose(context).tokens == [3, 4, 5]  # at most D tokens
 
 
+def test_the_root_follows_the_context_given_even_without_growth():
+    """The search reads the request's tokens from the drafter's mirror: a context of the same length whose
+    last tokens differ (no `begin` between) still drafts under its own last token."""
+    drafter = recap(k=3, use_context=False, suffix=False, budget=8)
+    seeded(drafter, {2: {3: 0.8}, 5: {6: 0.9}}, prompt=[1, 2])
+    assert drafter.propose([1, 2]).tokens == [3]
+    assert drafter.propose([1, 5]).tokens == [6]
+
+
 def test_suffix_node_merged_with_memory_node_lists_both_sources():
     drafter = recap(k=3, use_context=False, budget=64)
     seeded(drafter, {2: {3: 0.8, 9: 0.1}}, prompt=[1, 2, 3, 4, 1, 2])

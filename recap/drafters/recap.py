@@ -326,11 +326,11 @@ class RecapDrafter:
         return tree
 
     def _mirror(self, context: Sequence[int]) -> int:
-        """Copy what is new in ``context`` to ``_tokens`` and return its length (a request's context grows
-        at its end; a shorter one is copied anew)."""
-        length, known = len(context), self._length
-        if length < known:
-            known = 0
+        """Copy what is new in ``context`` to ``_tokens`` and return its length: a request's context grows
+        at its end (as `recap.drafters.prompt_lookup.NgramIndex` assumes), a shorter one is copied anew,
+        and the last three tokens (the root's context) are copied every time."""
+        length = len(context)
+        known = min(self._length if length >= self._length else 0, max(length - 3, 0))
         if length > known:
             if length > len(self._tokens):
                 grown = np.zeros(max(length, 2 * len(self._tokens)), dtype=np.int64)
