@@ -199,7 +199,7 @@ def recycle(
             f"{len(ids)} top-k rows for {len(positions)} positions and {len(tokens)} nodes "
             f"({len(parents)} parents)"
         )
-    if accepted and not (min(accepted) >= 0 and max(accepted) < len(tokens)):
+    if len(accepted) and not (min(accepted) >= 0 and max(accepted) < len(tokens)):
         raise ValueError(f"accepted nodes {list(accepted)} outside a tree of {len(tokens)} nodes")
     if persistent is not None and persistent.k != k:
         raise ValueError(f"records of width {k} for a persistent memory of k={persistent.k}")
@@ -232,6 +232,8 @@ def recycle(
                     memory.reserve(count, k)
             bad = _recycle(*pass_arrays, *_memory_arrays(persistent, ctx2, ctx3), labels is not None,
                            *label_arrays, *counting)
+            if bad == _NEEDS_ROOM:
+                raise RuntimeError("a contextual memory has no room for this pass's keys after reserve")
     finally:
         for lock in reversed(locks):
             lock.release()

@@ -370,7 +370,7 @@ def test_recycle_refuses_bad_labels_before_writing_or_counting():
        st.sampled_from([None, 5, 40]))
 def test_has_room_exactly_when_reserve_changes_nothing(writes, count, capacity):
     """The compiled writers' room check (`has_room`) says yes exactly when `ContextMemory.reserve` would
-    rebuild or grow nothing, through growth, reuse of rows (bounded) and clearing."""
+    rebuild or grow nothing, and always after it, through growth, reuse of rows (bounded) and clearing."""
     memory = ContextMemory(2, capacity=capacity)
     memory.write_table(np.array([1]), record_table(np.zeros((1, 2)), np.zeros((1, 2)), [0.0], [0]))
     for step, key in enumerate(writes):
@@ -382,6 +382,7 @@ def test_has_room_exactly_when_reserve_changes_nothing(writes, count, capacity):
         memory.reserve(count, 2)
         after = (index.keys, index.owner, memory.table, len(index.keys), len(index.owner), len(memory.table))
         assert room == all(a is b if isinstance(a, np.ndarray) else a == b for a, b in zip(before, after))
+        assert has_room(index.keys, index.owner, index.state, memory.table, count)  # `reserve` made room
         memory.write_table(np.array([key]), record_table(np.zeros((1, 2)), np.zeros((1, 2)), [0.0], [0]))
 
 
