@@ -102,7 +102,7 @@ class AcceptanceModel:
         self.strength, self.memory, self.decay = float(strength), float(memory), float(decay)
         self._fine, self._coarse = _rows(FINE_KINDS), _rows(COARSE_KINDS)
         self._lock = threading.Lock()
-        self._updates = 0
+        self._updates = np.zeros(1, dtype=np.int64)  # updates so far, counted by the compiled counting
 
     # Counts per kind (views of the tables; after decay, not integers).
     @property
@@ -164,11 +164,7 @@ class AcceptanceModel:
         if len(weights) != len(hits):
             raise ValueError(f"{len(hits)} hits but {len(weights)} hit weights")
         with self._lock:
-            self._updates += 1
-            _count_labels(
-                seen, hits, weights, self._fine, self._coarse, self._updates, self.memory, self.decay,
-                self.strength, BUCKETS,
-            )
+            _count_labels(seen, hits, weights, *self.counting())
 
     def update_greedy(
         self,
@@ -192,16 +188,31 @@ class AcceptanceModel:
         if not len(nodes) == len(tokens) == len(kinds):
             raise ValueError(f"{len(nodes)} nodes, {len(tokens)} tokens and {len(kinds)} kinds")
         with self._lock:
-            self._updates += 1
-            bad = _count_greedy(
-                nodes, tokens, kinds, int(kept), int(first_row), greedy, self._fine, self._coarse,
-                self._updates, self.memory, self.decay, self.strength, BUCKETS,
-            )
+            bad = count_greedy(nodes, tokens, kinds, int(kept), int(first_row), greedy, *self.counting())
         if bad >= 0:
-            raise ValueError(
-                f"label {bad}: fine kind {kinds[bad]} (must be in [0, {FINE_KINDS})) or greedy row "
-                f"{first_row + nodes[bad]} (must be in [0, {len(greedy)})) out of range; nothing counted"
-            )
+            raise greedy_label_error(bad, nodes, kinds, first_row, len(greedy))
+
+    def frozen(self) -> threading.Lock:
+        """Hold other updates off while compiled code counts into the tables directly (`counting`): ``with
+        model.frozen(): ...`` (the model's lock itself)."""
+        return self._lock
+
+    def counting(self) -> tuple:
+        """What the compiled counting (`count_greedy`, after the labels) takes, in its order: the fine and
+        coarse tables, the update counter, ``memory``, ``decay``, ``strength`` and `BUCKETS`. The caller
+        holds `frozen` while it counts (as `recap.recycling.recycle` does, counting a pass's labels in
+        its own compiled call)."""
+        return self._fine, self._coarse, self._updates, self.memory, self.decay, self.strength, BUCKETS
+
+
+def greedy_label_error(
+    bad: int, nodes: np.ndarray, kinds: np.ndarray, first_row: int, rows: int
+) -> ValueError:
+    """The error for label ``bad``, which `count_greedy` refused (nothing was counted)."""
+    return ValueError(
+        f"label {bad}: fine kind {kinds[bad]} (must be in [0, {FINE_KINDS})) or greedy row "
+        f"{first_row + nodes[bad]} (must be in [0, {rows})) out of range; nothing counted"
+    )
 
 
 def _rows(kinds: int) -> np.ndarray:
@@ -216,10 +227,13 @@ def _rows(kinds: int) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_labels(seen, hits, weights, fine, coarse, update, memory, decay, m, buckets):
+def _count_labels(seen, hits, weights, fine, coarse, updates, memory, decay, m, buckets):
     """`AcceptanceModel.update`, compiled: counts are added once per kind (labels first summed per
     fine kind, coarse sums from them: exact integers as counting each label would give), kinds over
-    ``memory`` decay, and every touched kind gets its shrinkage ``(a, b)`` again."""
+    ``memory`` decay, and every touched kind gets its shrinkage ``(a, b)`` again. ``updates[0]``: the
+    updates so far (this one marks the rows it touches with its number)."""
+    updates[0] += 1
+    update = updates[0]
     fine_kinds, coarse_kinds = [np.int64(0)], [np.int64(0)]
     fine_kinds.pop()
     coarse_kinds.pop()
@@ -252,12 +266,13 @@ def _count_labels(seen, hits, weights, fine, coarse, update, memory, decay, m, b
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_greedy(
-    nodes, tokens, kinds, kept, first_row, greedy, fine, coarse, update, memory, decay, m, buckets
+def count_greedy(
+    nodes, tokens, kinds, kept, first_row, greedy, fine, coarse, updates, memory, decay, m, buckets
 ):
-    """`AcceptanceModel.update_greedy` on arrays: the verified labels, then `_count_labels`. Returns -1,
-    or the first label out of range (a kind outside the tables, a verified label's greedy row outside
-    ``greedy``), in which case nothing is counted."""
+    """`AcceptanceModel.update_greedy` on arrays (the model's `AcceptanceModel.counting` after the
+    labels): the verified labels, then `_count_labels`. Returns -1, or the first label out of range (a
+    kind outside the tables, a verified label's greedy row outside ``greedy``), in which case nothing is
+    counted."""
     for i in range(len(kinds)):
         if not 0 <= kinds[i] < len(fine) or (nodes[i] < kept and not 0 <= first_row + nodes[i] < len(greedy)):
             return i
@@ -272,5 +287,5 @@ def _count_greedy(
                 hits[n_hits] = kinds[i]
                 n_hits += 1
     weights = np.ones(n_hits)
-    _count_labels(seen[:n_seen], hits[:n_hits], weights, fine, coarse, update, memory, decay, m, buckets)
+    _count_labels(seen[:n_seen], hits[:n_hits], weights, fine, coarse, updates, memory, decay, m, buckets)
     return -1

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+import numba
 import numpy as np
 
 from recap.key_index import KeyIndex
@@ -159,3 +160,19 @@ class ContextMemory:
 
     def _row(self, key: tuple[int, ...]) -> int:
         return int(self.index.find(np.array([self._pack(key)]))[0])
+
+
+@numba.njit(cache=True, nogil=True)
+def has_room(keys, owner, state, table, count):
+    """Whether a memory (its index's ``keys``, ``owner`` and ``state``, its ``table``; its width set) has
+    room for ``count`` more keys: True exactly when `ContextMemory.reserve` ``(count, k)`` would change
+    nothing (no index rebuild, no growth of ``owner`` or ``table``), so that compiled writers check it in
+    their own call and ask for `reserve` only when it is needed."""
+    next_row, capacity, taken = state[0], state[2], state[3]
+    if 2 * (taken + count) > len(keys):  # `KeyIndex.reserve`: the hash slots
+        return False
+    need = next_row + count if capacity < 0 else min(next_row + count, capacity + 1)
+    if need > len(owner):  # ... and the rows' keys
+        return False
+    rows = next_row - 1 + count if capacity < 0 else min(next_row - 1 + count, capacity)
+    return rows + 1 <= len(table)  # `ContextMemory.reserve`: the record table

@@ -9,12 +9,13 @@ that end there; a tree node's key follows its own path. Token Recycling writes t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import ExitStack
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numba
 import numpy as np
 
+from recap.acceptance import KIND_COLUMNS, AcceptanceModel, count_greedy, greedy_label_error
+from recap.context_memory import has_room
 from recap.key_index import write_slot
 from recap.records import KEY_BITS, record_rows_compiled, topk_rows
 
@@ -130,10 +131,31 @@ def write_recycled(
     if len(rows) == 0:
         return
     k = (records.shape[1] - 2) // 2
-    with ExitStack() as held:
-        arrays = _held_memories(held, len(rows), k, persistent, ctx2, ctx3)
+    locks = _locks(persistent, ctx2, ctx3, None)
+    for lock in locks:
+        lock.acquire()
+    try:
+        for memory in (ctx2, ctx3):
+            if memory is not None:
+                memory.reserve(len(rows), k)
+        arrays = _memory_arrays(persistent, ctx2, ctx3)
         records = np.ascontiguousarray(records, dtype=np.float32)
         _write_recycled(rows, keys, lengths, records, k, *arrays)
+    finally:
+        for lock in reversed(locks):
+            lock.release()
+
+
+class GreedyLabels(NamedTuple):
+    """The acceptance labels of a greedy pass, for `recycle` to count in its call: the arguments of
+    `recap.acceptance.AcceptanceModel.update_greedy` but the greedy tokens, which are the top-k rows'
+    first column (``first_row``: the number of positions)."""
+
+    model: AcceptanceModel
+    nodes: np.ndarray
+    tokens: np.ndarray
+    kinds: np.ndarray
+    kept: int
 
 
 def recycle(
@@ -150,74 +172,122 @@ def recycle(
     persistent: PersistentMemory | None,
     ctx2: ContextMemory | None,
     ctx3: ContextMemory | None,
+    labels: GreedyLabels | None = None,
 ) -> None:
     """RECAP's whole recycling step after a pass, in one compiled call: `recycling_keys`, each computed
     row's record (`recap.records.record_rows` of the top-k ``topk_ids``/``topk_probs``, width ``k``,
-    stamped ``stamp``) and `write_recycled`, with the same results as calling the three.
+    stamped ``stamp``) and `write_recycled`, with the same results as calling the three; with
+    ``labels``, first the greedy labels' counts (`recap.acceptance.AcceptanceModel.update_greedy`, same
+    results), in the same call.
 
-    Checked before anything is written (ValueError): one top-k row per computed position (the
-    ``positions``, then the tree's nodes), ``parents`` and ``tokens`` of one length, accepted nodes
-    inside the tree, ``k`` the persistent memory's width."""
-    positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+    Checked before anything is written or counted (ValueError): one top-k row per computed position
+    (the ``positions``, then the tree's nodes), ``parents`` and ``tokens`` of one length, accepted nodes
+    inside the tree, ``k`` the persistent memory's width, and the labels as `update_greedy` checks them."""
+    positions = _ints(positions)
     count = len(positions) + len(tokens)
     if count == 0:
+        if labels is not None:
+            labels.model.update_greedy(*labels[1:], 0, np.zeros(0, dtype=np.int64))
         return
     ids, probs = topk_ids, topk_probs
     ready = isinstance(ids, np.ndarray) and isinstance(probs, np.ndarray) and ids.ndim == 2
-    if not (ready and ids.shape == probs.shape and ids.dtype == np.int64 and probs.dtype == np.float32):
+    if not (ready and ids.shape == probs.shape):
         ids, probs = topk_rows(topk_ids, topk_probs)  # (the decode loop's rows need nothing)
+    ids, probs = np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(probs, dtype=np.float32)
     if len(ids) != count or len(parents) != len(tokens):
         raise ValueError(
             f"{len(ids)} top-k rows for {len(positions)} positions and {len(tokens)} nodes "
             f"({len(parents)} parents)"
         )
-    if any(not 0 <= node < len(tokens) for node in accepted):
+    if len(accepted) and not (min(accepted) >= 0 and max(accepted) < len(tokens)):
         raise ValueError(f"accepted nodes {list(accepted)} outside a tree of {len(tokens)} nodes")
     if persistent is not None and persistent.k != k:
         raise ValueError(f"records of width {k} for a persistent memory of k={persistent.k}")
-    low = max(int(positions.min()) - 2, 0) if len(positions) else 0
-    last = int(context[-1]) if len(context) >= 1 else -1
-    before_last = int(context[-2]) if len(context) >= 2 else -1
-    with ExitStack() as held:
-        arrays = _held_memories(held, count, k, persistent, ctx2, ctx3)
-        _recycle(
-            _ints(context[low:]), low, positions, _ints(parents), _ints(tokens), _ints(accepted),
-            _ints(excluded), last, before_last,
-            np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(probs, dtype=np.float32),
-            int(stamp), k, *arrays,
-        )
+    if labels is None:
+        counting, label_arrays = _NO_COUNTING, (_NO_INTS, _NO_INTS, _NO_INTS, 0)
+    else:
+        nodes, label_tokens, kinds = _ints(labels.nodes), _ints(labels.tokens), _ints(labels.kinds)
+        if not len(nodes) == len(label_tokens) == len(kinds):
+            raise ValueError(f"{len(nodes)} nodes, {len(label_tokens)} tokens and {len(kinds)} kinds")
+        counting, label_arrays = labels.model.counting(), (nodes, label_tokens, kinds, int(labels.kept))
+    # The context from two tokens before the first position: every key's tokens, and the last two.
+    low = max(min(positions.tolist()) - 2, 0) if len(positions) else 0
+    pass_arrays = (
+        _ints(context[low:]), low, positions, _ints(parents), _ints(tokens), _ints(accepted), _ints(excluded),
+        ids, probs, int(stamp), k,
+    )
+    locks = _locks(persistent, ctx2, ctx3, labels)
+    for lock in locks:
+        lock.acquire()
+    try:
+        memories = (ctx2, ctx3)
+        for memory in memories:  # the first write sets a memory's width (a wrong one is refused)
+            if memory is not None and memory.k != k:
+                memory.reserve(count, k)
+        bad = _recycle(*pass_arrays, *_memory_arrays(persistent, ctx2, ctx3), labels is not None,
+                       *label_arrays, *counting)
+        if bad == _NEEDS_ROOM:  # (nothing written: make room, then the very same call)
+            for memory in memories:
+                if memory is not None:
+                    memory.reserve(count, k)
+            bad = _recycle(*pass_arrays, *_memory_arrays(persistent, ctx2, ctx3), labels is not None,
+                           *label_arrays, *counting)
+            if bad == _NEEDS_ROOM:
+                raise RuntimeError("a contextual memory has no room for this pass's keys after reserve")
+    finally:
+        for lock in reversed(locks):
+            lock.release()
+    if bad >= 0:
+        raise greedy_label_error(bad, label_arrays[0], label_arrays[2], len(positions), len(ids))
 
 
 def _ints(values: Sequence[int] | np.ndarray) -> np.ndarray:
-    return np.asarray(values, dtype=np.int64).reshape(-1)
+    """``values`` as a 1-D int64 array (itself when it is one)."""
+    array = np.asarray(values, dtype=np.int64)
+    return array if array.ndim == 1 else array.reshape(-1)
 
 
-def _held_memories(
-    held: ExitStack,
-    count: int,
-    k: int,
+#: `_recycle`'s answer when a contextual memory must make room (`ContextMemory.reserve`) first.
+_NEEDS_ROOM = -2
+_NO_INTS = np.zeros(0, dtype=np.int64)
+_NO_COUNTING = (
+    np.zeros((1, KIND_COLUMNS)), np.zeros((1, KIND_COLUMNS)), np.zeros(1, np.int64), 1.0, 1.0, 1.0, 1
+)
+_NO_IDS, _NO_ROWS = np.zeros((1, 1), np.int32), np.zeros(1, np.int64)
+_NO_TABLE = np.zeros((1, 1), np.float32)
+_NO_PERSISTENT = (False, _NO_IDS, _NO_TABLE, np.zeros(1, bool), np.zeros(1, np.float32), _NO_ROWS, _NO_TABLE)
+_NO_CONTEXT = (False, _NO_ROWS, _NO_ROWS, _NO_ROWS, _NO_ROWS, _NO_TABLE)
+
+
+def _locks(
     persistent: PersistentMemory | None,
     ctx2: ContextMemory | None,
     ctx3: ContextMemory | None,
+    labels: GreedyLabels | None,
+) -> list:
+    """The locks a write takes, in one order everywhere: persistent, ctx2, ctx3, then the acceptance
+    model (which no holder of it waits on a memory's lock from)."""
+    locks = [m.frozen() for m in (persistent, ctx2, ctx3) if m is not None]
+    if labels is not None:
+        locks.append(labels.model.frozen())
+    return locks
+
+
+def _memory_arrays(
+    persistent: PersistentMemory | None, ctx2: ContextMemory | None, ctx3: ContextMemory | None
 ) -> tuple:
-    """The memories' arrays as `_write_recycled` takes them, each memory frozen (in one order
-    everywhere: persistent, ctx2, ctx3) and the contextual ones with room for ``count`` more keys; a
-    memory given as None: placeholders and its flag off."""
-    no_ids, no_rows = np.zeros((1, 1), np.int32), np.zeros(1, np.int64)
-    no_table = np.zeros((1, 1), np.float32)
+    """The memories' arrays as `_write_recycled` takes them (the caller holds every memory's `frozen`; a
+    contextual one written before); a memory given as None: placeholders and its flag off."""
     if persistent is not None:
-        held.enter_context(persistent.frozen())
         table = persistent.table  # (built on first use: under the lock, so no writer builds another)
         arrays: tuple = (True, persistent.ids, persistent.probs, persistent.filled, persistent.concentrations)
         arrays += (persistent.stamps, table)
     else:
-        arrays = (False, no_ids, no_table, np.zeros(1, bool), np.zeros(1, np.float32), no_rows, no_table)
+        arrays = _NO_PERSISTENT
     for memory in (ctx2, ctx3):
         if memory is None:
-            arrays += (False, no_rows, no_rows, no_rows, no_rows, no_table)
+            arrays += _NO_CONTEXT
         else:
-            held.enter_context(memory.frozen())
-            memory.reserve(count, k)
             index = memory.index
             arrays += (True, index.keys, index.rows, index.owner, index.state, memory.table)
     return arrays
@@ -225,12 +295,29 @@ def _held_memories(
 
 @numba.njit(cache=True, nogil=True)
 def _recycle(
-    segment, low, positions, parents, tokens, accepted, excluded, last, before_last, ids, probs, stamp, k,
+    segment, low, positions, parents, tokens, accepted, excluded, ids, probs, stamp, k,
     p_on, p_ids, p_probs, p_filled, p_concentrations, p_stamps, p_table,
     c2_on, c2_keys, c2_rows, c2_owner, c2_state, c2_table,
     c3_on, c3_keys, c3_rows, c3_owner, c3_state, c3_table,
+    l_on, l_nodes, l_tokens, l_kinds, l_kept, fine, coarse, updates, memory, decay, strength, buckets,
 ):
-    """`recycle` on arrays."""
+    """`recycle` on arrays: ``segment`` is the context from index ``low`` on (to its end). Returns -1;
+    `_NEEDS_ROOM` when a contextual memory must make room first (`recap.context_memory.has_room`), or
+    the first label `recap.acceptance.count_greedy` refused: then nothing is counted or written."""
+    count = len(positions) + len(tokens)
+    if c2_on and not has_room(c2_keys, c2_owner, c2_state, c2_table, count):
+        return _NEEDS_ROOM
+    if c3_on and not has_room(c3_keys, c3_owner, c3_state, c3_table, count):
+        return _NEEDS_ROOM
+    if l_on:
+        bad = count_greedy(
+            l_nodes, l_tokens, l_kinds, l_kept, len(positions), ids[:, 0], fine, coarse, updates, memory,
+            decay, strength, buckets,
+        )
+        if bad >= 0:
+            return bad
+    last = segment[-1] if len(segment) >= 1 else -1
+    before_last = segment[-2] if len(segment) >= 2 else -1
     rows, keys, lengths = _recycling_keys(
         segment, low, positions, parents, tokens, accepted, excluded, last, before_last
     )
@@ -241,6 +328,7 @@ def _recycle(
         c2_on, c2_keys, c2_rows, c2_owner, c2_state, c2_table,
         c3_on, c3_keys, c3_rows, c3_owner, c3_state, c3_table,
     )
+    return -1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -19,6 +19,7 @@ from recap.config import ABLATIONS, AUTO_FALLBACK_BUDGET, RecapConfig, apply_abl
 from recap.cost import CostModel, auto_budget, isotonic
 from recap.drafters import DEFAULT_METHOD, METHODS, make_drafter
 from recap.drafters.base import Drafter, Observation, RequestInfo
+from recap.drafters.growth_kernel import suffix_chain
 from recap.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter, find_continuation
 from recap.drafters.recap import RecapDrafter
 from recap.drafters.token_recycling import TR_TEMPLATE, SuccessorMatrix, TokenRecyclingDrafter
@@ -218,6 +219,15 @@ def test_suffix_respects_suffix_budget_and_depth():
     drafter = recap(k=3, use_context=False, use_persistent=False, budget=64, depth=3)
     drafter.begin(RequestInfo(tuple(context), frozenset(), VOCAB))
     assert drafter.propose(context).tokens == [3, 4, 5]  # at most D tokens
+
+
+def test_the_root_follows_the_context_given_even_without_growth():
+    """The search reads the request's tokens from the drafter's mirror: a context of the same length whose
+    last tokens differ (no `begin` between) still drafts under its own last token."""
+    drafter = recap(k=3, use_context=False, suffix=False, budget=8)
+    seeded(drafter, {2: {3: 0.8}, 5: {6: 0.9}}, prompt=[1, 2])
+    assert drafter.propose([1, 2]).tokens == [3]
+    assert drafter.propose([1, 5]).tokens == [6]
 
 
 def test_suffix_node_merged_with_memory_node_lists_both_sources():
@@ -457,6 +467,17 @@ def test_ngram_index_matches_reference(tokens, growth):
     index = NgramIndex(2, 4, excluded={4})
     for end in range(1, len(tokens) + 1, growth):  # the sequence grows by several tokens per step
         assert index.continuation(tokens[:end], 5) == find_continuation(tokens[:end], 2, 4, 5, {4})
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=40), st.integers(0, 6), st.integers(2, 5))
+def test_compiled_suffix_match_matches_reference(tokens, num, max_n):
+    """RECAP's compiled suffix match (`suffix_chain`, inside the search's call) is `find_continuation`:
+    4 is excluded (its ``usable`` entry False); 5 lies outside the vocabulary (never excluded)."""
+    usable = np.array([True, True, True, True, False, False])  # vocabulary 0-4, then "no token"
+    array = np.array([*tokens, 0, 0], dtype=np.int64)  # the mirror is longer than the context
+    chain = suffix_chain(array, len(tokens), usable, 2, max_n, num)
+    assert chain.tolist() == find_continuation(tokens, 2, max_n, num, {4})
 
 
 # ----------------------------------------------------------------------------------------------- cost

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from recap.context_memory import ContextMemory
+from recap.acceptance import BUCKETS, HITS, SEEN, A, AcceptanceModel, B
+from recap.context_memory import ContextMemory, has_room
 from recap.memory import ORPHAN_AGE_S, PersistentMemory, remove_orphans
 from recap.records import (
     PredictionRecord,
@@ -25,7 +28,7 @@ from recap.records import (
     record_rows,
     record_table,
 )
-from recap.recycling import recycle, recycling_keys, write_recycled
+from recap.recycling import GreedyLabels, recycle, recycling_keys, write_recycled
 
 NONE = np.zeros(0, dtype=np.int64)
 
@@ -317,6 +320,70 @@ def test_recycle_equals_keys_records_and_writes_called_apart(seed):
         recycle(context, positions, parents, tokens, accepted, excluded, ids, probs, k, stamp, *fused)
         assert _contents(fused) == _contents(apart)
         context += rng.integers(0, vocab, 2).tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_recycle_counts_greedy_labels_as_update_greedy_does(seed):
+    """With ``labels``, `recycle` counts a pass's greedy labels in its own call: the acceptance model and
+    the memories end exactly as `update_greedy` then `recycle` without labels leave them (stream-scope
+    memories: room is made in the call's retry)."""
+    rng = np.random.default_rng(seed)
+    vocab, k = 12, 4
+    apart, fused = _memories(vocab, k), _memories(vocab, k)
+    models = [AcceptanceModel(strength=2.0, memory=30.0, decay=0.9) for _ in range(2)]
+    context = rng.integers(0, vocab, 6).tolist()
+    for stamp in range(8):
+        size = int(rng.integers(1, 7))
+        parents = [int(rng.integers(-1, i)) for i in range(size)]
+        tokens = rng.integers(0, vocab, size).tolist()
+        positions = np.arange(len(context) - 1, len(context))
+        accepted = [0] if rng.random() < 0.5 else []
+        ids = rng.integers(0, vocab, (len(positions) + size, k))
+        probs = rng.dirichlet(np.ones(k), len(ids)).astype(np.float32)
+        count = int(rng.integers(0, 40))
+        nodes, label_tokens = rng.integers(-1, size, count), rng.integers(0, vocab, count)
+        kinds, kept = rng.integers(0, 3 * BUCKETS, count), int(rng.integers(0, size + 1))
+        models[0].update_greedy(nodes, label_tokens, kinds, kept, len(positions), ids[:, 0])
+        recycle(context, positions, parents, tokens, accepted, NONE, ids, probs, k, stamp, *apart)
+        labels = GreedyLabels(models[1], nodes, label_tokens, kinds, kept)
+        recycle(context, positions, parents, tokens, accepted, NONE, ids, probs, k, stamp, *fused, labels)
+        assert _contents(fused) == _contents(apart)
+        context += rng.integers(0, vocab, 2).tolist()
+    for ours, theirs in zip(models[1].levels(), models[0].levels()):
+        assert np.array_equal(ours[:, [SEEN, HITS, A, B]], theirs[:, [SEEN, HITS, A, B]])
+    assert len(models[1]) == len(models[0]) > 0
+
+
+def test_recycle_refuses_bad_labels_before_writing_or_counting():
+    persistent, model = PersistentMemory(12, 4), AcceptanceModel()
+    before = persistent.table.copy()
+    ids, probs = np.tile(np.arange(4), (2, 1)), np.full((2, 4), 0.25, np.float32)
+    labels = GreedyLabels(model, np.array([3]), np.array([5]), np.array([0]), 9)  # greedy row 4 of 2
+    with pytest.raises(ValueError, match="greedy row 4"):
+        recycle([1, 2, 3], np.array([2]), [-1], [4], [0], NONE, ids, probs, 4, 0, persistent, None, None,
+                labels)
+    assert np.array_equal(persistent.table, before) and len(model) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=60), st.integers(1, 30),
+       st.sampled_from([None, 5, 40]))
+def test_has_room_exactly_when_reserve_changes_nothing(writes, count, capacity):
+    """The compiled writers' room check (`has_room`) says yes exactly when `ContextMemory.reserve` would
+    rebuild or grow nothing, and always after it, through growth, reuse of rows (bounded) and clearing."""
+    memory = ContextMemory(2, capacity=capacity)
+    memory.write_table(np.array([1]), record_table(np.zeros((1, 2)), np.zeros((1, 2)), [0.0], [0]))
+    for step, key in enumerate(writes):
+        if step % 17 == 16:
+            memory.clear()
+        index = memory.index
+        before = (index.keys, index.owner, memory.table, len(index.keys), len(index.owner), len(memory.table))
+        room = has_room(index.keys, index.owner, index.state, memory.table, count)
+        memory.reserve(count, 2)
+        after = (index.keys, index.owner, memory.table, len(index.keys), len(index.owner), len(memory.table))
+        assert room == all(a is b if isinstance(a, np.ndarray) else a == b for a, b in zip(before, after))
+        assert has_room(index.keys, index.owner, index.state, memory.table, count)  # `reserve` made room
+        memory.write_table(np.array([key]), record_table(np.zeros((1, 2)), np.zeros((1, 2)), [0.0], [0]))
 
 
 @pytest.mark.parametrize(

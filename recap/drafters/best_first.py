@@ -3,9 +3,10 @@
 A node's *path estimate* is its own acceptance estimate (`recap.acceptance`) times its parent's path
 estimate (the root's is 1), so it never grows along a path and best-first search pops parents before
 children. At each context every fused candidate is estimated and the ``config.branching`` best (above
-``config.score_floor``) become nodes; the suffix-matched continuation
-(`recap.drafters.prompt_lookup.NgramIndex`) enters as one more candidate of each context along its
-path, with the suffix flag in its acceptance kind. The search itself runs compiled
+``config.score_floor``) become nodes; the suffix-matched continuation (the context's longest suffix
+seen earlier in it, what followed: `recap.drafters.growth_kernel.suffix_chain`, as
+`recap.drafters.prompt_lookup.find_continuation` finds it) enters as one more candidate of each context
+along its path, with the suffix flag in its acceptance kind. The search itself runs compiled
 (`recap.drafters.growth_kernel.grow_tree`); `grow` hands it the memories' arrays, and `select` makes
 what it found a `DraftTree` (ties: shallower, then earlier in depth-at-a-time order).
 """
@@ -13,7 +14,7 @@ what it found a `DraftTree` (ties: shallower, then earlier in depth-at-a-time or
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -31,6 +32,13 @@ from recap.tree import DraftTree
 _EDGES = np.array(EDGES, dtype=np.float64)
 _NO_SLOTS = np.full(1, -1, dtype=np.int64)
 _NO_LEVELS = np.zeros((1, KIND_COLUMNS))
+_NO_TABLE = np.zeros((1, 2), dtype=np.float32)
+#: `SOURCE_NAMES` as an array (a tree's sources in one lookup).
+_SOURCE_NAMES = np.empty(len(SOURCE_NAMES), dtype=object)
+_SOURCE_NAMES[:] = [*SOURCE_NAMES]
+#: The shortest suffix the suffix match takes (`recap.drafters.growth_kernel.suffix_chain`; the longest:
+#: ``config.suffix_max_len``).
+SUFFIX_MIN_LEN = 2
 
 
 class Growth(NamedTuple):
@@ -52,15 +60,17 @@ class Growth(NamedTuple):
 
 
 def _context_arrays(memory: ContextMemory | None) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
-    """A contextual memory as the kernel reads it: on, hash slots, rows, record table."""
-    if memory is None or len(memory) == 0:
-        return False, _NO_SLOTS, _NO_SLOTS, np.zeros((1, 2), dtype=np.float32)
-    return True, memory.index.keys, memory.index.rows, memory.table
+    """A contextual memory as the kernel reads it: on, hash slots, rows, record table (an empty memory
+    reads as one that is off: no key finds a row)."""
+    if memory is None or memory.k == 0:  # (never written: no table yet)
+        return False, _NO_SLOTS, _NO_SLOTS, _NO_TABLE
+    index = memory.index
+    return True, index.keys, index.rows, memory.table
 
 
 def grow(
-    tail: np.ndarray,
-    chain: Sequence[int],
+    tokens: np.ndarray,
+    length: int,
     cap: int,
     config: RecapConfig,
     usable: np.ndarray,
@@ -70,23 +80,18 @@ def grow(
     request: int,
     levels: tuple[np.ndarray, np.ndarray] | None,
 ) -> Growth:
-    """The best-first search for ``cap`` nodes under the root context ``tail`` ``(3,)`` (its last three
-    tokens, -1 before the sequence start), down to ``config.depth``; ``chain``: the suffix-matched
-    continuation (may be empty); ``usable``: token -> may appear in a key; ``ctx3``/``ctx2``/
-    ``persistent``: the memories read (None: off); ``request``: this request's stamp; ``levels``: the
-    acceptance model's shrinkage levels (`recap.acceptance.AcceptanceModel.levels`), None for
-    uncalibrated estimates (the fused probability itself).
+    """The best-first search for ``cap`` nodes under the context ``tokens[:length]`` (``tokens`` int64,
+    C-contiguous; the root is its last token), down to ``config.depth``, with the suffix-matched
+    continuation of the context (``config.suffix*``); ``usable``: token -> may appear in a key;
+    ``ctx3``/``ctx2``/``persistent``: the memories read (None: off); ``request``: this request's stamp;
+    ``levels``: the acceptance model's shrinkage levels (`recap.acceptance.AcceptanceModel.levels`), None
+    for uncalibrated estimates (the fused probability itself).
     """
-    k = config.k
     if persistent is not None:
         p_on, p_table = True, persistent.table
     else:
-        p_on, p_table = False, record_table(np.full((1, k), -1), np.zeros((1, k)), [0.0], [-1])
+        p_on, p_table = False, _no_records(config.k)
     fine, coarse = levels if levels is not None else (_NO_LEVELS, _NO_LEVELS)
-    search = (int(cap), int(k), int(config.branching), float(config.score_floor), int(config.depth))
-    weights = (bool(config.uniform_weights), float(config.kappa_min), _specificity(config.specificity))
-    estimates = (int(request), levels is not None, fine, coarse, _EDGES, BUCKETS)
-    root, chain = np.ascontiguousarray(tail, dtype=np.int64), np.asarray(chain, dtype=np.int64)
     # The contextual memories are frozen (a write may reallocate their tables), in the order writers
     # take them (`recap.recycling.recycle`: persistent, ctx2, ctx3). The persistent table is read
     # unlocked: a concurrent write can only make a record newer (drafting, never the output, changes).
@@ -95,13 +100,42 @@ def grow(
         lock.acquire()
     try:
         found = grow_tree(
-            root, chain, *search, float(config.suffix_prior), usable, *_context_arrays(ctx3),
-            *_context_arrays(ctx2), p_on, p_table, *weights, *estimates,
+            tokens, int(length), int(cap), usable, *_context_arrays(ctx3), *_context_arrays(ctx2),
+            p_on, p_table, int(request), levels is not None, fine, coarse, *_settings(config),
         )
     finally:
         for lock in reversed(locks):
             lock.release()
     return Growth(*found)
+
+
+#: The config the settings below were taken from, and the settings (one config per drafter: taken once).
+_taken: tuple[RecapConfig | None, tuple] = (None, ())
+
+
+def _settings(config: RecapConfig) -> tuple:
+    """The search's settings from ``config``, in `grow_tree`'s order (the suffix match, the records'
+    width, the search, the weights, the buckets)."""
+    global _taken
+    taken = _taken
+    if taken[0] is config:
+        return taken[1]
+    suffix = int(min(config.depth, config.suffix_budget)) if config.suffix and config.suffix_budget > 0 else 0
+    settings = (
+        SUFFIX_MIN_LEN, int(config.suffix_max_len), suffix,
+        int(config.k), int(config.branching), float(config.score_floor), int(config.depth),
+        float(config.suffix_prior),
+        bool(config.uniform_weights), float(config.kappa_min), _specificity(config.specificity),
+        _EDGES, BUCKETS,
+    )
+    _taken = (config, settings)
+    return settings
+
+
+@functools.lru_cache(maxsize=8)
+def _no_records(k: int) -> np.ndarray:
+    """A one-row record table holding the empty record (what the search reads for a memory that is off)."""
+    return record_table(np.full((1, k), -1), np.zeros((1, k)), [0.0], [-1])
 
 
 @functools.lru_cache(maxsize=8)
@@ -122,7 +156,7 @@ def select(growth: Growth, keep: Callable[[np.ndarray], int] | None = None) -> D
         growth.tokens[:size].tolist(),
         growth.parents[:size].tolist(),
         growth.scores[:size].tolist(),
-        [SOURCE_NAMES[code] for code in growth.codes[:size].tolist()],
+        _SOURCE_NAMES[growth.codes[:size]].tolist(),
         [{} for _ in range(size)],
     )
 
@@ -143,7 +177,7 @@ def compile_kernels() -> None:
         memory.slots(np.array([0], dtype=np.int64))
     usable = np.ones(k + 1, dtype=bool)
     usable[-1] = False
-    grow(np.array([0, 1, 2]), [3], 4, config, usable, *memories, None, 0, None)
+    grow(np.array([0, 1, 2, 0, 1, 2]), 6, 4, config, usable, *memories, None, 0, None)
     persistent = PersistentMemory(k + 1, k)
     no_nodes, top = np.zeros(0, dtype=np.int64), np.tile(np.arange(k), (3, 1))
     uniform = np.full((3, k), 1 / k, np.float32)

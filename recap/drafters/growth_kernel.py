@@ -82,45 +82,72 @@ def _searchsorted_right(edges, value):
 
 
 @numba.njit(cache=True, nogil=True)
+def suffix_chain(tokens, length, usable, min_n, max_n, num):
+    """The suffix-matched continuation of ``tokens[:length]``: `recap.drafters.prompt_lookup`'s
+    ``find_continuation(tokens[:length], min_n, max_n, num, excluded)`` (the longest suffix of
+    ``min_n``..``max_n`` tokens seen before, its most recent earlier occurrence, up to ``num`` tokens that
+    followed it, cut before an excluded one), with the excluded tokens those ``usable`` (token -> may
+    appear in a key, ``len`` vocab + 1) marks False; ``num`` 0: none. One backward scan: at each earlier
+    end, how many tokens agree with the suffix; the first end with the most wins (n-grams with an
+    excluded token never match: the suffix compared holds none).
+
+    Example: ``tokens = [1, 2, 3, 9, 1, 2, 3, 7, 1, 2, 3]``, ``min_n, max_n, num = 1, 3, 2``: ``[7, 1]``.
+    """
+    none = np.empty(0, dtype=np.int64)
+    if num <= 0:
+        return none
+    vocab = len(usable) - 1
+    longest = 0  # the suffix's length: at most max_n and length - 1 tokens, none of them excluded
+    while longest < min(max_n, length - 1):
+        token = tokens[length - 1 - longest]
+        if 0 <= token < vocab and not usable[token]:
+            break
+        longest += 1
+    best, best_end = 0, -1
+    for end in range(length - 2, min_n - 2, -1):
+        agree = 0
+        while agree < longest and agree <= end and tokens[end - agree] == tokens[length - 1 - agree]:
+            agree += 1
+        if agree > best:
+            best, best_end = agree, end
+            if agree == longest:
+                break
+    if best < min_n:
+        return none
+    chain = np.empty(num, dtype=np.int64)
+    size = 0
+    for at in range(best_end + 1, min(best_end + 1 + num, length)):
+        token = tokens[at]
+        if 0 <= token < vocab and not usable[token]:
+            break
+        chain[size] = token
+        size += 1
+    return chain[:size]
+
+
+@numba.njit(cache=True, nogil=True)
 def grow_tree(
-    root_tail,
-    chain,
-    cap,
-    k,
-    width,
-    floor,
-    max_depth,
-    suffix_prior,
-    usable,
-    c3_on,
-    c3_keys,
-    c3_rows,
-    c3_table,
-    c2_on,
-    c2_keys,
-    c2_rows,
-    c2_table,
-    p_on,
-    p_table,
-    uniform,
-    kappa_min,
-    specificity,
-    request,
-    calibrate,
-    fine_rows,
-    coarse_rows,
-    edges,
-    buckets,
+    tokens, length, cap, usable,
+    c3_on, c3_keys, c3_rows, c3_table,
+    c2_on, c2_keys, c2_rows, c2_table,
+    p_on, p_table,
+    request, calibrate, fine_rows, coarse_rows,
+    suffix_min, suffix_max, suffix_num, k, width, floor, max_depth, suffix_prior,
+    uniform, kappa_min, specificity, edges, buckets,
 ):
     """Grow the tree of the ``cap`` best nodes (see the module docstring) from records of width ``k``.
 
-    ``root_tail``: the last three tokens of the context (-1 before the start); ``chain``: the
-    suffix-matched continuation; ``usable``: token -> may appear in a key (``len`` vocab + 1); the
-    memories: ``C3``/``C2`` hash slots (`recap.key_index.KeyIndex`) and record tables, ``P1``'s table
-    (`recap.memory.PersistentMemory.table`), each with a flag (off: read as empty); weights:
-    ``uniform``, ``kappa_min``, ``specificity`` (`recap.fusion.SOURCES` order); ``request``: this
+    ``tokens[:length]``: the context (its last three tokens are the root's, -1 before the start);
+    ``usable``: token -> may appear in a key (``len`` vocab + 1); the memories: ``C3``/``C2`` hash slots
+    (`recap.key_index.KeyIndex`) and record tables, ``P1``'s table
+    (`recap.memory.PersistentMemory.table`), each with a flag (off: read as empty); ``request``: this
     request's stamp (fresh records); estimates: ``calibrate``, the acceptance model's shrinkage levels
-    (`recap.acceptance.AcceptanceModel.levels`), ``edges`` and ``buckets``.
+    (`recap.acceptance.AcceptanceModel.levels`). The settings (`recap.drafters.best_first.grow` takes
+    them from the config): ``suffix_*``, the suffix-matched continuation's (`suffix_chain`;
+    ``suffix_num`` 0: none); ``k``, the records' width; ``width``, ``floor`` and ``max_depth``, children
+    per context, the path estimate a node must pass, the depth limit; ``suffix_prior``; weights:
+    ``uniform``, ``kappa_min``, ``specificity`` (`recap.fusion.SOURCES` order); ``edges`` and
+    ``buckets`` of the fused probability.
 
     Returns the tree, best first (then shallower, then earlier by key): ``tokens``, ``parents`` (node
     ids, -1 the root), path estimates ``scores``, each memory's contribution ``parts`` ``(N, 3)`` and
@@ -128,6 +155,10 @@ def grow_tree(
     context expanded (``label_nodes``: the context's node id, -1 the root; ``label_tokens``;
     ``label_kinds``: fine acceptance kinds).
     """
+    root_tail = np.full(3, -1, dtype=np.int64)
+    for back in range(min(3, length)):
+        root_tail[2 - back] = tokens[length - 1 - back]
+    chain = suffix_chain(tokens, length, usable, suffix_min, suffix_max, suffix_num)
     n = 3 * k
     max_pool = (cap + 1) * width + 1
     score = np.empty(max_pool)

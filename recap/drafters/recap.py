@@ -33,12 +33,11 @@ from recap.context_memory import ContextMemory
 from recap.cost import CostModel, auto_budget
 from recap.drafters.base import Observation, RequestInfo
 from recap.drafters.best_first import Growth, compile_kernels, grow, select
-from recap.drafters.prompt_lookup import NgramIndex
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
 from recap.fusion import EMPTY, SOURCES, Fused, Lookup, fuse_rows
 from recap.memory import PersistentMemory
 from recap.records import KEY_BITS, PredictionRecord, record_table
-from recap.recycling import recycle
+from recap.recycling import GreedyLabels, recycle
 from recap.tree import ROOT, DraftTree, FusedCandidate
 
 logger = logging.getLogger(__name__)
@@ -93,7 +92,8 @@ class RecapDrafter:
         self._acceptance = acceptance
         self.ctx2 = ContextMemory(2)
         self.ctx3 = ContextMemory(3)
-        self._index = NgramIndex(2, self.config.suffix_max_len)
+        # The request's tokens so far (`_mirror`), which the search reads (the root, the suffix match).
+        self._tokens, self._length = np.zeros(1024, dtype=np.int64), 0
         self._excluded: frozenset[int] = frozenset()
         self._excluded_array = np.zeros(0, dtype=np.int64)
         self._usable = np.zeros(1, dtype=bool)  # token -> may appear in a key (last entry: no token)
@@ -140,7 +140,7 @@ class RecapDrafter:
         self._usable = np.ones(request.vocab_size + 1, dtype=bool)
         self._usable[[t for t in self._excluded if 0 <= t < request.vocab_size]] = False
         self._usable[-1] = False
-        self._index.reset(self._excluded)
+        self._length = 0
         self._forget_proposal()
 
     def propose(self, context: Sequence[int]) -> DraftTree:
@@ -155,10 +155,8 @@ class RecapDrafter:
             return DraftTree()
         tail = _tail(context)
         self._root_tail = tail
-        if self.config.tree == "template":
-            tree = self._template_tree(tail)
-        else:
-            tree = self._best_first_tree(context, tail)
+        template = self.config.tree == "template"
+        tree = self._template_tree(tail) if template else self._best_first_tree(context)
         self._proposed = tree
         return tree
 
@@ -180,14 +178,15 @@ class RecapDrafter:
     def _observe(self, observation: Observation) -> None:
         if observation.topk_ids is None or observation.topk_probs is None or self.persistent is None:
             return
-        config, tree = self.config, observation.tree
-        if config.calibrate and tree is self._proposed and len(tree) and self._growth is not None:
-            self._learn(observation)
-        accepted = observation.acceptance.nodes if observation.acceptance is not None else ()
-        if tree is self._proposed and self._growth is not None:  # the search's own arrays
-            parents, tokens = self._growth.parents[: len(tree)], self._growth.tokens[: len(tree)]
+        config, tree, growth = self.config, observation.tree, self._growth
+        labels = None
+        if tree is self._proposed and growth is not None:  # the search's own arrays
+            parents, tokens = growth.parents[: len(tree)], growth.tokens[: len(tree)]
+            if config.calibrate and len(tree):
+                labels = self._labels(observation)
         else:
             parents, tokens = tree.parents, tree.tokens
+        accepted = observation.acceptance.nodes if observation.acceptance is not None else ()
         recycle(
             observation.context,
             observation.positions,
@@ -202,6 +201,7 @@ class RecapDrafter:
             self.persistent if config.use_persistent else None,
             self.ctx2 if config.use_context else None,
             self.ctx3 if config.use_context else None,
+            labels,  # greedy: the acceptance counts in the same compiled call
         )
 
     def _forget_proposal(self) -> None:
@@ -294,19 +294,15 @@ class RecapDrafter:
             self._flat = self.cost_model.flat_extent() if self.cost_model is not None else 0
         return self._flat
 
-    def _best_first_tree(self, context: Sequence[int], tail: Tail) -> DraftTree:
+    def _best_first_tree(self, context: Sequence[int]) -> DraftTree:
         """The best-first tree (`recap.drafters.best_first`) under ``context``, with this pass's budget."""
         config = self.config
         cap = self._budget()
         if cap == 0:
             return DraftTree()
-        chain: list[int] = []
-        if config.suffix and config.suffix_budget > 0:
-            chain = self._index.continuation(context, min(config.depth, config.suffix_budget))
-        root = np.array([-1 if t is None else t for t in tail], dtype=np.int64)
         growth = grow(
-            root,
-            chain,
+            self._tokens,
+            self._mirror(context),
             cap,
             config,
             self._usable,
@@ -328,6 +324,21 @@ class RecapDrafter:
         tree = select(growth, keep)
         self._kept = len(tree)
         return tree
+
+    def _mirror(self, context: Sequence[int]) -> int:
+        """Copy what is new in ``context`` to ``_tokens`` and return its length: a request's context grows
+        at its end (as `recap.drafters.prompt_lookup.NgramIndex` assumes), a shorter one is copied anew,
+        and the last three tokens (the root's context) are copied every time."""
+        length = len(context)
+        known = min(self._length if length >= self._length else 0, max(length - 3, 0))
+        if length > known:
+            if length > len(self._tokens):
+                grown = np.zeros(max(length, 2 * len(self._tokens)), dtype=np.int64)
+                grown[:known] = self._tokens[:known]
+                self._tokens = grown
+            self._tokens[known:length] = context[known:length]
+        self._length = length
+        return length
 
     def explain(self, tree: DraftTree) -> None:
         """Fill the display-only fields of the last proposed ``tree``: the fused distribution at the
@@ -365,8 +376,9 @@ class RecapDrafter:
         return fill_template(TR_TEMPLATE, children)
 
     # ------------------------------------------------------------------------------------- learning
-    def _learn(self, observation: Observation) -> None:
-        """Label every candidate of every context the last tree expanded, and count the labels.
+    def _labels(self, observation: Observation) -> GreedyLabels | None:
+        """Label every candidate of every context the last tree expanded, and count the labels (when
+        greedy: returns them for `recycle` to count in its call).
 
         A candidate is right when it is the target's greedy token at its context (the root, or the node
         it would continue), whether or not it was drafted and whether or not its parent was accepted.
@@ -376,11 +388,9 @@ class RecapDrafter:
         """
         growth = self._growth  # one label per candidate offered at every context expanded
         if observation.commit_probs is None:  # greedy: right when it is the target's argmax
-            self.acceptance.update_greedy(
-                growth.label_nodes, growth.label_tokens, growth.label_kinds, self._kept,
-                len(observation.positions), observation.topk_ids[:, 0],  # (made contiguous there)
+            return GreedyLabels(
+                self.acceptance, growth.label_nodes, growth.label_tokens, growth.label_kinds, self._kept
             )
-            return
         verified = growth.label_nodes < self._kept  # the root (-1) and the nodes kept in the tree
         rows = len(observation.positions) + growth.label_nodes[verified]
         tokens, kinds = growth.label_tokens[verified], growth.label_kinds[verified]
@@ -389,6 +399,7 @@ class RecapDrafter:
         worth = ((tokens[:, None] == observation.topk_ids[rows]) * observation.commit_probs[rows]).sum(1)
         right = worth > 0
         self.acceptance.update(kinds, kinds[right], worth[right])
+        return None
 
 
 def _tail(context: Sequence[int]) -> Tail:
