@@ -120,9 +120,10 @@ def generate_steps(
     while not finished:
         step += 1
         # 2. Draft: a tree under the last committed token.
-        start = time.perf_counter()
+        cpu, start = time.thread_time(), time.perf_counter()
         tree = drafter.propose(context)
         draft_ms = _ms_since(start)
+        draft_cpu = time.thread_time() - cpu
         _check_order(tree, drafter)
         explain = getattr(drafter, "explain", None) if details else None
         if explain is not None:  # display only, untimed; before `observe` changes the memories
@@ -152,10 +153,11 @@ def generate_steps(
             root_prob = float(torch.softmax(tree_logits[0].float(), -1)[root_token])
 
         # 4. Recycle: the drafter learns from every computed position, rejected nodes included.
-        start = time.perf_counter()
+        cpu, start = time.thread_time(), time.perf_counter()
         positions = np.arange(len(context) - len(pending), len(context))
         drafter.observe(Observation(context, positions, tree, topk_ids, topk_probs, acceptance, commit_probs))
         update_ms = _ms_since(start)
+        drafter_cpu_ms = (draft_cpu + time.thread_time() - cpu) * 1000.0
 
         # 5. Commit and report.
         record = _step_record(
@@ -174,6 +176,7 @@ def generate_steps(
         generated += len(acceptance.tokens)
         pending = [acceptance.tokens[-1]]
         record.draws = draws
+        record.drafter_cpu_ms = drafter_cpu_ms
         if finished:
             record.finished = True
             record.finish_reason = _reason(acceptance.tokens[-1], target)

@@ -71,6 +71,9 @@ class StepRecord:
     #: Sampling only: per verified position (root first), the children tried with the target's
     #: probability of each, the committed token, and whether it was drawn from the residual.
     draws: list[dict[str, Any]] | None = None
+    #: The drafter's propose + observe in this thread's CPU time, ms (``timing`` holds wall-clock
+    #: times, which a busy machine stretches by whatever the scheduler gave to other processes).
+    drafter_cpu_ms: float = 0.0
 
     @property
     def accepted_len(self) -> int:
@@ -214,6 +217,7 @@ _STEP_FIELDS: dict[str, tuple[_FieldKind, bool]] = {
     "finished": ("bool", False),
     "finish_reason": ("text", True),
     "image_sensitive": ("bools", True),
+    "drafter_cpu_ms": ("number", False),
 }
 _REQUIRED_STEP_FIELDS = ("step", "committed_len", "method")
 _LIST_ITEMS: dict[str, _FieldKind] = {"texts": "text", "ints": "token", "bools": "bool"}

@@ -35,6 +35,7 @@ METHOD_FIELDS = {
     "speedup",
     "tokens_per_s",
     "draft_ms_per_step",
+    "draft_cpu_ms_per_step",
     "match_rate",
     "accept_sensitive",
     "accept_insensitive",
@@ -97,6 +98,9 @@ def test_results_json_has_every_field(bench_dir):
         assert sum(result["accepted_length_histogram"]) == result["passes"] - 3  # prefill passes excluded
         # every generated token but each sample's first is at a sensitive or an insensitive position
         assert result["sensitive_positions"] + result["insensitive_positions"] == result["tokens"] - 3
+        # the drafter's CPU time is part of its wall-clock time (one thread cannot run longer than that)
+        assert 0 <= result["draft_cpu_ms_per_step"] <= result["draft_ms_per_step"] + 0.01, name
+    assert data["methods"]["recap"]["draft_cpu_ms_per_step"] > 0
     ar = data["methods"]["ar"]
     assert (ar["mat"], ar["mat_no_bonus"], ar["speedup"], ar["accept_sensitive"]) == (1.0, 0.0, 1.0, 0.0)
     assert len(data["samples"]) == 3 and data["samples"][0]["images"] == 1

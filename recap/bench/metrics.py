@@ -7,8 +7,10 @@ Metrics per method (`MethodResult`):
   the "MAT - 1" figure some papers report; AR = 0.00.
 - ``speedup``: AR wall time / method wall time over the same samples in the same run (wall time of each
   whole request: prefill, drafting, verification, bookkeeping).
-- ``tokens_per_s``, ``draft_ms_per_step`` (propose + recycle per decoding pass), ``verify_ms_per_step``
-  (target pass, prefill included), ``nodes_per_step`` (draft tree size per decoding pass).
+- ``tokens_per_s``, ``draft_ms_per_step`` (propose + recycle per decoding pass, wall clock),
+  ``draft_cpu_ms_per_step`` (the same in the thread's CPU time, which other processes' load does not
+  stretch), ``verify_ms_per_step`` (target pass, prefill included), ``nodes_per_step`` (draft tree
+  size per decoding pass).
 - ``match_rate``: generated tokens that agree with AR's (common prefix per sample / the longer output);
   1.0 in float32 is the lossless guarantee.
 - ``accepted_length_histogram[n]``: decoding passes that accepted n drafted tokens.
@@ -48,6 +50,7 @@ class SampleRun:
     verify_ms: float
     seconds: float
     nodes: int = 0
+    draft_cpu_ms: list[float] = field(default_factory=list)
 
     @property
     def passes(self) -> int:
@@ -65,6 +68,7 @@ class SampleRun:
             verify_ms=sum(s.timing.get("verify_ms", 0.0) for s in steps),
             seconds=seconds,
             nodes=sum(len(s.nodes) for s in decoding),
+            draft_cpu_ms=[s.drafter_cpu_ms for s in decoding],
         )
 
 
@@ -91,6 +95,7 @@ class MethodResult:
     passes: int
     tokens: int
     seconds: float
+    draft_cpu_ms_per_step: float = 0.0
 
 
 @dataclass
@@ -137,6 +142,7 @@ def aggregate(
     ar_seconds = sum(r.seconds for r in ar_runs)
     accepted = [n for r in runs for n in r.accepted_lengths]
     draft_ms = [ms for r in runs for ms in r.draft_ms]
+    draft_cpu_ms = [ms for r in runs for ms in r.draft_cpu_ms]
     agree = sum(common_prefix(r.tokens, a.tokens) for r, a in zip(runs, ar_runs))
     longer = sum(max(len(r.tokens), len(a.tokens)) for r, a in zip(runs, ar_runs))
     sources = Counter(s for r in runs for s in r.sources if s != "target")
@@ -163,6 +169,7 @@ def aggregate(
         passes=passes,
         tokens=tokens,
         seconds=seconds,
+        draft_cpu_ms_per_step=sum(draft_cpu_ms) / len(draft_cpu_ms) if draft_cpu_ms else 0.0,
     )
 
 
