@@ -519,6 +519,40 @@ def test_drafter_budget_follows_cost_model(points, size):
 
 
 @pytest.mark.parametrize(
+    "points",
+    [
+        [(1, 0.01), (4, 0.0105), (8, 0.03)],  # cheap up to 4 tokens
+        [(1, 0.01), (2, 0.016), (16, 0.017), (64, 0.05)],  # a step, then flat, then steep
+        [(1, 0.01), (64, 0.04)],  # a steady slope
+        [(1, 0.01), (2, 0.02)],  # nothing pays
+    ],
+)
+def test_the_search_stops_where_the_budget_rule_stops_and_keeps_the_same_tree(monkeypatch, points):
+    # The reference: grow all `max_budget` nodes, then keep `auto_budget`'s prefix of them.
+    import recap.drafters.recap as recap_module
+
+    config = RecapConfig(k=4, suffix=False, use_context=False, max_budget=48)
+    records = {t: {t + 1: 0.5, t + 2: 0.3, t + 3: 0.1, t + 4: 0.05} for t in range(VOCAB - 5)}
+    full_grow, grown = recap_module.grow, []
+
+    def counted(*args):
+        growth = full_grow(*args)
+        grown.append(len(growth.tokens))
+        return growth
+
+    monkeypatch.setattr(recap_module, "grow", counted)
+    drafter = RecapDrafter(config, cost_model=CostModel(points))
+    seeded(drafter, records)
+    tree = drafter.propose([0, 1])
+    full = full_grow(drafter._tokens, 2, 48, config, drafter._usable, None, None, drafter.persistent,
+                     drafter._request, drafter.acceptance.levels(), None)
+    size = auto_budget(CostModel(points), full.scores, overhead=0.0)
+    assert (tree.tokens, tree.parents) == (full.tokens[:size].tolist(), full.parents[:size].tolist())
+    assert tree.scores == full.scores[:size].tolist()
+    assert len(full.tokens) == 48 and grown[0] < 48  # the search stopped early
+
+
+@pytest.mark.parametrize(
     ("values", "fitted"),
     [
         ([1.0, 1.2, 1.0, 1.3], [1.0, 1.1, 1.1, 1.3]),  # a spike is pooled with its right neighbour

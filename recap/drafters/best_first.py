@@ -22,6 +22,7 @@ import numpy as np
 from recap.acceptance import BUCKETS, EDGES, KIND_COLUMNS
 from recap.config import RecapConfig
 from recap.context_memory import ContextMemory
+from recap.cost import PATIENCE
 from recap.drafters.growth_kernel import grow_tree
 from recap.fusion import SOURCE_NAMES
 from recap.memory import PersistentMemory
@@ -30,6 +31,7 @@ from recap.recycling import recycle
 from recap.tree import DraftTree
 
 _EDGES = np.array(EDGES, dtype=np.float64)
+_NO_COSTS = np.zeros(0)
 _NO_SLOTS = np.full(1, -1, dtype=np.int64)
 _NO_LEVELS = np.zeros((1, KIND_COLUMNS))
 _NO_TABLE = np.zeros((1, 2), dtype=np.float32)
@@ -47,7 +49,8 @@ class Growth(NamedTuple):
     estimates), ``parts`` (each memory's contribution to a node's fused probability ``(N, 3)``, display
     only), ``codes`` (sources, `recap.fusion.SOURCE_NAMES`); and the labels of every candidate offered
     at every context expanded: ``label_nodes`` (the context's node id, -1 the root), ``label_tokens``,
-    ``label_kinds`` (fine acceptance kinds)."""
+    ``label_kinds`` (fine acceptance kinds); ``kept``: how many of the best nodes the cost-aware budget
+    keeps (`recap.cost.auto_budget`, applied by the search; all of them without a stop rule)."""
 
     tokens: np.ndarray
     parents: np.ndarray
@@ -57,6 +60,7 @@ class Growth(NamedTuple):
     label_nodes: np.ndarray
     label_tokens: np.ndarray
     label_kinds: np.ndarray
+    kept: int
 
 
 def _context_arrays(memory: ContextMemory | None) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
@@ -79,14 +83,22 @@ def grow(
     persistent: PersistentMemory | None,
     request: int,
     levels: tuple[np.ndarray, np.ndarray] | None,
+    stop: tuple[np.ndarray, int, float] | None = None,
 ) -> Growth:
     """The best-first search for ``cap`` nodes under the context ``tokens[:length]`` (``tokens`` int64,
     C-contiguous; the root is its last token), down to ``config.depth``, with the suffix-matched
     continuation of the context (``config.suffix*``); ``usable``: token -> may appear in a key;
     ``ctx3``/``ctx2``/``persistent``: the memories read (None: off); ``request``: this request's stamp;
     ``levels``: the acceptance model's shrinkage levels (`recap.acceptance.AcceptanceModel.levels`), None
-    for uncalibrated estimates (the fused probability itself).
+    for uncalibrated estimates (the fused probability itself); ``stop``: the cost-aware budget's
+    ``(costs, pending, overhead)`` (``costs[T]``: `recap.cost.CostModel.costs` of ``T`` tokens, up to
+    ``cap + pending``), so that the search grows no further than `recap.cost.auto_budget` looks (the
+    nodes it keeps are the same); None: grow to ``cap``.
     """
+    stop_costs, stop_pending, stop_overhead = stop if stop is not None else (_NO_COSTS, 0, 0.0)
+    if len(stop_costs) and len(stop_costs) <= cap + stop_pending:
+        need = cap + stop_pending
+        raise ValueError(f"stop costs cover {len(stop_costs) - 1} tokens, the search needs {need}")
     if persistent is not None:
         p_on, p_table = True, persistent.table
     else:
@@ -102,6 +114,7 @@ def grow(
         found = grow_tree(
             tokens, int(length), int(cap), usable, *_context_arrays(ctx3), *_context_arrays(ctx2),
             p_on, p_table, int(request), levels is not None, fine, coarse, *_settings(config),
+            stop_costs, int(stop_pending), float(stop_overhead), PATIENCE,
         )
     finally:
         for lock in reversed(locks):

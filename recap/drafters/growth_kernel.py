@@ -134,6 +134,7 @@ def grow_tree(
     request, calibrate, fine_rows, coarse_rows,
     suffix_min, suffix_max, suffix_num, k, width, floor, max_depth, suffix_prior,
     uniform, kappa_min, specificity, edges, buckets,
+    stop_costs, stop_pending, stop_overhead, stop_patience,
 ):
     """Grow the tree of the ``cap`` best nodes (see the module docstring) from records of width ``k``.
 
@@ -147,13 +148,19 @@ def grow_tree(
     ``suffix_num`` 0: none); ``k``, the records' width; ``width``, ``floor`` and ``max_depth``, children
     per context, the path estimate a node must pass, the depth limit; ``suffix_prior``; weights:
     ``uniform``, ``kappa_min``, ``specificity`` (`recap.fusion.SOURCES` order); ``edges`` and
-    ``buckets`` of the fused probability.
+    ``buckets`` of the fused probability. ``stop_*``: the cost-aware budget's rule
+    (`recap.cost.auto_budget`), so that the search stops where the rule stops looking: ``stop_costs[T]``
+    the cost of a pass over ``T`` tokens (empty: no rule, grow to ``cap``), ``stop_pending`` tokens a
+    pass feeds besides the nodes, ``stop_overhead`` seconds it spends besides the forward, and the rule
+    gives up after ``stop_patience`` nodes in a row that did not raise the best expected tokens per
+    second. The nodes it would keep come out the same; fewer of those it would drop are grown.
 
     Returns the tree, best first (then shallower, then earlier by key): ``tokens``, ``parents`` (node
     ids, -1 the root), path estimates ``scores``, each memory's contribution ``parts`` ``(N, 3)`` and
     source ``codes`` (`recap.fusion.SOURCE_NAMES`); and the labels of every candidate offered at every
     context expanded (``label_nodes``: the context's node id, -1 the root; ``label_tokens``;
-    ``label_kinds``: fine acceptance kinds).
+    ``label_kinds``: fine acceptance kinds); and how many of the best nodes the budget rule keeps (all
+    without a rule).
     """
     root_tail = np.full(3, -1, dtype=np.int64)
     for back in range(min(3, length)):
@@ -200,6 +207,9 @@ def grow_tree(
 
     heap = [(0.0, np.int64(0), 0.0, np.int64(0))]
     heap.pop()
+    rule = len(stop_costs) > 0
+    expected, stale, stop, kept = 1.0, 0, False, 0
+    best_ratio = 1.0 / (stop_costs[stop_pending] + stop_overhead) if rule else 0.0
     size, labels, pops, chain_node = 0, 0, 0, np.int64(-1)
     context = np.int64(-1)  # pool index of the context's node (the root first) ...
     context_id = np.int64(-1)  # ... and its node id in the tree
@@ -324,15 +334,26 @@ def grow_tree(
             out_parts[pops] = parts[node]
             out_codes[pops] = _source_code(parts[node], suffix[node], order)
             pops += 1
+            if rule:  # `recap.cost.auto_budget`, one node at a time
+                expected += score[node]
+                ratio = expected / (stop_costs[pops + stop_pending] + stop_overhead)
+                if ratio > best_ratio:
+                    best_ratio, stale, kept = ratio, 0, pops
+                else:
+                    stale += 1
+                    if stale >= stop_patience:
+                        stop = True
+                        break
             if depth[node] < max_depth:
                 context, context_id, context_tail = node, pops - 1, tails[node]
                 context_score, context_depth, context_key = score[node], depth[node], key[node]
                 expanded = True
-        if not expanded:
+        if stop or not expanded:
             break
     return (
         out_tokens[:pops], out_parents[:pops], out_scores[:pops], out_parts[:pops], out_codes[:pops],
         label_node[:labels], label_token[:labels], label_kind[:labels],
+        kept if rule else pops,
     )
 
 

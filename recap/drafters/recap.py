@@ -30,7 +30,7 @@ import numpy as np
 from recap.acceptance import AcceptanceModel
 from recap.config import AUTO_CAP, AUTO_FALLBACK_BUDGET, RecapConfig
 from recap.context_memory import ContextMemory
-from recap.cost import CostModel, auto_budget
+from recap.cost import CostModel
 from recap.drafters.base import Observation, RequestInfo
 from recap.drafters.best_first import Growth, compile_kernels, grow, select
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
@@ -100,6 +100,7 @@ class RecapDrafter:
         s1, s2, s3 = self.config.specificity
         self._weights = np.array([s3, s2, s1])  # specificity priors in `SOURCES` order
         self._flat: int | None = None  # `_flat_extent`, once known
+        self._costs = np.zeros(0)  # `_stop_costs`
         # CPU seconds a pass spends drafting (propose + observe, smoothed; this thread's CPU time, like
         # the cost curve on a CPU, so other jobs on the machine do not inflate it): the budget counts it.
         self._overhead, self._propose_seconds = 0.0, 0.0
@@ -300,6 +301,9 @@ class RecapDrafter:
         cap = self._budget()
         if cap == 0:
             return DraftTree()
+        # Where the curve is flat up to the cap, costs differ by noise only: grow to the cap. Else the
+        # cost-aware rule keeps the best prefix, and the search stops where the rule stops looking.
+        rule = self._cost_aware() and self._flat_extent() < cap + self.pending
         growth = grow(
             self._tokens,
             self._mirror(context),
@@ -311,15 +315,16 @@ class RecapDrafter:
             self.persistent if config.use_persistent else None,
             self._request,
             self.acceptance.levels() if config.calibrate else None,
+            (self._stop_costs(cap), self.pending, self._overhead) if rule else None,
         )
         self._growth = growth
         if len(growth.tokens) == 0:
             return DraftTree()
         keep = None
-        if self._cost_aware() and self._flat_extent() < cap + self.pending:
-            # Where the curve is flat up to the cap, costs differ by noise only: grow to the cap.
+        if rule:  # the search applied the rule (`recap.cost.auto_budget`) as it grew
+
             def keep(scores: np.ndarray) -> int:
-                return auto_budget(self.cost_model, scores, self.pending, overhead=self._overhead)
+                return growth.kept
 
         tree = select(growth, keep)
         self._kept = len(tree)
@@ -350,6 +355,12 @@ class RecapDrafter:
         if tree is self._proposed and self._growth is not None and self._kept == len(tree):
             for node, column in enumerate(self._growth.parts[: len(tree)].tolist()):
                 tree.contributions[node] = {name: part for name, part in zip(SOURCES, column) if part > 0}
+
+    def _stop_costs(self, cap: int) -> np.ndarray:
+        """The cost curve at ``T = 0 .. cap + pending`` tokens, as the search's stop rule reads it."""
+        if len(self._costs) <= cap + self.pending:
+            self._costs = self.cost_model.costs(np.arange(cap + self.pending + 1, dtype=np.float64))
+        return self._costs
 
     def _cost_aware(self) -> bool:
         return self.config.budget == "auto" and self.cost_model is not None
