@@ -3,7 +3,8 @@
 A node's *path estimate* is its own acceptance estimate (`recap.acceptance`) times its parent's path
 estimate (the root's is 1), so it never grows along a path and best-first search pops parents before
 children. At each context every fused candidate is estimated and the ``config.branching`` best (above
-``config.score_floor``) become nodes; the suffix-matched continuation
+``config.score_floor``) become nodes (where no memory has a record, the back-off record's tokens,
+`recap.backoff`, are the candidates); the suffix-matched continuation
 (`recap.drafters.prompt_lookup.NgramIndex`) enters as one more candidate of each context along its
 path, with the suffix flag in its acceptance kind. The search itself runs compiled
 (`recap.drafters.growth_kernel.grow_tree`); `grow` hands it the memories' arrays, and `select` makes
@@ -69,13 +70,15 @@ def grow(
     persistent: PersistentMemory | None,
     request: int,
     levels: tuple[np.ndarray, np.ndarray] | None,
+    backoff: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Growth:
     """The best-first search for ``cap`` nodes under the root context ``tail`` ``(3,)`` (its last three
     tokens, -1 before the sequence start), down to ``config.depth``; ``chain``: the suffix-matched
     continuation (may be empty); ``usable``: token -> may appear in a key; ``ctx3``/``ctx2``/
     ``persistent``: the memories read (None: off); ``request``: this request's stamp; ``levels``: the
     acceptance model's shrinkage levels (`recap.acceptance.AcceptanceModel.levels`), None for
-    uncalibrated estimates (the fused probability itself).
+    uncalibrated estimates (the fused probability itself); ``backoff``: the back-off record's ``(ids,
+    probs)`` (`recap.backoff.BackoffRecord.record`), offered where no memory has a record (None: off).
     """
     k = config.k
     if persistent is not None:
@@ -86,6 +89,11 @@ def grow(
     search = (int(cap), int(k), int(config.branching), float(config.score_floor), int(config.depth))
     weights = (bool(config.uniform_weights), float(config.kappa_min), _specificity(config.specificity))
     estimates = (int(request), levels is not None, fine, coarse, _EDGES, BUCKETS)
+    if backoff is None:
+        backoff_arrays = (False, np.full(k, -1, dtype=np.int64), np.zeros(k, dtype=np.float32))
+    else:
+        ids, probs = (np.ascontiguousarray(a, dtype=t) for a, t in zip(backoff, (np.int64, np.float32)))
+        backoff_arrays = (True, ids, probs)
     root, chain = np.ascontiguousarray(tail, dtype=np.int64), np.asarray(chain, dtype=np.int64)
     # The contextual memories are frozen (a write may reallocate their tables), in the order writers
     # take them (`recap.recycling.recycle`: persistent, ctx2, ctx3). The persistent table is read
@@ -96,7 +104,7 @@ def grow(
     try:
         found = grow_tree(
             root, chain, *search, float(config.suffix_prior), usable, *_context_arrays(ctx3),
-            *_context_arrays(ctx2), p_on, p_table, *weights, *estimates,
+            *_context_arrays(ctx2), p_on, p_table, *weights, *estimates, *backoff_arrays,
         )
     finally:
         for lock in reversed(locks):

@@ -29,6 +29,8 @@ from recap.records import KEY_BITS
 
 #: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.acceptance.coarse_kind`).
 CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.int64)
+#: The `recap.fusion.SOURCE_NAMES` code of a node the back-off record proposed (+ 1: and the suffix).
+BACKOFF_CODE = 27 * 16
 #: A memory's rank code by ``min(rank + 1, 4)`` (0: the memory does not hold the token).
 RANK_CODES = np.array([4, 0, 1, 2, 3], dtype=np.int64)
 
@@ -111,6 +113,9 @@ def grow_tree(
     coarse_rows,
     edges,
     buckets,
+    backoff_on,
+    backoff_ids,
+    backoff_probs,
 ):
     """Grow the tree of the ``cap`` best nodes (see the module docstring) from records of width ``k``.
 
@@ -120,7 +125,11 @@ def grow_tree(
     (`recap.memory.PersistentMemory.table`), each with a flag (off: read as empty); weights:
     ``uniform``, ``kappa_min``, ``specificity`` (`recap.fusion.SOURCES` order); ``request``: this
     request's stamp (fresh records); estimates: ``calibrate``, the acceptance model's shrinkage levels
-    (`recap.acceptance.AcceptanceModel.levels`), ``edges`` and ``buckets``.
+    (`recap.acceptance.AcceptanceModel.levels`), ``edges`` and ``buckets``; the back-off record
+    (`recap.backoff`): ``backoff_on``, ``backoff_ids`` ``(k,)``, ``backoff_probs`` ``(k,)``, read as the
+    only record of a context whose last token is usable but that no memory has a record for. Its
+    candidates have coarse kind 0 (no memory spoke; never an ordinary candidate's) and contribute
+    nothing to ``parts``.
 
     Returns the tree, best first (then shallower, then earlier by key): ``tokens``, ``parents`` (node
     ids, -1 the root), path estimates ``scores``, each memory's contribution ``parts`` ``(N, 3)`` and
@@ -138,6 +147,7 @@ def grow_tree(
     tails = np.empty((max_pool, 3), dtype=np.int64)
     parts = np.zeros((max_pool, 3))
     suffix = np.zeros(max_pool, dtype=np.bool_)
+    backed_node = np.zeros(max_pool, dtype=np.bool_)
     max_labels = (cap + 1) * (n + 1)
     label_node = np.empty(max_labels, dtype=np.int64)
     label_token = np.empty(max_labels, dtype=np.int64)
@@ -180,6 +190,17 @@ def grow_tree(
             context_tail, usable, c3_on, c3_keys, c3_rows, c3_table, c2_on, c2_keys, c2_rows, c2_table,
             p_on, p_table, records, empty,
         )
+        last = context_tail[2]
+        backed = (
+            backoff_on and records[0, 0] < 0 and records[1, 0] < 0 and records[2, 0] < 0
+            and last >= 0 and usable[last]
+        )
+        if backed:  # no memory has a record here: the back-off record, as the only one
+            for j in range(k):
+                records[2, j] = np.float32(backoff_ids[j])
+                records[2, k + j] = backoff_probs[j]
+            records[2, 2 * k] = np.float32(1.0)
+            records[2, 2 * k + 1] = np.float32(-1.0)
         for s in range(3):
             for j in range(k):
                 record_ids[s, j] = np.int64(records[s, j])
@@ -198,7 +219,7 @@ def grow_tree(
             scale = np.float32(weights[s])
             for j in range(k):
                 values[s, j] = records[s, k + j] * scale
-            if present[s]:
+            if present[s] and not backed:
                 base += (1 + 5 * fresh[s]) * 2 * CODE_WEIGHTS[s]
         # ---- candidates (`recap.fusion.candidates`), one column per record entry
         for column in range(n):
@@ -220,9 +241,9 @@ def grow_tree(
                     q = -1.0  # counted at a more specific memory's column: never offered here
                     break
                 part = values[s, rank[s] - 1] if rank[s] > 0 else np.float32(0.0)
-                c_parts[column, s] = part
+                c_parts[column, s] = 0.0 if backed else part
                 q += np.float64(part)
-                if present[s]:
+                if present[s] and not backed:
                     coarse += 2 * CODE_WEIGHTS[s] * RANK_CODES[min(rank[s], 4)]
             c_token[column], c_q[column], c_coarse[column] = tok, q, coarse
         columns = n
@@ -239,7 +260,7 @@ def grow_tree(
                 columns = n + 1
                 absent = base
                 for s in range(3):
-                    if present[s]:
+                    if present[s] and not backed:
                         absent += 2 * CODE_WEIGHTS[s] * 4
                 c_token[n], c_q[n], c_coarse[n] = wanted, 0.0, absent
                 c_parts[n, :] = 0.0
@@ -277,6 +298,7 @@ def grow_tree(
             tails[size, 0], tails[size, 1], tails[size, 2] = context_tail[1], context_tail[2], c_token[best]
             for s in range(3):
                 parts[size, s] = np.float64(c_parts[best, s])
+            backed_node[size] = backed and best != chain_column
             if best == chain_column:
                 suffix[size] = True
                 chain_next = size
@@ -291,7 +313,9 @@ def grow_tree(
             out_tokens[pops], out_scores[pops] = token[node], score[node]
             out_parents[pops] = tree_id[parent[node]] if parent[node] >= 0 else -1
             out_parts[pops] = parts[node]
-            out_codes[pops] = _source_code(parts[node], suffix[node], order)
+            out_codes[pops] = BACKOFF_CODE + suffix[node] if backed_node[node] else _source_code(
+                parts[node], suffix[node], order
+            )
             pops += 1
             if depth[node] < max_depth:
                 context, context_id, context_tail = node, pops - 1, tails[node]

@@ -184,6 +184,8 @@ class RecapDrafter:
         if config.calibrate and tree is self._proposed and len(tree) and self._growth is not None:
             self._learn(observation)
         accepted = observation.acceptance.nodes if observation.acceptance is not None else ()
+        if config.backoff and observation.acceptance is not None:  # the tokens this pass committed
+            self.persistent.backoff.count(observation.acceptance.tokens)
         if tree is self._proposed and self._growth is not None:  # the search's own arrays
             parents, tokens = self._growth.parents[: len(tree)], self._growth.tokens[: len(tree)]
         else:
@@ -315,6 +317,7 @@ class RecapDrafter:
             self.persistent if config.use_persistent else None,
             self._request,
             self.acceptance.levels() if config.calibrate else None,
+            self.persistent.backoff.record() if config.backoff and self.persistent is not None else None,
         )
         self._growth = growth
         if len(growth.tokens) == 0:
