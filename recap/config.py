@@ -42,7 +42,8 @@ class RecapConfig:
     probabilities; ``suffix_prior``: the cold-start estimate of a suffix-matched token the memories do
     not back; ``context_scope``: ``"request"`` clears the contextual memories per request (the paper),
     ``"stream"`` keeps the earlier requests' records as a fallback that this request's writes replace
-    (the acceptance estimates tell the two apart).
+    (the acceptance estimates tell the two apart); ``backoff``: where no memory has a record, draft the
+    stream's most often committed tokens (`recap.backoff`) instead of nothing.
     """
 
     k: int = 8
@@ -63,6 +64,7 @@ class RecapConfig:
     calibrate: bool = True
     suffix_prior: float = 0.5
     context_scope: Literal["request", "stream"] = "stream"
+    backoff: bool = True
 
     def __post_init__(self) -> None:
         _check_int("k", self.k, 1, 1024)
@@ -107,6 +109,7 @@ ABLATIONS: Mapping[str, Mapping[str, Any]] = {
     "recap-template": {"tree": "template"},
     "recap-uncalibrated": {"calibrate": False},
     "recap-request-context": {"context_scope": "request"},
+    "recap-no-backoff": {"backoff": False},
 }
 
 #: Named presets: the full method with device-appropriate budgets.

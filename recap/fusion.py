@@ -123,8 +123,9 @@ _LOWER: dict[int, np.ndarray] = {}
 
 
 def _source_names() -> tuple[tuple[str, ...], ...]:
-    """`SOURCE_NAMES`, by code ``((first * 9 + second * 3 + third) * 8 + present bits) * 2 + suffix``."""
-    table: list[tuple[str, ...]] = [()] * (27 * 16)
+    """`SOURCE_NAMES`, by code ``((first * 9 + second * 3 + third) * 8 + present bits) * 2 + suffix``;
+    ``27 * 16 + suffix``: the back-off record (`recap.backoff`)."""
+    table: list[tuple[str, ...]] = [()] * (27 * 16 + 2)
     for first in range(3):
         for second in range(3):
             for third in range(3):
@@ -133,6 +134,7 @@ def _source_names() -> tuple[tuple[str, ...], ...]:
                         names = [SOURCES[i] for i, b in zip((first, second, third), (4, 2, 1)) if bits & b]
                         code = ((first * 9 + second * 3 + third) * 8 + bits) * 2
                         table[code], table[code + 1] = tuple(names), (*names, "suffix")
+    table[27 * 16], table[27 * 16 + 1] = ("backoff",), ("backoff", "suffix")  # the back-off record's
     return tuple(table)
 
 

@@ -3,8 +3,9 @@
 `PersistentMemory`: ``token -> record`` (`recap.records`), array-backed (``[vocab, k]`` ids and probs),
 shared by the requests of one scope (`recap.runtime.Runtime` keeps one per model and method), saved to
 and loaded from safetensors with the tokenizer's fingerprint. Overwrite with the latest record. It
-also carries what its drafters share across the stream: the acceptance model (`recap.acceptance`) and
-the stream-scope contextual memories (`recap.context_memory.ContextMemory`). Which keys are written
+also carries what its drafters share across the stream: the acceptance model (`recap.acceptance`),
+the stream-scope contextual memories (`recap.context_memory.ContextMemory`) and the back-off record
+(`recap.backoff`). Which keys are written
 is the drafter's business (`recap.recycling`); memories store what they are given.
 
 Example::
@@ -30,6 +31,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from recap.acceptance import AcceptanceModel
+from recap.backoff import BackoffRecord
 from recap.context_memory import ContextMemory
 from recap.records import PredictionRecord, concentration, fit_topk, last_rows, record_table
 
@@ -63,6 +65,8 @@ class PersistentMemory:
         #: Contextual memories kept across requests (``context_scope="stream"``; not saved).
         self.context2 = ContextMemory(2, capacity=STREAM_CONTEXT_CAPACITY)
         self.context3 = ContextMemory(3, capacity=STREAM_CONTEXT_CAPACITY)
+        #: The stream's most often committed tokens, drafted where no memory has a record (not saved).
+        self.backoff = BackoffRecord(vocab_size, k)
         self._requests = itertools.count()
         self._table: np.ndarray | None = None  # `table`, built on first use
         self._lock = threading.Lock()
@@ -162,6 +166,7 @@ class PersistentMemory:
             self.context2.clear()
             self.context3.clear()
         self.acceptance.reset()
+        self.backoff.reset()
 
     # ------------------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike, fingerprint: str) -> None:

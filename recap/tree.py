@@ -47,6 +47,7 @@ SOURCE_TABLE: tuple[Source, ...] = (
     Source("ctx2", "#56B4E9", "ctx2 · 2-token context"),
     Source("persistent", "#E69F00", "persistent · 1-token"),
     Source("suffix", "#009E73", "suffix match"),
+    Source("backoff", "#000000", "back-off · the stream's most frequent tokens"),
     Source("template", "#CC79A7", "TR template"),
     Source("lookup", "#D55E00", "prompt lookup"),
     Source("suffix tree", "#F0E442", "SuffixDecoding tree"),

@@ -29,6 +29,7 @@ from recap.acceptance import (
     fine_kind,
     source_code,
 )
+from recap.backoff import BackoffRecord
 from recap.config import RecapConfig
 from recap.context_memory import ContextMemory
 from recap.cost import MAX_TREE, CostModel, load_curve
@@ -200,6 +201,12 @@ def reference_best_first(drafter: RecapDrafter, context, cap):
         nonlocal order
         found = drafter._lookup(np.array([node_tail]))
         tokens, q, coarse, _ = candidates(found, drafter.config.k)
+        backoff = drafter.persistent.backoff.record() if drafter.config.backoff else None
+        if backoff is not None and not found.shares.any() and drafter._usable[node_tail[2]]:
+            # no memory has a record: the back-off record's tokens, of coarse kind 0
+            ids, probs = backoff
+            tokens, q = ids[None], np.where(ids >= 0, probs.astype(np.float64), -1.0)[None]
+            coarse = np.zeros_like(tokens)
         _, estimates = estimate(drafter, coarse, q, q.copy())
         estimates = np.where(q > 0, estimates, 0.0)[0]
         for column in np.argsort(-estimates, kind="stable")[: drafter.config.branching]:
@@ -399,3 +406,47 @@ def test_writes_to_a_shared_context_memory_wait_for_its_lock():
         threading.Thread(target=write).start()
         assert not done.wait(0.2) and len(memory) == 0  # blocked while another writer holds the lock
     assert done.wait(5) and memory.lookup((1, 2)).ids == [3, 4]
+
+
+# ------------------------------------------------------------------------------------ the back-off record
+@settings(max_examples=30, deadline=None)
+@given(tokens=st.lists(st.integers(-2, 12), max_size=60), k=st.integers(1, 5))
+def test_backoff_record_keeps_the_most_often_counted_tokens(tokens, k):
+    record = BackoffRecord(vocab_size=11, k=k)
+    for chunk in (tokens[: len(tokens) // 2], tokens[len(tokens) // 2 :]):
+        record.count(chunk)
+    counted = [t for t in tokens if 0 <= t < 11]
+    found = record.record()
+    if not counted:
+        assert found is None
+        return
+    ids, probs = found
+    counts = np.bincount(counted, minlength=11)
+    kept = ids[ids >= 0]
+    assert len(kept) == min(k, np.count_nonzero(counts)) and len(set(kept.tolist())) == len(kept)
+    assert counts[kept].tolist() == sorted(counts[kept].tolist(), reverse=True)
+    assert counts[kept].min() >= np.sort(counts)[::-1][len(kept) - 1]  # no better token left out
+    assert probs[ids >= 0].tolist() == pytest.approx((counts[kept] / len(counted)).tolist())
+    assert (probs[ids < 0] == 0).all()
+    record.reset()
+    assert record.record() is None and len(record) == 0
+
+
+@pytest.mark.parametrize("backoff", [True, False])
+def test_a_context_no_memory_knows_drafts_the_backoff_record(backoff):
+    drafter = make_drafter("recap", config=RecapConfig(budget=16, backoff=backoff))
+    target = Target(cycle_rule([1, 2, 3]))
+    context = start(drafter, [1, 2, 3], target)
+    context.append(1)
+    for _ in range(4):
+        step(drafter, context, target)
+    context.append(40)  # never computed: no record in any memory
+    tree = drafter.propose(context)
+    if not backoff:
+        assert len(tree) == 0
+        return
+    ids, _ = drafter.persistent.backoff.record()
+    roots = [j for j in range(len(tree)) if tree.parents[j] == ROOT]
+    assert sorted(tree.tokens[j] for j in roots) == sorted(ids[ids >= 0].tolist())
+    assert all(tree.sources[j] == ("backoff",) for j in roots)
+    assert drafter.root_candidates() == []  # the memories' fused distribution is unchanged: empty

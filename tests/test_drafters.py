@@ -535,8 +535,8 @@ def test_the_search_stops_where_the_budget_rule_stops_and_keeps_the_same_tree(mo
     records = {t: {t + 1: 0.5, t + 2: 0.3, t + 3: 0.1, t + 4: 0.05} for t in range(VOCAB - 5)}
     full_grow, grown = recap_module.grow, []
 
-    def counted(*args):
-        growth = full_grow(*args)
+    def counted(*args, **kwargs):
+        growth = full_grow(*args, **kwargs)
         grown.append(len(growth.tokens))
         return growth
 
@@ -545,7 +545,7 @@ def test_the_search_stops_where_the_budget_rule_stops_and_keeps_the_same_tree(mo
     seeded(drafter, records)
     tree = drafter.propose([0, 1])
     full = full_grow(drafter._tokens, 2, 48, config, drafter._usable, None, None, drafter.persistent,
-                     drafter._request, drafter.acceptance.levels(), None)
+                     drafter._request, drafter.acceptance.levels(), drafter._backoff())
     size = auto_budget(CostModel(points), full.scores, overhead=0.0)
     assert (tree.tokens, tree.parents) == (full.tokens[:size].tolist(), full.parents[:size].tolist())
     assert tree.scores == full.scores[:size].tolist()

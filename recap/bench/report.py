@@ -19,7 +19,7 @@ from recap.drafters import is_recap_method
 log = logging.getLogger(__name__)
 
 #: Memories a RECAP drafter credits for accepted tokens (the per-source acceptance columns).
-RECAP_SOURCES = ("ctx3", "ctx2", "persistent", "suffix")
+RECAP_SOURCES = ("ctx3", "ctx2", "persistent", "suffix", "backoff")
 
 
 def markdown_table(result: BenchmarkResult) -> str:

@@ -6,7 +6,8 @@ children. At each context every fused candidate is estimated and the ``config.br
 ``config.score_floor``) become nodes; the suffix-matched continuation (the context's longest suffix
 seen earlier in it, what followed: `recap.drafters.growth_kernel.suffix_chain`, as
 `recap.drafters.prompt_lookup.find_continuation` finds it) enters as one more candidate of each context
-along its path, with the suffix flag in its acceptance kind. The search itself runs compiled
+along its path, with the suffix flag in its acceptance kind; where no memory has a record, the
+back-off record's tokens (`recap.backoff`) are the candidates. The search itself runs compiled
 (`recap.drafters.growth_kernel.grow_tree`); `grow` hands it the memories' arrays, and `select` makes
 what it found a `DraftTree` (ties: shallower, then earlier in depth-at-a-time order).
 """
@@ -83,6 +84,7 @@ def grow(
     persistent: PersistentMemory | None,
     request: int,
     levels: tuple[np.ndarray, np.ndarray] | None,
+    backoff: tuple[np.ndarray, np.ndarray] | None = None,
     stop: tuple[np.ndarray, int, float] | None = None,
 ) -> Growth:
     """The best-first search for ``cap`` nodes under the context ``tokens[:length]`` (``tokens`` int64,
@@ -90,7 +92,9 @@ def grow(
     continuation of the context (``config.suffix*``); ``usable``: token -> may appear in a key;
     ``ctx3``/``ctx2``/``persistent``: the memories read (None: off); ``request``: this request's stamp;
     ``levels``: the acceptance model's shrinkage levels (`recap.acceptance.AcceptanceModel.levels`), None
-    for uncalibrated estimates (the fused probability itself); ``stop``: the cost-aware budget's
+    for uncalibrated estimates (the fused probability itself); ``backoff``: the back-off record's
+    ``(ids, probs)`` (`recap.backoff.BackoffRecord.record`), offered where no memory has a record (None:
+    off); ``stop``: the cost-aware budget's
     ``(costs, pending, overhead)`` (``costs[T]``: `recap.cost.CostModel.costs` of ``T`` tokens, up to
     ``cap + pending``), so that the search grows no further than `recap.cost.auto_budget` looks (the
     nodes it keeps are the same); None: grow to ``cap``.
@@ -104,6 +108,12 @@ def grow(
     else:
         p_on, p_table = False, _no_records(config.k)
     fine, coarse = levels if levels is not None else (_NO_LEVELS, _NO_LEVELS)
+    k = config.k
+    if backoff is None:
+        backoff_arrays = (False, np.full(k, -1, dtype=np.int64), np.zeros(k, dtype=np.float32))
+    else:
+        ids, probs = (np.ascontiguousarray(a, dtype=t) for a, t in zip(backoff, (np.int64, np.float32)))
+        backoff_arrays = (True, ids, probs)
     # The contextual memories are frozen (a write may reallocate their tables), in the order writers
     # take them (`recap.recycling.recycle`: persistent, ctx2, ctx3). The persistent table is read
     # unlocked: a concurrent write can only make a record newer (drafting, never the output, changes).
@@ -114,7 +124,7 @@ def grow(
         found = grow_tree(
             tokens, int(length), int(cap), usable, *_context_arrays(ctx3), *_context_arrays(ctx2),
             p_on, p_table, int(request), levels is not None, fine, coarse, *_settings(config),
-            stop_costs, int(stop_pending), float(stop_overhead), PATIENCE,
+            *backoff_arrays, stop_costs, int(stop_pending), float(stop_overhead), PATIENCE,
         )
     finally:
         for lock in reversed(locks):

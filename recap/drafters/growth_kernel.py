@@ -29,6 +29,8 @@ from recap.records import KEY_BITS
 
 #: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.acceptance.coarse_kind`).
 CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.int64)
+#: The `recap.fusion.SOURCE_NAMES` code of a node the back-off record proposed (+ 1: and the suffix).
+BACKOFF_CODE = 27 * 16
 #: A memory's rank code by ``min(rank + 1, 4)`` (0: the memory does not hold the token).
 RANK_CODES = np.array([4, 0, 1, 2, 3], dtype=np.int64)
 
@@ -134,6 +136,7 @@ def grow_tree(
     request, calibrate, fine_rows, coarse_rows,
     suffix_min, suffix_max, suffix_num, k, width, floor, max_depth, suffix_prior,
     uniform, kappa_min, specificity, edges, buckets,
+    backoff_on, backoff_ids, backoff_probs,
     stop_costs, stop_pending, stop_overhead, stop_patience,
 ):
     """Grow the tree of the ``cap`` best nodes (see the module docstring) from records of width ``k``.
@@ -148,12 +151,16 @@ def grow_tree(
     ``suffix_num`` 0: none); ``k``, the records' width; ``width``, ``floor`` and ``max_depth``, children
     per context, the path estimate a node must pass, the depth limit; ``suffix_prior``; weights:
     ``uniform``, ``kappa_min``, ``specificity`` (`recap.fusion.SOURCES` order); ``edges`` and
-    ``buckets`` of the fused probability. ``stop_*``: the cost-aware budget's rule
-    (`recap.cost.auto_budget`), so that the search stops where the rule stops looking: ``stop_costs[T]``
-    the cost of a pass over ``T`` tokens (empty: no rule, grow to ``cap``), ``stop_pending`` tokens a
-    pass feeds besides the nodes, ``stop_overhead`` seconds it spends besides the forward, and the rule
-    gives up after ``stop_patience`` nodes in a row that did not raise the best expected tokens per
-    second. The nodes it would keep come out the same; fewer of those it would drop are grown.
+    ``buckets`` of the fused probability. The back-off record (`recap.backoff`): ``backoff_on``,
+    ``backoff_ids`` ``(k,)``, ``backoff_probs`` ``(k,)``, read as the only record of a context whose
+    last token is usable but that no memory has a record for; its candidates have coarse kind 0 (no
+    memory spoke; never an ordinary candidate's) and contribute nothing to ``parts``. ``stop_*``: the
+    cost-aware budget's rule (`recap.cost.auto_budget`), so that the search stops where the rule stops
+    looking: ``stop_costs[T]`` the cost of a pass over ``T`` tokens (empty: no rule, grow to ``cap``),
+    ``stop_pending`` tokens a pass feeds besides the nodes, ``stop_overhead`` seconds it spends besides
+    the forward, and the rule gives up after ``stop_patience`` nodes in a row that did not raise the
+    best expected tokens per second. The nodes it would keep come out the same; fewer of those it would
+    drop are grown.
 
     Returns the tree, best first (then shallower, then earlier by key): ``tokens``, ``parents`` (node
     ids, -1 the root), path estimates ``scores``, each memory's contribution ``parts`` ``(N, 3)`` and
@@ -176,6 +183,7 @@ def grow_tree(
     tails = np.empty((max_pool, 3), dtype=np.int64)
     parts = np.zeros((max_pool, 3))
     suffix = np.zeros(max_pool, dtype=np.bool_)
+    backed_node = np.zeros(max_pool, dtype=np.bool_)
     max_labels = (cap + 1) * (n + 1)
     label_node = np.empty(max_labels, dtype=np.int64)
     label_token = np.empty(max_labels, dtype=np.int64)
@@ -221,6 +229,17 @@ def grow_tree(
             context_tail, usable, c3_on, c3_keys, c3_rows, c3_table, c2_on, c2_keys, c2_rows, c2_table,
             p_on, p_table, records, empty,
         )
+        last = context_tail[2]
+        backed = (
+            backoff_on and records[0, 0] < 0 and records[1, 0] < 0 and records[2, 0] < 0
+            and last >= 0 and usable[last]
+        )
+        if backed:  # no memory has a record here: the back-off record, as the only one
+            for j in range(k):
+                records[2, j] = np.float32(backoff_ids[j])
+                records[2, k + j] = backoff_probs[j]
+            records[2, 2 * k] = np.float32(1.0)
+            records[2, 2 * k + 1] = np.float32(-1.0)
         for s in range(3):
             for j in range(k):
                 record_ids[s, j] = np.int64(records[s, j])
@@ -239,7 +258,7 @@ def grow_tree(
             scale = np.float32(weights[s])
             for j in range(k):
                 values[s, j] = records[s, k + j] * scale
-            if present[s]:
+            if present[s] and not backed:
                 base += (1 + 5 * fresh[s]) * 2 * CODE_WEIGHTS[s]
         # ---- candidates (`recap.fusion.candidates`), one column per record entry
         for column in range(n):
@@ -261,9 +280,9 @@ def grow_tree(
                     q = -1.0  # counted at a more specific memory's column: never offered here
                     break
                 part = values[s, rank[s] - 1] if rank[s] > 0 else np.float32(0.0)
-                c_parts[column, s] = part
+                c_parts[column, s] = 0.0 if backed else part
                 q += np.float64(part)
-                if present[s]:
+                if present[s] and not backed:
                     coarse += 2 * CODE_WEIGHTS[s] * RANK_CODES[min(rank[s], 4)]
             c_token[column], c_q[column], c_coarse[column] = tok, q, coarse
         columns = n
@@ -280,7 +299,7 @@ def grow_tree(
                 columns = n + 1
                 absent = base
                 for s in range(3):
-                    if present[s]:
+                    if present[s] and not backed:
                         absent += 2 * CODE_WEIGHTS[s] * 4
                 c_token[n], c_q[n], c_coarse[n] = wanted, 0.0, absent
                 c_parts[n, :] = 0.0
@@ -318,6 +337,7 @@ def grow_tree(
             tails[size, 0], tails[size, 1], tails[size, 2] = context_tail[1], context_tail[2], c_token[best]
             for s in range(3):
                 parts[size, s] = np.float64(c_parts[best, s])
+            backed_node[size] = backed and best != chain_column
             if best == chain_column:
                 suffix[size] = True
                 chain_next = size
@@ -332,7 +352,9 @@ def grow_tree(
             out_tokens[pops], out_scores[pops] = token[node], score[node]
             out_parents[pops] = tree_id[parent[node]] if parent[node] >= 0 else -1
             out_parts[pops] = parts[node]
-            out_codes[pops] = _source_code(parts[node], suffix[node], order)
+            out_codes[pops] = BACKOFF_CODE + suffix[node] if backed_node[node] else _source_code(
+                parts[node], suffix[node], order
+            )
             pops += 1
             if rule:  # `recap.cost.auto_budget`, one node at a time
                 expected += score[node]

@@ -187,6 +187,8 @@ class RecapDrafter:
                 labels = self._labels(observation)
         else:
             parents, tokens = tree.parents, tree.tokens
+        if config.backoff and observation.acceptance is not None:  # the tokens this pass committed
+            self.persistent.backoff.count(observation.acceptance.tokens)
         accepted = observation.acceptance.nodes if observation.acceptance is not None else ()
         recycle(
             observation.context,
@@ -315,7 +317,8 @@ class RecapDrafter:
             self.persistent if config.use_persistent else None,
             self._request,
             self.acceptance.levels() if config.calibrate else None,
-            (self._stop_costs(cap), self.pending, self._overhead) if rule else None,
+            backoff=self._backoff(),
+            stop=(self._stop_costs(cap), self.pending, self._overhead) if rule else None,
         )
         self._growth = growth
         if len(growth.tokens) == 0:
@@ -355,6 +358,12 @@ class RecapDrafter:
         if tree is self._proposed and self._growth is not None and self._kept == len(tree):
             for node, column in enumerate(self._growth.parts[: len(tree)].tolist()):
                 tree.contributions[node] = {name: part for name, part in zip(SOURCES, column) if part > 0}
+
+    def _backoff(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The back-off record's ``(ids, probs)`` for the search (`recap.backoff`), None when off."""
+        if not self.config.backoff or self.persistent is None:
+            return None
+        return self.persistent.backoff.record()
 
     def _stop_costs(self, cap: int) -> np.ndarray:
         """The cost curve at ``T = 0 .. cap + pending`` tokens, as the search's stop rule reads it."""
