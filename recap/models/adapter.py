@@ -425,8 +425,7 @@ class TargetModel:
         prompt = torch.randint(0, self.vocab_size, (1, context), generator=generator).to(self.device)
         state = RequestState(cache=GrowingCache(), cached=0, input_ids=[])
         self.model(input_ids=prompt, cache=state.cache, use_cache=True, logits_to_keep=1)
-        state.cached = context
-        points = []
+        state.cached, points = context, []
         for size in sizes:
             tree = DraftTree()
             parent = -1
