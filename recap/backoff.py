@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+import numba
 import numpy as np
 
 
@@ -28,54 +29,66 @@ class BackoffRecord:
     """The stream's ``k`` most often committed tokens and their unigram probabilities (thread-safe).
 
     Counts only grow, so the top ``k`` is kept exactly by letting a counted token replace the last of
-    them when it overtakes it.
+    them when it overtakes it. Counting runs compiled (`_count`, a few microseconds a pass: it runs
+    after every decoding pass), and the probabilities the search reads are kept up to date with it, so
+    `record` hands out the arrays themselves.
     """
 
     def __init__(self, vocab_size: int, k: int = 8) -> None:
         self.vocab_size, self.k = int(vocab_size), int(k)
         self._counts = np.zeros(self.vocab_size, dtype=np.int64)
         self._top = np.full(self.k, -1, dtype=np.int64)  # best first; -1: not filled yet
-        self._total = 0
+        self._probs = np.zeros(self.k, dtype=np.float32)  # the top tokens' shares of all counted
+        self._total = np.zeros(1, dtype=np.int64)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         """Tokens counted so far."""
-        return self._total
+        return int(self._total[0])
 
     def count(self, tokens: Iterable[int]) -> None:
         """Count committed ``tokens`` (ids outside the vocabulary are ignored)."""
+        tokens = np.fromiter(tokens, dtype=np.int64) if not isinstance(tokens, np.ndarray) else tokens
         with self._lock:
-            counts, top = self._counts, self._top
-            for token in tokens:
-                token = int(token)
-                if not 0 <= token < self.vocab_size:
-                    continue
-                counts[token] += 1
-                self._total += 1
-                place = np.flatnonzero(top == token)
-                if len(place):
-                    at = int(place[0])
-                elif top[-1] < 0 or counts[token] > counts[top[-1]]:
-                    at = self.k - 1
-                    top[at] = token
-                else:
-                    continue
-                while at > 0 and (top[at - 1] < 0 or counts[top[at - 1]] < counts[token]):
-                    top[at - 1], top[at] = token, top[at - 1]
-                    at -= 1
+            _count(self._counts, self._top, self._probs, self._total, tokens.astype(np.int64, copy=False))
 
     def record(self) -> tuple[np.ndarray, np.ndarray] | None:
         """``(ids, probs)``: the top ``k`` tokens best first (-1 where fewer were seen) and their shares
-        of all counted tokens (float32); None before anything was counted. Copies."""
-        with self._lock:
-            if self._total == 0:
-                return None
-            ids = self._top.copy()
-            probs = np.where(ids >= 0, self._counts[np.maximum(ids, 0)] / self._total, 0.0)
-        return ids, probs.astype(np.float32)
+        of all counted tokens (float32); None before anything was counted. The record's own arrays,
+        read-only to the caller (the search reads them; a concurrent `count` can only move a draft)."""
+        return (self._top, self._probs) if self._total[0] else None
 
     def reset(self) -> None:
         with self._lock:
             self._counts.fill(0)
             self._top.fill(-1)
-            self._total = 0
+            self._probs.fill(0)
+            self._total[0] = 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _count(counts, top, probs, total, tokens):
+    """`BackoffRecord.count`'s work: count ``tokens``, keep ``top`` (best first) and ``probs``."""
+    vocab, k = len(counts), len(top)
+    for i in range(len(tokens)):
+        token = tokens[i]
+        if token < 0 or token >= vocab:
+            continue
+        counts[token] += 1
+        total[0] += 1
+        at = -1
+        for j in range(k):
+            if top[j] == token:
+                at = j
+                break
+        if at < 0:
+            if top[k - 1] < 0 or counts[token] > counts[top[k - 1]]:
+                at = k - 1
+                top[at] = token
+            else:
+                continue
+        while at > 0 and (top[at - 1] < 0 or counts[top[at - 1]] < counts[token]):
+            top[at - 1], top[at] = token, top[at - 1]
+            at -= 1
+    for j in range(k):
+        probs[j] = np.float32(counts[top[j]] / total[0]) if top[j] >= 0 else np.float32(0.0)

@@ -188,7 +188,7 @@ def select(growth: Growth, keep: Callable[[np.ndarray], int] | None = None) -> D
 def compile_kernels() -> None:
     """Compile RECAP's compiled parts once per process (`numba`: about 15 s the first time on a machine,
     then loaded from numba's on-disk cache in about a second): the search, the key index, the
-    recycling (keys, records, writes) and the acceptance counts. Every
+    recycling (keys, records, writes), the acceptance counts and the back-off counts. Every
     `recap.drafters.recap.RecapDrafter` calls it when created, so no timed pass pays for it; a server
     may call it at start-up."""
     config = RecapConfig(budget=4)
@@ -207,4 +207,5 @@ def compile_kernels() -> None:
     recycle([0, 1, 2], np.arange(3), no_nodes, no_nodes, [], no_nodes, top, uniform, k, 0,
             persistent, *memories[::-1])
     persistent.acceptance.update(np.array([0, 1]), np.array([1]))
+    persistent.backoff.count([0])
     persistent.acceptance.update_greedy(np.array([-1]), np.array([0]), np.array([0]), 1, 1, np.array([0, 0]))
