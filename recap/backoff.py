@@ -30,8 +30,7 @@ class BackoffRecord:
 
     Counts only grow, so the top ``k`` is kept exactly by letting a counted token replace the last of
     them when it overtakes it. Counting runs compiled (`_count`, a few microseconds a pass: it runs
-    after every decoding pass), and the probabilities the search reads are kept up to date with it, so
-    `record` hands out the arrays themselves.
+    after every decoding pass), and the probabilities the search reads are kept up to date with it.
     """
 
     def __init__(self, vocab_size: int, k: int = 8) -> None:
@@ -54,9 +53,10 @@ class BackoffRecord:
 
     def record(self) -> tuple[np.ndarray, np.ndarray] | None:
         """``(ids, probs)``: the top ``k`` tokens best first (-1 where fewer were seen) and their shares
-        of all counted tokens (float32); None before anything was counted. The record's own arrays,
-        read-only to the caller (the search reads them; a concurrent `count` can only move a draft)."""
-        return (self._top, self._probs) if self._total[0] else None
+        of all counted tokens (float32); None before anything was counted. Copies, taken under the
+        lock (mid-count, the top list can hold a token twice while it moves up)."""
+        with self._lock:
+            return (self._top.copy(), self._probs.copy()) if self._total[0] else None
 
     def reset(self) -> None:
         with self._lock:

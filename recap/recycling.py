@@ -191,7 +191,7 @@ def recycle(
         return
     ids, probs = topk_ids, topk_probs
     ready = isinstance(ids, np.ndarray) and isinstance(probs, np.ndarray) and ids.ndim == 2
-    if not (ready and ids.shape == probs.shape):
+    if not (ready and ids.shape == probs.shape and ids.shape[1] >= 1):
         ids, probs = topk_rows(topk_ids, topk_probs)  # (the decode loop's rows need nothing)
     ids, probs = np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(probs, dtype=np.float32)
     if len(ids) != count or len(parents) != len(tokens):

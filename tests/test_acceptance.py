@@ -432,6 +432,15 @@ def test_backoff_record_keeps_the_most_often_counted_tokens(tokens, k):
     assert record.record() is None and len(record) == 0
 
 
+def test_backoff_record_hands_out_copies():
+    record = BackoffRecord(vocab_size=10, k=2)
+    record.count([3, 5, 3])
+    ids, probs = record.record()
+    ids[:], probs[:] = -1, 0.0
+    again, shares = record.record()
+    assert again.tolist() == [3, 5] and shares.tolist() == pytest.approx([2 / 3, 1 / 3])
+
+
 @pytest.mark.parametrize("backoff", [True, False])
 def test_a_context_no_memory_knows_drafts_the_backoff_record(backoff):
     drafter = make_drafter("recap", config=RecapConfig(budget=16, backoff=backoff))

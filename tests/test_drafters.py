@@ -553,6 +553,23 @@ def test_the_search_stops_where_the_budget_rule_stops_and_keeps_the_same_tree(mo
 
 
 @pytest.mark.parametrize(
+    ("tokens", "length", "backoff", "message"),
+    [
+        (np.arange(4), 5, None, "outside the 4 tokens"),
+        (np.arange(4, dtype=np.int32), 2, None, "int64"),
+        (np.arange(4), 2, (np.arange(3), np.ones(3, np.float32)), "k = 4"),
+    ],
+)
+def test_grow_refuses_what_the_compiled_search_would_read_out_of_bounds(tokens, length, backoff, message):
+    from recap.drafters.best_first import grow
+
+    config = RecapConfig(k=4)
+    usable = np.ones(VOCAB + 1, dtype=bool)
+    with pytest.raises(ValueError, match=message):
+        grow(tokens, length, 8, config, usable, None, None, None, 0, None, backoff)
+
+
+@pytest.mark.parametrize(
     ("values", "fitted"),
     [
         ([1.0, 1.2, 1.0, 1.3], [1.0, 1.1, 1.1, 1.3]),  # a spike is pooled with its right neighbour

@@ -402,3 +402,11 @@ def test_recycle_refuses_inconsistent_input_before_writing(rows, parents, accept
         recycle([1, 2, 3], np.array([1, 2]), parents, [4], accepted, np.zeros(0, np.int64), ids, probs, 4, 0,
                 persistent, None, None)
     assert np.array_equal(persistent.table, before)
+
+
+def test_recycle_refuses_zero_width_top_k_rows():
+    persistent = PersistentMemory(12, 4)
+    ids, probs = np.zeros((3, 0), dtype=np.int64), np.zeros((3, 0), dtype=np.float32)
+    with pytest.raises(ValueError, match="top-k rows are empty"):
+        recycle([1, 2, 3], np.array([1, 2]), [-1], [4], [0], np.zeros(0, np.int64), ids, probs, 4, 0,
+                persistent, None, None)

@@ -108,7 +108,13 @@ def grow(
     else:
         p_on, p_table = False, _no_records(config.k)
     fine, coarse = levels if levels is not None else (_NO_LEVELS, _NO_LEVELS)
+    if not (isinstance(tokens, np.ndarray) and tokens.dtype == np.int64 and tokens.flags.c_contiguous):
+        raise ValueError("tokens must be a C-contiguous int64 array")
+    if not 0 <= length <= len(tokens):
+        raise ValueError(f"length {length} is outside the {len(tokens)} tokens given")
     k = config.k
+    if backoff is not None and not (len(backoff[0]) == len(backoff[1]) == k):
+        raise ValueError(f"the back-off record must hold k = {k} ids and probabilities")
     if backoff is None:
         backoff_arrays = (False, np.full(k, -1, dtype=np.int64), np.zeros(k, dtype=np.float32))
     else:
@@ -198,6 +204,7 @@ def compile_kernels() -> None:
     for order, memory in enumerate(memories):
         memory.write_table(pack_keys(np.arange(3 - order)[None]), row)
         memory.slots(np.array([0], dtype=np.int64))
+        memory.index.reserve(len(memory.index.keys))  # a rebuild (its re-insertion is compiled too)
     usable = np.ones(k + 1, dtype=bool)
     usable[-1] = False
     grow(np.array([0, 1, 2, 0, 1, 2]), 6, 4, config, usable, *memories, None, 0, None)

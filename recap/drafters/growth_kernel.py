@@ -216,7 +216,7 @@ def grow_tree(
     heap = [(0.0, np.int64(0), 0.0, np.int64(0))]
     heap.pop()
     rule = len(stop_costs) > 0
-    expected, stale, stop, kept = 1.0, 0, False, 0
+    summed, stale, stop, kept = 0.0, 0, False, 0  # (1 + summed: auto_budget's order of additions)
     best_ratio = 1.0 / (stop_costs[stop_pending] + stop_overhead) if rule else 0.0
     size, labels, pops, chain_node = 0, 0, 0, np.int64(-1)
     context = np.int64(-1)  # pool index of the context's node (the root first) ...
@@ -357,8 +357,8 @@ def grow_tree(
             )
             pops += 1
             if rule:  # `recap.cost.auto_budget`, one node at a time
-                expected += score[node]
-                ratio = expected / (stop_costs[pops + stop_pending] + stop_overhead)
+                summed += score[node]
+                ratio = (1.0 + summed) / (stop_costs[pops + stop_pending] + stop_overhead)
                 if ratio > best_ratio:
                     best_ratio, stale, kept = ratio, 0, pops
                 else:
