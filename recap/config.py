@@ -43,7 +43,9 @@ class RecapConfig:
     not back; ``context_scope``: ``"request"`` clears the contextual memories per request (the paper),
     ``"stream"`` keeps the earlier requests' records as a fallback that this request's writes replace
     (the acceptance estimates tell the two apart); ``backoff``: where no memory has a record, draft the
-    stream's most often committed tokens (`recap.backoff`) instead of nothing.
+    stream's most often committed tokens (`recap.backoff`) instead of nothing; ``suffix_scope``:
+    ``"stream"`` lets the suffix match also continue the stream's earlier requests (their last
+    `recap.drafters.recap.STREAM_SUFFIX_TOKENS` tokens), ``"request"`` only this request's.
     """
 
     k: int = 8
@@ -64,6 +66,7 @@ class RecapConfig:
     calibrate: bool = True
     suffix_prior: float = 0.5
     context_scope: Literal["request", "stream"] = "stream"
+    suffix_scope: Literal["request", "stream"] = "stream"
     backoff: bool = True
 
     def __post_init__(self) -> None:
@@ -90,6 +93,8 @@ class RecapConfig:
             raise ValueError(f"suffix_prior must be a number in [0, 1], got {self.suffix_prior!r}")
         if self.context_scope not in ("request", "stream"):
             raise ValueError(f'context_scope must be "request" or "stream", got {self.context_scope!r}')
+        if self.suffix_scope not in ("request", "stream"):
+            raise ValueError(f'suffix_scope must be "request" or "stream", got {self.suffix_scope!r}')
         if not (self.use_persistent or self.use_context or self.suffix):
             raise ValueError("at least one of use_persistent, use_context, suffix must be enabled")
 
@@ -110,6 +115,7 @@ ABLATIONS: Mapping[str, Mapping[str, Any]] = {
     "recap-uncalibrated": {"calibrate": False},
     "recap-request-context": {"context_scope": "request"},
     "recap-no-backoff": {"backoff": False},
+    "recap-request-suffix": {"suffix_scope": "request"},
 }
 
 #: Named presets: the full method with device-appropriate budgets.

@@ -544,7 +544,8 @@ def test_the_search_stops_where_the_budget_rule_stops_and_keeps_the_same_tree(mo
     drafter = RecapDrafter(config, cost_model=CostModel(points))
     seeded(drafter, records)
     tree = drafter.propose([0, 1])
-    full = full_grow(drafter._tokens, 2, 48, config, drafter._usable, None, None, drafter.persistent,
+    length = drafter._offset + 2  # (the mirror holds the stream's earlier tokens first)
+    full = full_grow(drafter._tokens, length, 48, config, drafter._usable, None, None, drafter.persistent,
                      drafter._request, drafter.acceptance.levels(), drafter._backoff())
     size = auto_budget(CostModel(points), full.scores, overhead=0.0)
     assert (tree.tokens, tree.parents) == (full.tokens[:size].tolist(), full.parents[:size].tolist())
@@ -567,6 +568,22 @@ def test_grow_refuses_what_the_compiled_search_would_read_out_of_bounds(tokens, 
     usable = np.ones(VOCAB + 1, dtype=bool)
     with pytest.raises(ValueError, match=message):
         grow(tokens, length, 8, config, usable, None, None, None, 0, None, backoff)
+
+
+@pytest.mark.parametrize("scope", ["stream", "request"])
+def test_the_suffix_match_continues_an_earlier_request_only_with_stream_scope(scope):
+    config = RecapConfig(k=4, budget=8, use_context=False, use_persistent=False, suffix_scope=scope)
+    drafter = RecapDrafter(config)
+    drafter.begin(RequestInfo((1, 2, 3), frozenset({IMAGE}), VOCAB))
+    drafter.propose([1, 2, 3, 7, 8, 9, 10, 11])  # the first request's answer: ... 7 8 9 10 11
+    drafter.begin(RequestInfo((4, 5), frozenset({IMAGE}), VOCAB))
+    tree = drafter.propose([4, 5, 7, 8])  # the second request ends as the first went on
+    if scope == "stream":
+        assert tree.tokens[:3] == [9, 10, 11] and tree.parents[:3] == [ROOT, 0, 1]
+        # the first answer's last token: what followed it is the separator, never drafted
+        assert all(0 <= t < VOCAB for t in drafter.propose([4, 5, 11]).tokens)
+    else:
+        assert len(tree) == 0  # nothing in this request to continue
 
 
 @pytest.mark.parametrize(

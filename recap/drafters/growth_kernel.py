@@ -87,11 +87,11 @@ def _searchsorted_right(edges, value):
 def suffix_chain(tokens, length, usable, min_n, max_n, num):
     """The suffix-matched continuation of ``tokens[:length]``: `recap.drafters.prompt_lookup`'s
     ``find_continuation(tokens[:length], min_n, max_n, num, excluded)`` (the longest suffix of
-    ``min_n``..``max_n`` tokens seen before, its most recent earlier occurrence, up to ``num`` tokens that
-    followed it, cut before an excluded one), with the excluded tokens those ``usable`` (token -> may
-    appear in a key, ``len`` vocab + 1) marks False; ``num`` 0: none. One backward scan: at each earlier
-    end, how many tokens agree with the suffix; the first end with the most wins (n-grams with an
-    excluded token never match: the suffix compared holds none).
+    ``min_n``..``max_n`` tokens seen before, its most recent earlier occurrence, up to ``num`` tokens
+    that followed it, cut before an excluded one or a separator, a negative token), with the excluded
+    tokens those ``usable`` (token -> may appear in a key, ``len`` vocab + 1) marks False; ``num`` 0:
+    none. One backward scan: at each earlier end, how many tokens agree with the suffix; the first end
+    with the most wins (n-grams with an excluded token never match: the suffix compared holds none).
 
     Example: ``tokens = [1, 2, 3, 9, 1, 2, 3, 7, 1, 2, 3]``, ``min_n, max_n, num = 1, 3, 2``: ``[7, 1]``.
     """
@@ -102,7 +102,7 @@ def suffix_chain(tokens, length, usable, min_n, max_n, num):
     longest = 0  # the suffix's length: at most max_n and length - 1 tokens, none of them excluded
     while longest < min(max_n, length - 1):
         token = tokens[length - 1 - longest]
-        if 0 <= token < vocab and not usable[token]:
+        if token < 0 or (token < vocab and not usable[token]):  # (a negative token: a separator)
             break
         longest += 1
     best, best_end = 0, -1
@@ -120,7 +120,7 @@ def suffix_chain(tokens, length, usable, min_n, max_n, num):
     size = 0
     for at in range(best_end + 1, min(best_end + 1 + num, length)):
         token = tokens[at]
-        if 0 <= token < vocab and not usable[token]:
+        if token < 0 or (token < vocab and not usable[token]):
             break
         chain[size] = token
         size += 1

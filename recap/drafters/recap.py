@@ -45,6 +45,9 @@ logger = logging.getLogger(__name__)
 #: Weight of the latest pass in the smoothed drafting time the cost-aware budget counts.
 OVERHEAD_SMOOTHING = 0.1
 
+#: Earlier requests' tokens the suffix match also searches with ``suffix_scope="stream"`` (the latest).
+STREAM_SUFFIX_TOKENS = 4096
+
 #: How many fused candidates at the root `RecapDrafter.root_candidates` returns for display.
 ROOT_CANDIDATES = 10
 
@@ -92,8 +95,10 @@ class RecapDrafter:
         self._acceptance = acceptance
         self.ctx2 = ContextMemory(2)
         self.ctx3 = ContextMemory(3)
-        # The request's tokens so far (`_mirror`), which the search reads (the root, the suffix match).
+        # The request's tokens so far (`_mirror`), which the search reads (the root, the suffix match),
+        # after the stream's earlier ones (`_history`, `_offset` of them; `_start_mirror`).
         self._tokens, self._length = np.zeros(1024, dtype=np.int64), 0
+        self._history, self._offset = np.zeros(0, dtype=np.int64), 0
         self._excluded: frozenset[int] = frozenset()
         self._excluded_array = np.zeros(0, dtype=np.int64)
         self._usable = np.zeros(1, dtype=bool)  # token -> may appear in a key (last entry: no token)
@@ -141,7 +146,7 @@ class RecapDrafter:
         self._usable = np.ones(request.vocab_size + 1, dtype=bool)
         self._usable[[t for t in self._excluded if 0 <= t < request.vocab_size]] = False
         self._usable[-1] = False
-        self._length = 0
+        self._start_mirror()
         self._forget_proposal()
 
     def propose(self, context: Sequence[int]) -> DraftTree:
@@ -333,20 +338,37 @@ class RecapDrafter:
         self._kept = len(tree)
         return tree
 
+    def _start_mirror(self) -> None:
+        """A new request's mirror: with ``suffix_scope="stream"`` the earlier requests' tokens (the last
+        `STREAM_SUFFIX_TOKENS`, each request closed by a separator, -1, which no key and no match crosses:
+        the search reads it as "before the sequence start") come first, so the suffix match also
+        continues what earlier answers said."""
+        if self.config.suffix_scope == "stream":
+            previous = self._tokens[self._offset : self._offset + self._length]
+            history = np.concatenate([self._history, previous, [-1]])[-STREAM_SUFFIX_TOKENS:]
+            self._history = history.astype(np.int64)
+        else:
+            self._history = np.zeros(0, dtype=np.int64)
+        self._offset = len(self._history)
+        self._tokens = np.zeros(self._offset + 1024, dtype=np.int64)
+        self._tokens[: self._offset] = self._history
+        self._length = 0
+
     def _mirror(self, context: Sequence[int]) -> int:
-        """Copy what is new in ``context`` to ``_tokens`` and return its length: a request's context grows
-        at its end (as `recap.drafters.prompt_lookup.NgramIndex` assumes), a shorter one is copied anew,
-        and the last three tokens (the root's context) are copied every time."""
-        length = len(context)
+        """Copy what is new in ``context`` to ``_tokens`` (after the stream's earlier tokens, see
+        `_start_mirror`) and return the length the search reads: a request's context grows at its end
+        (as `recap.drafters.prompt_lookup.NgramIndex` assumes), a shorter one is copied anew, and the last
+        three tokens (the root's context) are copied every time."""
+        length, off = len(context), self._offset
         known = min(self._length if length >= self._length else 0, max(length - 3, 0))
         if length > known:
-            if length > len(self._tokens):
-                grown = np.zeros(max(length, 2 * len(self._tokens)), dtype=np.int64)
-                grown[:known] = self._tokens[:known]
+            if off + length > len(self._tokens):
+                grown = np.zeros(max(off + length, 2 * len(self._tokens)), dtype=np.int64)
+                grown[:off + known] = self._tokens[:off + known]
                 self._tokens = grown
-            self._tokens[known:length] = context[known:length]
+            self._tokens[off + known:off + length] = context[known:length]
         self._length = length
-        return length
+        return off + length
 
     def explain(self, tree: DraftTree) -> None:
         """Fill the display-only fields of the last proposed ``tree``: the fused distribution at the
