@@ -67,6 +67,12 @@ class PersistentMemory:
         self.context3 = ContextMemory(3, capacity=STREAM_CONTEXT_CAPACITY)
         #: The stream's most often committed tokens, drafted where no memory has a record (not saved).
         self.backoff = BackoffRecord(vocab_size, k)
+        #: The earlier requests' tokens the suffix match also searches (``suffix_scope="stream"``), and
+        #: the request in progress as its drafter mirrors it (``(tokens, offset, length)``), which the
+        #: next request's drafter appends (`recap.drafters.recap.RecapDrafter`); not saved. Requests run
+        #: at once on one memory may each miss the other's tokens: only what is drafted changes.
+        self.suffix_history = np.zeros(0, dtype=np.int64)
+        self.suffix_request: tuple[np.ndarray, int, int] | None = None
         self._requests = itertools.count()
         self._table: np.ndarray | None = None  # `table`, built on first use
         self._lock = threading.Lock()
@@ -167,6 +173,7 @@ class PersistentMemory:
             self.context3.clear()
         self.acceptance.reset()
         self.backoff.reset()
+        self.suffix_history, self.suffix_request = np.zeros(0, dtype=np.int64), None
 
     # ------------------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike, fingerprint: str) -> None:

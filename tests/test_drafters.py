@@ -586,6 +586,22 @@ def test_the_suffix_match_continues_an_earlier_request_only_with_stream_scope(sc
         assert len(tree) == 0  # nothing in this request to continue
 
 
+def test_drafters_sharing_a_memory_share_the_streams_earlier_requests():
+    # The studio builds one drafter per request on a session's memory: the next one still continues
+    # what the previous one's request said.
+    config = RecapConfig(k=4, budget=8, use_context=False, use_persistent=False)
+    memory = PersistentMemory(VOCAB, 4)
+    first, second = RecapDrafter(config, persistent=memory), RecapDrafter(config, persistent=memory)
+    first.begin(RequestInfo((1, 2, 3), frozenset({IMAGE}), VOCAB))
+    first.propose([1, 2, 3, 7, 8, 9, 10, 11])
+    second.begin(RequestInfo((4, 5), frozenset({IMAGE}), VOCAB))
+    assert second.propose([4, 5, 7, 8]).tokens[:3] == [9, 10, 11]
+    memory.reset()  # a reset memory forgets them
+    third = RecapDrafter(config, persistent=memory)
+    third.begin(RequestInfo((4, 5), frozenset({IMAGE}), VOCAB))
+    assert len(third.propose([4, 5, 7, 8])) == 0
+
+
 @pytest.mark.parametrize(
     ("values", "fitted"),
     [

@@ -96,9 +96,8 @@ class RecapDrafter:
         self.ctx2 = ContextMemory(2)
         self.ctx3 = ContextMemory(3)
         # The request's tokens so far (`_mirror`), which the search reads (the root, the suffix match),
-        # after the stream's earlier ones (`_history`, `_offset` of them; `_start_mirror`).
-        self._tokens, self._length = np.zeros(1024, dtype=np.int64), 0
-        self._history, self._offset = np.zeros(0, dtype=np.int64), 0
+        # after the stream's earlier ones (`_offset` of them; `_start_mirror`).
+        self._tokens, self._length, self._offset = np.zeros(1024, dtype=np.int64), 0, 0
         self._excluded: frozenset[int] = frozenset()
         self._excluded_array = np.zeros(0, dtype=np.int64)
         self._usable = np.zeros(1, dtype=bool)  # token -> may appear in a key (last entry: no token)
@@ -342,16 +341,20 @@ class RecapDrafter:
         """A new request's mirror: with ``suffix_scope="stream"`` the earlier requests' tokens (the last
         `STREAM_SUFFIX_TOKENS`, each request closed by a separator, -1, which no key and no match crosses:
         the search reads it as "before the sequence start") come first, so the suffix match also
-        continues what earlier answers said."""
-        if self.config.suffix_scope == "stream":
-            previous = self._tokens[self._offset : self._offset + self._length]
-            history = np.concatenate([self._history, previous, [-1]])[-STREAM_SUFFIX_TOKENS:]
-            self._history = history.astype(np.int64)
-        else:
-            self._history = np.zeros(0, dtype=np.int64)
-        self._offset = len(self._history)
+        continues what earlier answers said. They are kept with the persistent memory
+        (`recap.memory.PersistentMemory.suffix_history`), so the drafters that share it (a studio
+        session's, one per request) share them."""
+        history, persistent = np.zeros(0, dtype=np.int64), self.persistent
+        if self.config.suffix_scope == "stream" and persistent is not None:
+            history, last = persistent.suffix_history, persistent.suffix_request
+            if last is not None:  # the previous request, as its drafter mirrored it
+                tokens, offset, length = last
+                history = np.concatenate([history, tokens[offset : offset + length], [-1]])
+                history = history[-STREAM_SUFFIX_TOKENS:].astype(np.int64)
+                persistent.suffix_history, persistent.suffix_request = history, None
+        self._offset = len(history)
         self._tokens = np.zeros(self._offset + 1024, dtype=np.int64)
-        self._tokens[: self._offset] = self._history
+        self._tokens[: self._offset] = history
         self._length = 0
 
     def _mirror(self, context: Sequence[int]) -> int:
@@ -368,6 +371,8 @@ class RecapDrafter:
                 self._tokens = grown
             self._tokens[off + known:off + length] = context[known:length]
         self._length = length
+        if self.config.suffix_scope == "stream" and self.persistent is not None:
+            self.persistent.suffix_request = (self._tokens, off, length)
         return off + length
 
     def explain(self, tree: DraftTree) -> None:
