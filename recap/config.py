@@ -45,7 +45,7 @@ class RecapConfig:
     (the acceptance estimates tell the two apart); ``backoff``: where no memory has a record, draft the
     stream's most often committed tokens (`recap.backoff`) instead of nothing; ``suffix_scope``:
     ``"stream"`` lets the suffix match also continue the stream's earlier requests (their last
-    `recap.drafters.recap.STREAM_SUFFIX_TOKENS` tokens), ``"request"`` only this request's.
+    `recap.drafters.mirror.STREAM_SUFFIX_TOKENS` tokens), ``"request"`` only this request's.
     """
 
     k: int = 8

@@ -33,6 +33,7 @@ from recap.context_memory import ContextMemory
 from recap.cost import CostModel
 from recap.drafters.base import Observation, RequestInfo
 from recap.drafters.best_first import Growth, compile_kernels, grow, select
+from recap.drafters.mirror import RequestMirror
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
 from recap.fusion import EMPTY, SOURCES, Fused, Lookup, fuse_rows
 from recap.memory import PersistentMemory
@@ -44,9 +45,6 @@ logger = logging.getLogger(__name__)
 
 #: Weight of the latest pass in the smoothed drafting time the cost-aware budget counts.
 OVERHEAD_SMOOTHING = 0.1
-
-#: Earlier requests' tokens the suffix match also searches with ``suffix_scope="stream"`` (the latest).
-STREAM_SUFFIX_TOKENS = 4096
 
 #: How many fused candidates at the root `RecapDrafter.root_candidates` returns for display.
 ROOT_CANDIDATES = 10
@@ -95,9 +93,7 @@ class RecapDrafter:
         self._acceptance = acceptance
         self.ctx2 = ContextMemory(2)
         self.ctx3 = ContextMemory(3)
-        # The request's tokens so far (`_mirror`), which the search reads (the root, the suffix match),
-        # after the stream's earlier ones (`_offset` of them; `_start_mirror`).
-        self._tokens, self._length, self._offset = np.zeros(1024, dtype=np.int64), 0, 0
+        self._seen = RequestMirror()  # the tokens the search reads (the root, the suffix match)
         self._excluded: frozenset[int] = frozenset()
         self._excluded_array = np.zeros(0, dtype=np.int64)
         self._usable = np.zeros(1, dtype=bool)  # token -> may appear in a key (last entry: no token)
@@ -145,7 +141,7 @@ class RecapDrafter:
         self._usable = np.ones(request.vocab_size + 1, dtype=bool)
         self._usable[[t for t in self._excluded if 0 <= t < request.vocab_size]] = False
         self._usable[-1] = False
-        self._start_mirror()
+        self._seen.start(self.persistent, self.config.suffix_scope == "stream")
         self._forget_proposal()
 
     def propose(self, context: Sequence[int]) -> DraftTree:
@@ -310,9 +306,10 @@ class RecapDrafter:
         # Where the curve is flat up to the cap, costs differ by noise only: grow to the cap. Else the
         # cost-aware rule keeps the best prefix, and the search stops where the rule stops looking.
         rule = self._cost_aware() and self._flat_extent() < cap + self.pending
+        length = self._seen.update(context, self.persistent, config.suffix_scope == "stream")
         growth = grow(
-            self._tokens,
-            self._mirror(context),
+            self._seen.tokens,
+            length,
             cap,
             config,
             self._usable,
@@ -336,44 +333,6 @@ class RecapDrafter:
         tree = select(growth, keep)
         self._kept = len(tree)
         return tree
-
-    def _start_mirror(self) -> None:
-        """A new request's mirror: with ``suffix_scope="stream"`` the earlier requests' tokens (the last
-        `STREAM_SUFFIX_TOKENS`, each request closed by a separator, -1, which no key and no match crosses:
-        the search reads it as "before the sequence start") come first, so the suffix match also
-        continues what earlier answers said. They are kept with the persistent memory
-        (`recap.memory.PersistentMemory.suffix_history`), so the drafters that share it (a studio
-        session's, one per request) share them."""
-        history, persistent = np.zeros(0, dtype=np.int64), self.persistent
-        if self.config.suffix_scope == "stream" and persistent is not None:
-            history, last = persistent.suffix_history, persistent.suffix_request
-            if last is not None:  # the previous request, as its drafter mirrored it
-                tokens, offset, length = last
-                history = np.concatenate([history, tokens[offset : offset + length], [-1]])
-                history = history[-STREAM_SUFFIX_TOKENS:].astype(np.int64)
-                persistent.suffix_history, persistent.suffix_request = history, None
-        self._offset = len(history)
-        self._tokens = np.zeros(self._offset + 1024, dtype=np.int64)
-        self._tokens[: self._offset] = history
-        self._length = 0
-
-    def _mirror(self, context: Sequence[int]) -> int:
-        """Copy what is new in ``context`` to ``_tokens`` (after the stream's earlier tokens, see
-        `_start_mirror`) and return the length the search reads: a request's context grows at its end
-        (as `recap.drafters.prompt_lookup.NgramIndex` assumes), a shorter one is copied anew, and the last
-        three tokens (the root's context) are copied every time."""
-        length, off = len(context), self._offset
-        known = min(self._length if length >= self._length else 0, max(length - 3, 0))
-        if length > known:
-            if off + length > len(self._tokens):
-                grown = np.zeros(max(off + length, 2 * len(self._tokens)), dtype=np.int64)
-                grown[:off + known] = self._tokens[:off + known]
-                self._tokens = grown
-            self._tokens[off + known:off + length] = context[known:length]
-        self._length = length
-        if self.config.suffix_scope == "stream" and self.persistent is not None:
-            self.persistent.suffix_request = (self._tokens, off, length)
-        return off + length
 
     def explain(self, tree: DraftTree) -> None:
         """Fill the display-only fields of the last proposed ``tree``: the fused distribution at the
