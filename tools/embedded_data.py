@@ -416,7 +416,8 @@ class BatchStream:
         self.pool = None
         if workers > 0:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-            ctx = multiprocessing.get_context("fork")
+            ctx = multiprocessing.get_context("spawn")  # not fork: a forked child of a process whose
+            # threads (torch, tokenizers) held a lock can hang; spawned workers start clean
             init = (
                 world.name,
                 world.extra_questions,
