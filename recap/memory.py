@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
@@ -68,11 +69,11 @@ class PersistentMemory:
         #: The stream's most often committed tokens, drafted where no memory has a record (not saved).
         self.backoff = BackoffRecord(vocab_size, k)
         #: The earlier requests' tokens the suffix match also searches (``suffix_scope="stream"``), and
-        #: the request in progress as its drafter mirrors it (``(tokens, offset, length)``), which the
-        #: next request's drafter appends (`recap.drafters.recap.RecapDrafter`); not saved. Requests run
-        #: at once on one memory may each miss the other's tokens: only what is drafted changes.
+        #: the request in progress (its `recap.drafters.mirror.RequestMirror`), which the next request
+        #: appends; not saved. Requests run at once on one memory may each miss the other's tokens: only
+        #: what is drafted changes.
         self.suffix_history = np.zeros(0, dtype=np.int64)
-        self.suffix_request: tuple[np.ndarray, int, int] | None = None
+        self.suffix_request: Any = None
         self._requests = itertools.count()
         self._table: np.ndarray | None = None  # `table`, built on first use
         self._lock = threading.Lock()

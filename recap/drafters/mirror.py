@@ -36,21 +36,23 @@ class RequestMirror:
         history = np.zeros(0, dtype=np.int64)
         if stream and persistent is not None:
             history, last = persistent.suffix_history, persistent.suffix_request
-            if last is not None:
-                tokens, offset, length = last
-                history = np.concatenate([history, tokens[offset : offset + length], [-1]])
+            if last is not None:  # the previous request's mirror, as it was left
+                request = last.tokens[last.offset : last.offset + last.length]
+                history = np.concatenate([history, request, [-1]])
                 history = history[-STREAM_SUFFIX_TOKENS:].astype(np.int64)
                 persistent.suffix_history, persistent.suffix_request = history, None
         self.offset = len(history)
         self.tokens = np.zeros(self.offset + 1024, dtype=np.int64)
         self.tokens[: self.offset] = history
         self.length = 0
+        if stream and persistent is not None:
+            persistent.suffix_request = self  # the next request's mirror appends what this one holds
 
-    def update(self, context: Sequence[int], persistent: PersistentMemory | None, stream: bool) -> int:
+    def update(self, context: Sequence[int]) -> int:
         """Copy what is new in ``context`` and return the length the search reads (``offset`` + the
         context's): a request's context grows at its end (as `recap.drafters.prompt_lookup.NgramIndex`
         assumes), a shorter one is copied anew, and the last three tokens (the root's context) are copied
-        every time. With ``stream``, the memory learns where this request's tokens are."""
+        every time."""
         length, offset = len(context), self.offset
         known = min(self.length if length >= self.length else 0, max(length - 3, 0))
         if length > known:
@@ -60,6 +62,4 @@ class RequestMirror:
                 self.tokens = grown
             self.tokens[offset + known : offset + length] = context[known:length]
         self.length = length
-        if stream and persistent is not None:
-            persistent.suffix_request = (self.tokens, offset, length)
         return offset + length

@@ -306,7 +306,7 @@ class RecapDrafter:
         # Where the curve is flat up to the cap, costs differ by noise only: grow to the cap. Else the
         # cost-aware rule keeps the best prefix, and the search stops where the rule stops looking.
         rule = self._cost_aware() and self._flat_extent() < cap + self.pending
-        length = self._seen.update(context, self.persistent, config.suffix_scope == "stream")
+        length = self._seen.update(context)
         growth = grow(
             self._seen.tokens,
             length,
