@@ -202,10 +202,11 @@ def v2_tokenizer():
     return ed.build_tokenizer(V2)
 
 
-#: The comparison, run in a fresh interpreter: the pool forks, and forking the test process, whose
-#: earlier tests left threads (servers, tokenizers, torch) holding locks, can leave a worker dead and the
-#: pool waiting forever; a training run forks from a process of its own, as this script does.
+#: The comparison, run in a fresh interpreter (as a training run is): if anything stalls, faulthandler
+#: prints every thread's stack and exits, so a failure says where instead of only timing out.
 WORKERS_SCRIPT = """
+import faulthandler, sys
+faulthandler.dump_traceback_later(150, exit=True)
 import numpy as np
 from tools import embedded_data as ed
 from tools.embedded_phrasings import EXTRA_TRAINING_QUESTIONS
@@ -219,10 +220,16 @@ try:
         for key in ("input_ids", "labels", "attention_mask", "pixels", "attn_target"):
             assert np.array_equal(a[key], b[key]), key
         assert all(np.array_equal(a["aux"][k], b["aux"][k]) for k in a["aux"])
+    print("same batches", flush=True)
+    streams[1].workers[0][0].kill()  # a worker dies: the stream raises instead of waiting forever
+    try:
+        for _ in range(streams[1].prefetch + 1):  # batches it finished before dying may still arrive
+            next(streams[1])
+    except RuntimeError as error:
+        print("raised:", error, flush=True)
 finally:
     for s in streams:
         s.close()
-print("same batches")
 """
 
 
@@ -231,8 +238,10 @@ def test_batches_built_by_workers_equal_batches_built_in_process():
     result = subprocess.run(
         [sys.executable, "-c", WORKERS_SCRIPT], cwd=root, capture_output=True, text=True, timeout=180
     )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().endswith("same batches")
+    assert result.returncode == 0, result.stderr[-4000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "same batches"
+    assert lines[1].startswith("raised: a batch worker died (exit code -9)"), result.stdout
 
 
 def test_v2_binding_targets_point_at_the_shape_the_answer_names(v2_tokenizer):

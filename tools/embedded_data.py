@@ -397,9 +397,21 @@ def _worker_batch(seeds: list[int]) -> dict:
     return batch_from_seeds(seeds, _WORKER["world"], _WORKER["builder"], _WORKER["scope"])
 
 
+def _worker_loop(conn, init: tuple) -> None:
+    """A batch worker: seeds in, batches out, in order, over its own pipe, until it reads ``None``."""
+    _worker_init(*init)
+    while (seeds := conn.recv()) is not None:
+        conn.send(_worker_batch(seeds))
+
+
 class BatchStream:
     """The training batches in order: seeds drawn here, batches built here (``workers == 0``) or in
-    ``workers`` processes with ``prefetch`` batches in flight. Same batches either way."""
+    ``workers`` processes with ``prefetch`` batches in flight. Same batches either way.
+
+    Each worker has a pipe of its own and batch ``i`` goes to worker ``i % workers``, so results come
+    back in order with no lock shared between processes; a worker that dies raises here (with its exit
+    code) instead of leaving the stream waiting. Workers are spawned, not forked: a forked child of a
+    process whose threads (torch, tokenizers) held a lock can hang."""
 
     def __init__(
         self,
@@ -413,33 +425,55 @@ class BatchStream:
     ):
         self.rng, self.world, self.builder = rng, world, builder
         self.batch, self.scope, self.prefetch = batch, attn_scope, max(1, prefetch)
-        self.pool = None
+        self.workers: list = []  # (process, connection)
+        self.pending: deque = deque()  # worker index of each batch in flight, oldest first
+        self.sent = 0
         if workers > 0:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-            ctx = multiprocessing.get_context("spawn")  # not fork: a forked child of a process whose
-            # threads (torch, tokenizers) held a lock can hang; spawned workers start clean
-            init = (
-                world.name,
-                world.extra_questions,
-                world.extra_share,
-                builder.tok,
-                builder.num_image_tokens,
-                attn_scope,
-            )
-            self.pool = ctx.Pool(workers, initializer=_worker_init, initargs=init)
-        self.pending: deque = deque()
+            ctx = multiprocessing.get_context("spawn")
+            init = (world.name, world.extra_questions, world.extra_share, builder.tok, builder.num_image_tokens)
+            init += (attn_scope,)
+            for _ in range(workers):
+                here, there = ctx.Pipe()
+                proc = ctx.Process(target=_worker_loop, args=(there, init), daemon=True)
+                proc.start()
+                there.close()
+                self.workers.append((proc, here))
 
     def __iter__(self) -> Iterator[dict]:
         return self
 
     def __next__(self) -> dict:
-        if self.pool is None:
+        if not self.workers:
             return batch_from_seeds(draw_seeds(self.rng, self.batch), self.world, self.builder, self.scope)
         while len(self.pending) < self.prefetch:
-            self.pending.append(self.pool.apply_async(_worker_batch, (draw_seeds(self.rng, self.batch),)))
-        return self.pending.popleft().get()
+            index = self.sent % len(self.workers)
+            self.workers[index][1].send(draw_seeds(self.rng, self.batch))
+            self.pending.append(index)
+            self.sent += 1
+        proc, conn = self.workers[self.pending.popleft()]
+        try:
+            while not conn.poll(1.0):
+                if not proc.is_alive():
+                    raise EOFError
+            return conn.recv()
+        except (EOFError, OSError):  # the pipe closed or reset: its worker is gone
+            proc.join(timeout=2.0)
+            self.close()
+            raise RuntimeError(
+                f"a batch worker died (exit code {proc.exitcode}); its error, if any, is above"
+            ) from None
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.terminate()
-            self.pool = None
+        for proc, conn in self.workers:
+            try:
+                conn.send(None)
+            except OSError:
+                pass  # the worker is gone already
+        for proc, conn in self.workers:
+            proc.join(timeout=2.0)  # a worker still sending a batch nobody reads is stopped instead
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            conn.close()
+        self.workers, self.pending = [], deque()

@@ -267,7 +267,7 @@ def train(out_dir: Path, cfg: TrainConfig) -> dict:
         world = world.with_extra_questions(EXTRA_TRAINING_QUESTIONS, cfg.extra_phrasing_share)
     processor, model = initial_model(cfg, world)
     builder = SequenceBuilder(processor.tokenizer, world.num_image_tokens)
-    # Batch workers fork before CUDA is initialised in this process.
+    # Batch workers start before CUDA is initialised in this process.
     rng = np.random.default_rng(cfg.seed)
     stream = BatchStream(rng, world, builder, cfg.batch, cfg.attn_scope, cfg.workers)
     model = model.to(cfg.device)
