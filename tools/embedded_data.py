@@ -12,6 +12,7 @@ tokenizer) and training stays bit-identical to building them in the main process
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 from collections import deque
@@ -431,8 +432,8 @@ class BatchStream:
         if workers > 0:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
             ctx = multiprocessing.get_context("spawn")
-            init = (world.name, world.extra_questions, world.extra_share, builder.tok, builder.num_image_tokens)
-            init += (attn_scope,)
+            init = (world.name, world.extra_questions, world.extra_share, builder.tok)
+            init += (builder.num_image_tokens, attn_scope)
             for _ in range(workers):
                 here, there = ctx.Pipe()
                 proc = ctx.Process(target=_worker_loop, args=(there, init), daemon=True)
@@ -465,11 +466,9 @@ class BatchStream:
             ) from None
 
     def close(self) -> None:
-        for proc, conn in self.workers:
-            try:
+        for _proc, conn in self.workers:
+            with contextlib.suppress(OSError):  # the worker is gone already
                 conn.send(None)
-            except OSError:
-                pass  # the worker is gone already
         for proc, conn in self.workers:
             proc.join(timeout=2.0)  # a worker still sending a batch nobody reads is stopped instead
             if proc.is_alive():
