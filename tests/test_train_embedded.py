@@ -209,11 +209,12 @@ import faulthandler, sys
 faulthandler.dump_traceback_later(150, exit=True)
 import numpy as np
 from tools import embedded_data as ed
+from tools.batch_stream import BatchStream
 from tools.embedded_phrasings import EXTRA_TRAINING_QUESTIONS
 V2 = ed.WORLDS["v2"]
 builder = ed.SequenceBuilder(ed.build_tokenizer(V2), V2.num_image_tokens)
 world = V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.5)  # the workers get the extras too
-streams = [ed.BatchStream(np.random.default_rng(5), world, builder, 4, "mentions", workers=w) for w in (0, 2)]
+streams = [BatchStream(np.random.default_rng(5), world, builder, 4, "mentions", workers=w) for w in (0, 2)]
 try:
     for _ in range(3):
         a, b = (next(s) for s in streams)

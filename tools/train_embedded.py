@@ -35,12 +35,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from tools.batch_stream import BatchStream
 from tools.embedded_data import (
     ATTN_SCOPES,
     IMAGE,
     SPECIAL_TOKENS,
     WORLDS,
-    BatchStream,
     SequenceBuilder,
     World,
     build_processor,
