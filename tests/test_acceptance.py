@@ -459,3 +459,22 @@ def test_a_context_no_memory_knows_drafts_the_backoff_record(backoff):
     assert sorted(tree.tokens[j] for j in roots) == sorted(ids[ids >= 0].tolist())
     assert all(tree.sources[j] == ("backoff",) for j in roots)
     assert drafter.root_candidates() == []  # the memories' fused distribution is unchanged: empty
+
+
+def test_a_backoff_token_the_suffix_match_also_proposes_is_credited_to_both():
+    """At a context no memory knows, the suffix-matched token is usually one of the back-off record's
+    too: the node is credited to both (``backoff`` first, as the studio and the bench count it)."""
+    drafter = make_drafter("recap", config=RecapConfig(budget=16))
+    target = Target(cycle_rule([1, 2, 3]))
+    context = start(drafter, [1, 2, 3], target)
+    context.append(1)
+    for _ in range(4):
+        step(drafter, context, target)
+    context += [1, 40, 2, 3, 1, 40]  # never computed: no record keyed by 40; "1 40" was followed by 2
+    tree = drafter.propose(context)
+    ids, _ = drafter.persistent.backoff.record()
+    assert 2 in ids.tolist()
+    node = tree.child(ROOT, 2)
+    assert node is not None and tree.sources[node] == ("backoff", "suffix")
+    others = [j for j in range(len(tree)) if tree.parents[j] == ROOT and j != node]
+    assert others and all(tree.sources[j] == ("backoff",) for j in others)

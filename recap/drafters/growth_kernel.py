@@ -337,7 +337,7 @@ def grow_tree(
             tails[size, 0], tails[size, 1], tails[size, 2] = context_tail[1], context_tail[2], c_token[best]
             for s in range(3):
                 parts[size, s] = np.float64(c_parts[best, s])
-            backed_node[size] = backed and best != chain_column
+            backed_node[size] = backed and best < n  # (column n: the suffix token, no record proposed it)
             if best == chain_column:
                 suffix[size] = True
                 chain_next = size
