@@ -81,18 +81,20 @@ class BatchStream:
     def __next__(self) -> dict:
         if not self.workers:
             return batch_from_seeds(draw_seeds(self.rng, self.batch), self.world, self.builder, self.scope)
-        while len(self.pending) < self.prefetch:
-            index = self.sent % len(self.workers)
-            self.workers[index][1].send(draw_seeds(self.rng, self.batch))
-            self.pending.append(index)
-            self.sent += 1
-        proc, conn = self.workers[self.pending.popleft()]
+        proc = None
         try:
+            while len(self.pending) < self.prefetch:
+                index = self.sent % len(self.workers)
+                proc, conn = self.workers[index]
+                conn.send(draw_seeds(self.rng, self.batch))
+                self.pending.append(index)
+                self.sent += 1
+            proc, conn = self.workers[self.pending.popleft()]
             while not conn.poll(1.0):
                 if not proc.is_alive():
                     raise EOFError
             return conn.recv()
-        except (EOFError, OSError):  # the pipe closed or reset: its worker is gone
+        except (EOFError, OSError):  # the pipe closed, reset or broke: its worker is gone
             proc.join(timeout=2.0)
             self.close()
             raise RuntimeError(
