@@ -205,7 +205,7 @@ def v2_tokenizer():
 #: The comparison, run in a fresh interpreter (as a training run is): if anything stalls, faulthandler
 #: prints every thread's stack and exits, so a failure says where instead of only timing out.
 WORKERS_SCRIPT = """
-import faulthandler, sys
+import faulthandler
 faulthandler.dump_traceback_later(150, exit=True)
 import numpy as np
 from tools import embedded_data as ed
