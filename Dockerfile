@@ -21,7 +21,7 @@ RUN pip install --user -r requirements.txt
 
 COPY --chown=1000:1000 . .
 # Compile RECAP's numba kernels into the image's cache, so that a container starts in seconds.
-RUN python -c "from recap.drafters.best_first import compile_kernels; compile_kernels()"
+RUN python -c "from recap.drafters.recap.search import compile_kernels; compile_kernels()"
 
 EXPOSE 7860
 CMD ["python", "app.py"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from recap.drafters.best_first import compile_kernels
+from recap.drafters.recap.search import compile_kernels
 from recap.studio.demo import build_demo
 from recap.studio.environment import concurrency, launch_kwargs
 

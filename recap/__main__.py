@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 from recap.drafters import is_recap_method
-from recap.hotstart import seed_successors, shipped_start
+from recap.drafters.token_recycling import seed_successors
+from recap.hotstart import shipped_start
 from recap.inputs import check_max_new_tokens, check_prompt, load_image
 from recap.options import add_model_options, add_sampling_options, load_runtime, sampling_settings
 

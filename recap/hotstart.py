@@ -5,46 +5,37 @@ example: 20 tokens in 19 passes). So a warmed memory ships for each embedded mod
 per model folder), and every memory scope (each studio session, the process-wide scope, the CLI)
 starts from its own copy of its model's file.
 
-- `model_fingerprint`: what every memory file is tagged with: the tokenizer's fingerprint and, for a
-  model in a local folder, a digest of its weights (a retrained model with the same tokenizer does not
-  load the old model's memory); for a hub id, the id.
 - `shipped_memory_for` / `SHIPPED_MEMORY_DIR`: the memory that ships for a local model folder
-  (``assets/memory/<folder name>.safetensors``, built by ``python -m tools.build_memory``).
-- `training_requests`: warm-up requests from an embedded model's TRAINING distribution (its scene
-  world: `recap.scenes` for v1, `recap.scenes2` for v2): scene seeds below the world's
-  ``HELDOUT_SEED_START``, training question templates. The held-out seeds (which the benchmark and
-  the studio's examples use) are never drawn.
-- `warm_up`: run requests through a drafter (its memories learn from every pass), optionally bounded
-  in time; `AveragedRecords` averages the target's predictions at their committed positions into the
-  records a starting memory ships (not the latest record of each token).
+  (``assets/memory/<folder name>.safetensors``, built by ``python -m scripts.build_memory``).
+- `warm_up`: run requests (`WarmupRequest`; an embedded model's come from its scene world's training
+  distribution, `recap.embedded.training_requests`) through a drafter (its memories learn from every
+  pass), optionally bounded in time; `AveragedRecords` averages the target's predictions at their
+  committed positions into the records a starting memory ships (not the latest record of each token).
 - `StartingMemory`: a model's starting point (a file, or nothing), its origin and one sentence about
   it; `starting_memory` resolves it from a file, with a log line and a cold start when the file is
-  missing, damaged or made for another model. `StartingMemory.fresh` gives each scope its own copy.
-- `seed_successors`: Token Recycling's successor matrix from the same records (TR's matrix after a set
-  of passes holds exactly the ids of RECAP's 1-token records after the same passes).
+  missing, damaged or made for another model (`recap.memory.fingerprint`). `StartingMemory.fresh`
+  gives each scope its own copy; `StartingMemory.successors` seeds Token Recycling's matrix from it
+  (`recap.drafters.token_recycling.seed_successors`).
 
 What a memory file holds is what `PersistentMemory.save` writes: the 1-token records. The drafter's
 other learnt state (stream-scope contextual records, acceptance estimates) is not saved.
 """
-
 from __future__ import annotations
 
-import hashlib
 import logging
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 from PIL import Image
 
-from recap import scenes
-from recap.memory import PersistentMemory
-from recap.recycling import recycling_keys
+from recap.memory.fingerprint import model_fingerprint
+from recap.memory.persistent import PersistentMemory
+from recap.memory.recycling import recycling_keys
 
 if TYPE_CHECKING:
     from recap.drafters.base import Drafter
@@ -59,43 +50,9 @@ SHIPPED_MEMORY_DIR = ROOT / "assets" / "memory"
 #: Top-k of the shipped memories (the drafters' default k).
 SHIPPED_K = 8
 #: The command that (re)builds the shipped memory of the embedded model.
-BUILD_COMMAND = "python -m tools.build_memory"
-#: Bytes read from each end of a weight file for its digest (cheap even for a 7B model's folder).
-DIGEST_BYTES = 1 << 20
+BUILD_COMMAND = "python -m scripts.build_memory"
 
 Origin = Literal["shipped", "file", "warm-up", "empty"]
-
-
-# ------------------------------------------------------------------------------------ fingerprints
-def weights_digest(folder: str | Path) -> str:
-    """A short digest of a model folder's weights: each weight file's name, size and first and last
-    `DIGEST_BYTES`, plus ``config.json``. Retraining changes it; copying the folder elsewhere does not."""
-    folder = Path(folder)
-    digest = hashlib.sha256()
-    weight_suffixes = {".safetensors", ".bin", ".gguf", ".pt", ".pth"}
-    files = sorted(
-        p
-        for p in folder.iterdir()
-        if p.is_file() and (p.suffix in weight_suffixes or p.name == "config.json")
-    )
-    for path in files:
-        size = path.stat().st_size
-        digest.update(f"{path.name}:{size}:".encode())
-        with open(path, "rb") as handle:
-            digest.update(handle.read(DIGEST_BYTES))
-            if size > 2 * DIGEST_BYTES:
-                handle.seek(-DIGEST_BYTES, 2)
-                digest.update(handle.read(DIGEST_BYTES))
-    return digest.hexdigest()[:16]
-
-
-def model_fingerprint(target: TargetModel) -> str:
-    """The tag of a memory file made for ``target``: tokenizer fingerprint plus the weights' digest (a
-    local folder) or the model's name (a hub id). A file with another tag is not loaded."""
-    folder = Path(target.name)
-    if folder.is_dir():
-        return f"{target.fingerprint()}|weights:{weights_digest(folder)}"
-    return f"{target.fingerprint()}|model:{target.name}"
 
 
 def shipped_memory_for(target: TargetModel) -> Path | None:
@@ -114,32 +71,6 @@ class WarmupRequest(NamedTuple):
     prompt: str
     images: tuple[Image.Image, ...]
     label: str
-
-
-def training_requests(n: int, first_seed: int = 0, world: ModuleType = scenes) -> list[WarmupRequest]:
-    """``n`` requests about training scenes of ``world`` (`recap.scenes` for the embedded model v1,
-    `recap.scenes2` for v2): scene seeds ``first_seed .. first_seed + n - 1`` (all below the world's
-    ``HELDOUT_SEED_START``), its question types in turn, its training question templates. A question
-    about two shapes (v2's relation) draws a scene of at least two shapes from the same seed.
-
-    Example: ``training_requests(2)[1].label == "training scene 1 (colour)"``.
-    """
-    if n < 0 or first_seed < 0 or first_seed + n > world.HELDOUT_SEED_START:
-        raise ValueError(
-            f"training scene seeds must lie in [0, {world.HELDOUT_SEED_START}), got {first_seed}+{n}"
-        )
-    two_shape_types = getattr(world, "TWO_SHAPE_TYPES", ())
-    requests = []
-    for i in range(n):
-        seed = first_seed + i
-        qtype = world.QUESTION_TYPES[i % len(world.QUESTION_TYPES)]
-        rng = np.random.default_rng(seed)
-        scene = world.sample_scene(rng, 2) if qtype in two_shape_types else world.sample_scene(rng)
-        prompt, _ = world.make_question(scene, qtype, rng)
-        requests.append(
-            WarmupRequest(prompt, (world.render_scene(scene),), f"training scene {seed} ({qtype})")
-        )
-    return requests
 
 
 @dataclass(frozen=True)
@@ -279,7 +210,7 @@ class StartingMemory:
 
     def successors(self, memory: PersistentMemory, vocab_size: int) -> SuccessorMatrix:
         """A Token Recycling matrix holding the ids of ``memory``'s records (empty rows elsewhere)."""
-        from recap.drafters.token_recycling import SuccessorMatrix
+        from recap.drafters.token_recycling import SuccessorMatrix, seed_successors
 
         matrix = SuccessorMatrix(vocab_size)
         seed_successors(matrix, memory)
@@ -347,17 +278,3 @@ def warm_start(
     )
     note = f"warmed on {report.started} example request(s) at start ({report.seconds:.0f} s)"
     return StartingMemory("warm-up", path, len(memory), note=note, fingerprint=fingerprint)
-
-
-def seed_successors(matrix: SuccessorMatrix, memory: PersistentMemory) -> int:
-    """Write the ids of every record of ``memory`` into Token Recycling's ``matrix``; returns the rows set.
-
-    TR overwrites row ``t`` with the top-k ids at every computed position ending in ``t``, and RECAP's
-    1-token memory writes its records under the same keys in the same order, so after the same passes
-    the two hold the same ids: the matrix starts from the same data as the memory.
-    """
-    tokens = [t for t in range(min(memory.vocab_size, matrix.vocab_size)) if memory.lookup(t) is not None]
-    if tokens:
-        rows = np.array([memory.lookup(t).ids for t in tokens], dtype=np.int64)
-        matrix.write_many(np.array(tokens, dtype=np.int64), rows)
-    return len(tokens)

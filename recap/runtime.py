@@ -13,31 +13,31 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
 
-from recap.config import RecapConfig
-from recap.cost import CostModel, steady_curve
 from recap.drafters import DEFAULT_METHOD, Drafter, make_drafter, shared_state
+from recap.drafters.recap.config import RecapConfig
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix
-from recap.hotstart import model_fingerprint
-from recap.memory import PersistentMemory
+from recap.memory.fingerprint import model_fingerprint
+from recap.memory.persistent import PersistentMemory
 from recap.models import TargetModel
+from recap.models.cost import CostModel, steady_curve
 
 log = logging.getLogger(__name__)
 
 _MODELS_DIR = Path(__file__).resolve().parent.parent / "assets" / "models"
-#: The embedded model v1 (the small scene world of `recap.scenes`; benchmark dataset ``scenes``), kept
+#: The embedded model v1 (the small scene world of `recap.embedded.scenes`; benchmark dataset ``scenes``),
+#: kept
 #: beside v2 for its earlier results: pass it as ``--model``.
 EMBEDDED_MODEL_V1 = _MODELS_DIR / "tiny-scenes-llava"
-#: The embedded model v2 (the wider scene world of `recap.scenes2`, detailed descriptions, relations;
+#: The embedded model v2 (the wider scene world of `recap.embedded.scenes2`, detailed descriptions, relations;
 #: benchmark dataset ``scenes2``).
 EMBEDDED_MODEL_V2 = _MODELS_DIR / "tiny-scenes-llava-v2"
 #: The default model of the CLI, the benchmark and the studio: the embedded model v2 (both ship in
-#: assets/models, trained by ``python -m tools.train_embedded``).
+#: assets/models, trained by ``python -m training.train``).
 EMBEDDED_MODEL = EMBEDDED_MODEL_V2
 
 #: Sweeps over the curve's sizes when a CPU measures the tree-cost curve (each: a prefill, then one
@@ -56,21 +56,8 @@ __all__ = [
     "EMBEDDED_MODEL_V1",
     "EMBEDDED_MODEL_V2",
     "Runtime",
-    "embedded_world",
     "parse_budget",
 ]
-
-
-def embedded_world(name_or_path: str | Path) -> ModuleType | None:
-    """The scene world an embedded model was trained on (`recap.scenes` for v1, `recap.scenes2` for
-    v2), by its folder; None for any other model. Its training scenes warm the model's memories."""
-    from recap import scenes, scenes2
-
-    folder = Path(name_or_path)
-    if not folder.is_dir():
-        return None
-    worlds = {EMBEDDED_MODEL_V1.resolve(): scenes, EMBEDDED_MODEL_V2.resolve(): scenes2}
-    return worlds.get(folder.resolve())
 
 
 def parse_budget(value: str | int) -> str | int:
@@ -108,7 +95,7 @@ class Runtime:
         On a GPU: the median of 10 passes per size (passes take milliseconds and jitter by about as much
         as T changes them). On a CPU, where other processes' load comes and goes, `CPU_COST_SWEEPS` or
         more quick sweeps over the sizes (as many as fit in `CPU_COST_SECONDS`), each size keeping its
-        fastest pass (`recap.cost.steady_curve`), timed in this thread's CPU time when torch computes
+        fastest pass (`recap.models.cost.steady_curve`), timed in this thread's CPU time when torch computes
         on one thread (the time the scheduler gave to others is not the pass's cost), else in wall-clock
         time.
         """
@@ -130,7 +117,7 @@ class Runtime:
 
     def use_cost_model(self, model: CostModel) -> None:
         """Use ``model`` as this device's tree-cost curve instead of measuring one (e.g. a curve
-        recorded on a GPU, replayed on a CPU: `recap.cost.load_curve`)."""
+        recorded on a GPU, replayed on a CPU: `recap.models.cost.load_curve`)."""
         with self._lock:
             self._cost = model
 

@@ -1,6 +1,6 @@
 """The numpy reference of RECAP's per-context candidates, for testing the compiled search.
 
-`recap.drafters.growth_kernel.grow_tree` computes, one context at a time inside its search, what
+`recap.drafters.recap.kernel.grow_tree` computes, one context at a time inside its search, what
 `candidates` computes for many contexts at once with numpy arrays (this was the drafter's own code
 before the search was compiled). Tests compare the two through `tests/test_acceptance.py`'s plain
 best-first search.
@@ -12,10 +12,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from recap.acceptance import BUCKETS, CODES, EDGES
-from recap.fusion import Lookup
+from recap.drafters.recap.fusion import Lookup
+from recap.memory.estimates import BUCKETS, CODES, EDGES
 
-#: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.acceptance.coarse_kind`).
+#: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.memory.estimates.coarse_kind`).
 _CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.int64)
 
 
@@ -53,7 +53,7 @@ def candidates(found: Lookup, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
     Returns ``tokens`` ``(B, n)``, fused probabilities ``q`` (-1 where the column is a repeat or
     empty), coarse acceptance kinds as ordinary candidates (what each memory says about the token:
-    no record; fresh or not, its rank or absent; `recap.acceptance.coarse_kind`) and each memory's
+    no record; fresh or not, its rank or absent; `recap.memory.estimates.coarse_kind`) and each memory's
     contribution ``(B, n, 3)``. Sums over the records' columns are matrix products with small constant
     matrices, and per-memory codes come from small tables: small arrays make numpy's per-call cost
     dominate, so the work is a few calls over whole arrays.

@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 from reference_fusion import candidates, estimate
 from test_drafters import IMAGE, PATTERN, VOCAB, Target, cycle_rule, seeded, simulate, start, step
 
-from recap.acceptance import (
+from recap.decode import generate
+from recap.drafters import make_drafter
+from recap.drafters.base import RequestInfo
+from recap.drafters.recap.config import RecapConfig
+from recap.drafters.recap.drafter import RecapDrafter
+from recap.drafters.recap.fusion import fuse, fuse_rows
+from recap.memory.backoff import BackoffRecord
+from recap.memory.context import ContextMemory
+from recap.memory.estimates import (
     BUCKETS,
     CODES,
     FINE_KINDS,
@@ -29,17 +37,9 @@ from recap.acceptance import (
     fine_kind,
     source_code,
 )
-from recap.backoff import BackoffRecord
-from recap.config import RecapConfig
-from recap.context_memory import ContextMemory
-from recap.cost import MAX_TREE, CostModel, load_curve
-from recap.decode import generate
-from recap.drafters import make_drafter
-from recap.drafters.base import RequestInfo
-from recap.drafters.recap import RecapDrafter
-from recap.fusion import fuse, fuse_rows
-from recap.memory import PersistentMemory
-from recap.records import PredictionRecord, pack_keys
+from recap.memory.persistent import PersistentMemory
+from recap.memory.records import PredictionRecord, pack_keys
+from recap.models.cost import MAX_TREE, CostModel, load_curve
 from recap.runtime import Runtime
 from recap.tree import ROOT
 
@@ -337,7 +337,7 @@ def test_load_curve_of_a_missing_file_names_it(tmp_path):
 
 def test_bench_replays_a_recorded_curve(tmp_path):
     from recap.bench import run_benchmark
-    from recap.datasets import Sample
+    from recap.bench.datasets import Sample
 
     target = tiny("llava")
     runtime = Runtime(target)

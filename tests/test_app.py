@@ -184,8 +184,8 @@ def test_suffix_decoding_runs_in_the_studio_with_this_sessions_own_tree(served):
 def test_suffix_without_its_package_is_refused_with_the_install_command(monkeypatch):
     import gradio as gr
 
-    from recap.config import RecapConfig
     from recap.drafters import suffix_decoding
+    from recap.drafters.recap.config import RecapConfig
     from recap.runtime import Runtime
     from recap.studio.serving import drafter_for
     from recap.studio.validation import offered_methods

@@ -18,16 +18,16 @@ from recap.bench import (
     sample_category,
     write_outputs,
 )
-from recap.config import RecapConfig
-from recap.cost import COST_SIZES
-from recap.datasets import Sample, load_dataset
+from recap.bench.datasets import Sample, load_dataset
+from recap.bench.sensitivity import common_prefix, split_against_reference
 from recap.decode import generate
+from recap.drafters.recap.config import RecapConfig
 from recap.drafters.suffix_decoding import SuffixConfig
-from recap.hotstart import model_fingerprint
-from recap.memory import PersistentMemory
+from recap.memory.fingerprint import model_fingerprint
+from recap.memory.persistent import PersistentMemory
+from recap.models.cost import COST_SIZES
 from recap.runtime import EMBEDDED_MODEL_V1, Runtime
 from recap.sampling import SamplingSettings
-from recap.sensitivity import common_prefix, split_against_reference
 
 METHOD_FIELDS = {
     "mat",

@@ -106,7 +106,7 @@ def test_memory_file_is_saved_and_reused(capsys, model_dir, image_file, tmp_path
 
 
 def _another_models_memory(path):
-    from recap.memory import PersistentMemory
+    from recap.memory.persistent import PersistentMemory
 
     memory = PersistentMemory(vocab_size=20, k=8)
     memory.write_many(np.array([3]), np.array([[1, 2]]), np.array([[0.7, 0.2]]))

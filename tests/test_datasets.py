@@ -9,8 +9,8 @@ import sys
 import pytest
 from conftest import noise_image
 
-import recap.datasets as datasets
-from recap.datasets import Sample, interleave, load_dataset
+import recap.bench.datasets as datasets
+from recap.bench.datasets import Sample, interleave, load_dataset
 
 
 def write_jsonl(path, lines):

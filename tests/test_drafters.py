@@ -15,17 +15,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recap.config import ABLATIONS, AUTO_FALLBACK_BUDGET, RecapConfig, apply_ablation
-from recap.cost import CostModel, auto_budget, isotonic
 from recap.drafters import DEFAULT_METHOD, METHODS, make_drafter
 from recap.drafters.base import Drafter, Observation, RequestInfo
-from recap.drafters.growth_kernel import suffix_chain
 from recap.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter, find_continuation
-from recap.drafters.recap import RecapDrafter
+from recap.drafters.recap.config import ABLATIONS, AUTO_FALLBACK_BUDGET, RecapConfig, apply_ablation
+from recap.drafters.recap.drafter import RecapDrafter
+from recap.drafters.recap.fusion import fuse
+from recap.drafters.recap.kernel import suffix_chain
 from recap.drafters.token_recycling import TR_TEMPLATE, SuccessorMatrix, TokenRecyclingDrafter
-from recap.fusion import fuse
-from recap.memory import PersistentMemory
-from recap.records import PredictionRecord
+from recap.memory.persistent import PersistentMemory
+from recap.memory.records import PredictionRecord
+from recap.models.cost import CostModel, auto_budget, isotonic
 from recap.tree import ROOT, DraftTree
 from recap.verify import accept_greedy
 
@@ -529,7 +529,7 @@ def test_drafter_budget_follows_cost_model(points, size):
 )
 def test_the_search_stops_where_the_budget_rule_stops_and_keeps_the_same_tree(monkeypatch, points):
     # The reference: grow all `max_budget` nodes, then keep `auto_budget`'s prefix of them.
-    import recap.drafters.recap as recap_module
+    import recap.drafters.recap.drafter as recap_module
 
     config = RecapConfig(k=4, suffix=False, use_context=False, max_budget=48)
     records = {t: {t + 1: 0.5, t + 2: 0.3, t + 3: 0.1, t + 4: 0.05} for t in range(VOCAB - 5)}
@@ -562,7 +562,7 @@ def test_the_search_stops_where_the_budget_rule_stops_and_keeps_the_same_tree(mo
     ],
 )
 def test_grow_refuses_what_the_compiled_search_would_read_out_of_bounds(tokens, length, backoff, message):
-    from recap.drafters.best_first import grow
+    from recap.drafters.recap.search import grow
 
     config = RecapConfig(k=4)
     usable = np.ones(VOCAB + 1, dtype=bool)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from recap import scenes
-from tools.embedded_data import WORLDS
-from tools.embedded_eval import accuracy_by_type, generate_answers, prompt_text
+from recap.embedded import scenes
+from training.data import WORLDS
+from training.evaluate import accuracy_by_type, generate_answers, prompt_text
 
 NUM_IMAGE_TOKENS = WORLDS["v1"].num_image_tokens
 
@@ -78,7 +78,7 @@ def test_fact_extraction_prefers_the_longest_position_phrase():
 
 
 def test_heldout_set_is_deterministic_and_disjoint_from_training_seeds():
-    from tools.embedded_data import training_scene_seed
+    from training.data import training_scene_seed
 
     items = scenes.heldout_set(seed=0, n_per_type=5)
     again = scenes.heldout_set(seed=0, n_per_type=5)

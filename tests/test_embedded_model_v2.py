@@ -13,11 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from recap import scenes2
 from recap.bench.cli import local_image_size, main
-from recap.datasets import DEFAULT_DATASET, SCENE_DATASETS, check_scene_world, default_dataset, load_dataset
+from recap.bench.datasets import (
+    DEFAULT_DATASET,
+    SCENE_DATASETS,
+    check_scene_world,
+    default_dataset,
+    load_dataset,
+)
+from recap.embedded import scenes2
 from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2
-from tools.embedded_eval import MAX_NEW_TOKENS, accuracy_by_type, folder_size
+from training.evaluate import MAX_NEW_TOKENS, accuracy_by_type, folder_size
 
 MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-scenes-llava-v2"
 
@@ -216,7 +222,7 @@ def test_v2_examples_are_heldout_scenes_it_answers_right(loaded):
     import numpy as np
     from PIL import Image
 
-    from tools.embedded_eval import generate_answers
+    from training.evaluate import generate_answers
 
     folder = MODEL_DIR.parents[1] / "examples-v2"
     prompts = json.loads((folder / "prompts.json").read_text())

@@ -225,7 +225,7 @@ def test_teacher_forced_greedy_reproduces_the_greedy_answer(arch):
 def test_attention_layout_mirrors_each_family(model_type, settings, window, mask_keys):
     from transformers import AutoConfig
 
-    from recap.families import AttentionLayout
+    from recap.models.families import AttentionLayout
 
     layout = AttentionLayout.of(AutoConfig.for_model(model_type, **settings))
     assert layout.window == window
@@ -242,7 +242,7 @@ def test_attention_layout_mirrors_each_family(model_type, settings, window, mask
 def test_attention_layout_refuses_masks_a_tree_cannot_mirror(model_type, settings, message):
     from transformers import AutoConfig
 
-    from recap.families import AttentionLayout
+    from recap.models.families import AttentionLayout
 
     with pytest.raises(ValueError, match=message):
         AttentionLayout.of(AutoConfig.for_model(model_type, num_hidden_layers=2, **settings))
@@ -288,7 +288,7 @@ def test_a_tree_whose_parents_follow_their_children_is_refused_not_decoded_wrong
 def test_the_embedded_model_v1_at_a_full_budget_equals_autoregressive(method):
     # Regression: uncalibrated fused probabilities can round to just above 1, which made a child
     # outrank its parent in the tree (the first held-out scene differed from greedy at token 28).
-    from recap.datasets import load_dataset
+    from recap.bench.datasets import load_dataset
     from recap.runtime import EMBEDDED_MODEL_V1, Runtime
 
     runtime = Runtime.load(str(EMBEDDED_MODEL_V1))  # v1's regression, on v1's scenes

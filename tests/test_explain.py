@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recap.explain import explain_step, quote
+from recap.studio.explain import explain_step, quote
 from recap.trace import NodeRecord, StepRecord
 
 

@@ -65,8 +65,8 @@ def embedded_on_cuda():
 
 @pytest.mark.parametrize("method", METHODS)
 def test_embedded_model_is_lossless_on_cuda(embedded_on_cuda, method):
-    from recap import scenes
     from recap.drafters.suffix_decoding import suffix_decoding_available
+    from recap.embedded import scenes
 
     if method == "suffix" and not suffix_decoding_available():
         pytest.skip("arctic-inference is not installed (the GPU machine has no registry to build it)")

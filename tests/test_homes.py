@@ -6,8 +6,8 @@ from dataclasses import astuple
 
 import pytest
 
+from recap.bench.sensitivity import split_against_reference
 from recap.drafters import METHODS, is_recap_method
-from recap.sensitivity import split_against_reference
 from recap.tree import SOURCE_TABLE, SOURCES, main_source
 
 

@@ -1,12 +1,12 @@
-"""The hash index of the contextual memories (`recap.key_index`) and the compiled parts' start-up."""
+"""The hash index of the contextual memories (`recap.memory.key_index`) and the compiled parts' start-up."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from recap.drafters.best_first import compile_kernels
-from recap.key_index import KeyIndex
+from recap.drafters.recap.search import compile_kernels
+from recap.memory.key_index import KeyIndex
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from conftest import images_for, tiny
 from tiny_models import ARCHITECTURES
 from transformers import DynamicCache
 
-from recap.families import FAMILIES
+from recap.models.families import FAMILIES
 from recap.models.kv_cache import SPARE, GrowingCache
 from recap.tree import DraftTree
 

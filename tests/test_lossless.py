@@ -15,7 +15,7 @@ from tiny_models import ARCHITECTURES
 from recap.decode import generate
 from recap.drafters import METHODS
 from recap.drafters.token_recycling import SuccessorMatrix
-from recap.memory import PersistentMemory
+from recap.memory.persistent import PersistentMemory
 from recap.runtime import Runtime
 
 REQUESTS = [("the cat is black and the dog is", 0), ("describe the image. what colour is the square?", 1)]

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recap.acceptance import BUCKETS, HITS, SEEN, A, AcceptanceModel, B
-from recap.context_memory import ContextMemory, has_room
-from recap.memory import ORPHAN_AGE_S, PersistentMemory, remove_orphans
-from recap.records import (
+from recap.memory.context import ContextMemory, has_room
+from recap.memory.estimates import BUCKETS, HITS, SEEN, A, AcceptanceModel, B
+from recap.memory.persistent import ORPHAN_AGE_S, PersistentMemory, remove_orphans
+from recap.memory.records import (
     PredictionRecord,
     concentration,
     fit_topk,
@@ -28,7 +28,7 @@ from recap.records import (
     record_rows,
     record_table,
 )
-from recap.recycling import GreedyLabels, recycle, recycling_keys, write_recycled
+from recap.memory.recycling import GreedyLabels, recycle, recycling_keys, write_recycled
 
 NONE = np.zeros(0, dtype=np.int64)
 
@@ -118,7 +118,7 @@ def test_mismatched_file_gives_fresh_memory(tmp_path, caplog, fingerprint, vocab
     path = tmp_path / "p1.safetensors"
     filled_memory().save(path, "tok-abc")
     before = path.read_bytes()
-    with caplog.at_level(logging.WARNING, logger="recap.memory"):
+    with caplog.at_level(logging.WARNING, logger="recap.memory.persistent"):
         loaded = PersistentMemory.load(path, fingerprint, vocab, k)
     assert len(loaded) == 0 and reason in caplog.text
     assert path.read_bytes() == before  # a failed load never touches the file
@@ -137,14 +137,14 @@ def test_corrupt_file_gives_fresh_memory_and_stays_untouched(tmp_path, caplog, d
     filled_memory().save(path, "tok-abc")
     path.write_bytes(damage(path.read_bytes()))
     before = path.read_bytes()
-    with caplog.at_level(logging.WARNING, logger="recap.memory"):
+    with caplog.at_level(logging.WARNING, logger="recap.memory.persistent"):
         loaded = PersistentMemory.load(path, "tok-abc", 20, 3)
     assert len(loaded) == 0 and "not loaded" in caplog.text
     assert path.read_bytes() == before
 
 
 def test_missing_file_gives_fresh_memory(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="recap.memory"):
+    with caplog.at_level(logging.WARNING, logger="recap.memory.persistent"):
         loaded = PersistentMemory.load(tmp_path / "absent.safetensors", "tok", 20, 3)
     assert len(loaded) == 0 and "does not exist" in caplog.text
     assert not (tmp_path / "absent.safetensors").exists()
@@ -152,7 +152,7 @@ def test_missing_file_gives_fresh_memory(tmp_path, caplog):
 
 def test_wrong_format_version_is_rejected(tmp_path, monkeypatch):
     path = tmp_path / "p1.safetensors"
-    monkeypatch.setattr("recap.memory.FORMAT_VERSION", "0")
+    monkeypatch.setattr("recap.memory.persistent.FORMAT_VERSION", "0")
     filled_memory().save(path, "tok-abc")
     monkeypatch.undo()
     assert len(PersistentMemory.load(path, "tok-abc", 20, 3)) == 0
@@ -175,7 +175,7 @@ def test_concurrent_saves_leave_a_valid_file(tmp_path):
 
 _KILLED_SAVE = """
 import sys, time
-import recap.memory as memory
+import recap.memory.persistent as memory
 
 def stuck(tensors, path, metadata=None):
     open(path, "wb").write(b"half a file")

@@ -20,7 +20,7 @@ from tiny_models import VISION_ARCHITECTURES, build
 from recap.decode import generate
 from recap.drafters import METHODS
 from recap.drafters.token_recycling import SuccessorMatrix
-from recap.memory import PersistentMemory
+from recap.memory.persistent import PersistentMemory
 from recap.runtime import Runtime
 
 FAST_SEEDS = (0, 1)

@@ -9,10 +9,10 @@ import torch
 from conftest import tiny
 
 from recap import runtime as runtime_module
-from recap.config import RecapConfig
-from recap.cost import steady_curve
 from recap.drafters import shared_state
-from recap.runtime import CPU_COST_MAX_SWEEPS, CPU_COST_SWEEPS, EMBEDDED_MODEL_V1, Runtime, parse_budget
+from recap.drafters.recap.config import RecapConfig
+from recap.models.cost import steady_curve
+from recap.runtime import CPU_COST_MAX_SWEEPS, CPU_COST_SWEEPS, Runtime, parse_budget
 
 
 def test_drafters_share_memories_per_method():
@@ -130,12 +130,3 @@ def test_a_cheap_model_gets_more_sweeps_while_they_fit_in_the_time_allowed(monke
     assert len(calls) == CPU_COST_MAX_SWEEPS > CPU_COST_SWEEPS
     assert model.points == ((1, 1e-3), (4, 2e-3 / CPU_COST_MAX_SWEEPS))
 
-
-@pytest.mark.skipif(not (EMBEDDED_MODEL_V1 / "config.json").is_file(), reason="no embedded v1 in assets")
-def test_first_click_budget_tool_reports_both_curves(capsys):
-    from tools import first_click_budget
-
-    assert first_click_budget.main(["--model", "v1", "--rounds", "1"]) == 0
-    out = capsys.readouterr().out
-    assert out.count("nodes/pass median") == 2 and "old 0: curve ms" in out and "new 0: curve ms" in out
-    assert first_click_budget.main(["--rounds", "0"]) == 2

@@ -18,7 +18,7 @@ from transformers.generation.logits_process import (
 )
 
 from recap.decode import generate
-from recap.memory import PersistentMemory
+from recap.memory.persistent import PersistentMemory
 from recap.runtime import Runtime
 from recap.sampling import SamplingSettings, accept_sampled, choose_among, processed_probs
 from recap.tree import DraftTree
@@ -287,9 +287,9 @@ def _learnt(commit: str) -> tuple[np.ndarray, np.ndarray]:
     """RECAP's acceptance counts (seen, hits per coarse kind) after one verified pass whose target
     commits: ``greedy`` (the argmax), ``one-hot`` (sampling that puts all mass on the argmax),
     ``none`` (sampling with no mass on the top-k) or ``spread`` (the top-k probabilities)."""
-    from recap.config import RecapConfig
     from recap.drafters.base import Observation, RequestInfo
-    from recap.drafters.recap import RecapDrafter
+    from recap.drafters.recap.config import RecapConfig
+    from recap.drafters.recap.drafter import RecapDrafter
     from recap.verify import accept_greedy
 
     drafter = RecapDrafter(RecapConfig(k=2, budget=4, suffix=False))

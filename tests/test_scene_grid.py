@@ -1,4 +1,4 @@
-"""The scene grid shared by worlds v1 (recap.scenes) and v2 (recap.scenes2).
+"""The scene grid shared by worlds v1 (recap.embedded.scenes) and v2 (recap.embedded.scenes2).
 
 The embedded models were trained on these worlds, so each world's scenes, questions, answers and pixels
 are pinned here: a change to the shared code that moves either world fails. The shared pieces are then
@@ -11,7 +11,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from recap import scene_grid, scenes, scenes2
+from recap.embedded import grid as scene_grid
+from recap.embedded import scenes, scenes2
 
 
 def world_digests(world) -> tuple[str, str]:

@@ -1,4 +1,5 @@
-"""The scene world v2 (recap.scenes2): distinguishable colours and kinds, counts, relations that follow
+"""The scene world v2 (recap.embedded.scenes2): distinguishable colours and kinds, counts, relations that
+follow
 the drawn coordinates, phrasings kept out of training, detailed descriptions of 60-150 tokens, and the
 fact checkers on hand-written right and wrong answers."""
 
@@ -9,8 +10,8 @@ import itertools
 import numpy as np
 import pytest
 
-from recap import scenes2 as s2
-from recap.scene2_draw import _JITTER, _RADIUS
+from recap.embedded import scenes2 as s2
+from recap.embedded.scenes2_draw import _JITTER, _RADIUS
 
 SEEDS = range(300)
 
@@ -116,7 +117,7 @@ def test_heldout_phrasings_never_occur_in_training():
 
 
 def test_heldout_seeds_and_sets():
-    from tools.embedded_data import draw_seeds
+    from training.data import draw_seeds
 
     assert min(s2.heldout_seeds(0, 1000)) >= s2.HELDOUT_SEED_START
     assert max(draw_seeds(np.random.default_rng(0), 10_000)) < s2.HELDOUT_SEED_START
@@ -152,7 +153,7 @@ def test_relation_questions_need_two_shapes():
 
 
 def test_detailed_descriptions_run_60_to_150_tokens_and_repeat_each_shape():
-    from tools.embedded_data import WORLDS, build_tokenizer
+    from training.data import WORLDS, build_tokenizer
 
     tokenizer = build_tokenizer(WORLDS["v2"])
     lengths: dict[int, list[int]] = {}

@@ -7,7 +7,7 @@ from dataclasses import astuple
 import pytest
 from conftest import images_for, noise_image, reference_greedy, tiny
 
-from recap.sensitivity import acceptance_split, mark_steps, sensitive_flags
+from recap.bench.sensitivity import acceptance_split, mark_steps, sensitive_flags
 from recap.trace import StepRecord
 
 

@@ -1,7 +1,7 @@
 """RECAP drafts the very trees it drafted when the stream was recorded (same inputs, same trees).
 
 ``tests/data/recap_scenes_stream.npz`` holds RECAP's stream on 20 held-out scenes of the embedded model
-at budget 80 (`tools.record_stream`): every request's prompt, every observation (top-k rows, accepted
+at budget 80 (`scripts.record_stream`): every request's prompt, every observation (top-k rows, accepted
 path) and every tree proposed. With a fixed budget a tree depends only on what the drafter observed,
 so a replay must reproduce each tree: same tokens, parents and sources, and the same scores up to
 float rounding. Any change to how RECAP drafts or learns (a faster implementation, a split module)
@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recap.config import RecapConfig
-from recap.drafters.recap import RecapDrafter
-from tools.record_stream import load_stream
+from recap.drafters.recap.config import RecapConfig
+from recap.drafters.recap.drafter import RecapDrafter
+from scripts.record_stream import load_stream
 
 STREAM = Path(__file__).parent / "data" / "recap_scenes_stream.npz"
 
@@ -59,7 +59,7 @@ def test_replay_proposes_the_recorded_trees(events):
 
 
 def test_the_cost_tool_replays_every_pass(events):
-    from tools.drafter_cost import replay
+    from scripts.drafter_cost import replay
 
     propose, observe, passes = replay("recap", events, 80)
     assert passes == sum(kind == "propose" for kind, _ in events) and propose > 0 and observe > 0

@@ -2,7 +2,7 @@
 the two resets, the CLI's default, the fair Compare warm-up and the story line above the strip.
 
 The shipped memory's numbers are read from the file and its build record, never written here: the
-embedded models will be retrained, and rebuilding the memory (``python -m tools.build_memory --model
+embedded models will be retrained, and rebuilding the memory (``python -m scripts.build_memory --model
 v1`` / ``v2``) must be all it takes. v1's shipped memory is checked here, v2's in test_studio_models.py;
 the CLI's default (v2) starts from v2's.
 """
@@ -18,22 +18,20 @@ import numpy as np
 import pytest
 from conftest import noise_image, tiny
 
-from recap import scenes
-from recap.config import RecapConfig
 from recap.decode import generate
-from recap.drafters.token_recycling import SuccessorMatrix, TokenRecyclingDrafter
+from recap.drafters.recap.config import RecapConfig
+from recap.drafters.token_recycling import SuccessorMatrix, TokenRecyclingDrafter, seed_successors
+from recap.embedded import scenes, training_requests
 from recap.hotstart import (
     EMPTY_START,
     SHIPPED_K,
     StartingMemory,
-    model_fingerprint,
-    seed_successors,
     shipped_memory_for,
     starting_memory,
-    training_requests,
     warm_up,
 )
-from recap.memory import PersistentMemory
+from recap.memory.fingerprint import model_fingerprint
+from recap.memory.persistent import PersistentMemory
 from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, Runtime
 from recap.studio import render, story
 from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, MemoryPlan, memory_plan
@@ -73,7 +71,7 @@ def _rows(memory: PersistentMemory) -> dict[int, list[int]]:
 def test_v1s_shipped_memory_loads_for_it_and_matches_its_build_record(embedded_v1):
     path = shipped_memory_for(embedded_v1.target)
     assert path is not None and path.name == "tiny-scenes-llava.safetensors", (
-        "no shipped v1 memory: run python -m tools.build_memory --model v1"
+        "no shipped v1 memory: run python -m scripts.build_memory --model v1"
     )
     start = starting_memory(embedded_v1.target, path, "shipped")
     assert start.origin == "shipped" and start.warm, "the shipped memory no longer matches the model"
@@ -86,7 +84,7 @@ def test_v1s_shipped_memory_loads_for_it_and_matches_its_build_record(embedded_v
 
 
 def test_training_requests_come_from_training_scenes_and_templates():
-    requests = training_requests(8)
+    requests = training_requests(scenes, 8)
     examples = json.loads((Path(__file__).parents[1] / "assets/examples/prompts.json").read_text())
     held_out = {e["seed"] for e in examples} | set(scenes.heldout_seeds(0, 200))
     seeds = [int(r.label.split()[2]) for r in requests]
@@ -96,12 +94,12 @@ def test_training_requests_come_from_training_scenes_and_templates():
     rephrased = {q for qs in scenes.REPHRASED_QUESTIONS.values() for q in qs}
     assert all(r.prompt not in rephrased and len(r.images) == 1 for r in requests)
     with pytest.raises(ValueError, match="training scene seeds"):
-        training_requests(2, first_seed=scenes.HELDOUT_SEED_START - 1)
+        training_requests(scenes, 2, first_seed=scenes.HELDOUT_SEED_START - 1)
 
 
 @needs_embedded
 def test_build_memory_writes_a_loadable_memory_of_the_default_model_and_its_record(tmp_path):
-    from tools.build_memory import build
+    from scripts.build_memory import build
 
     out = tmp_path / "memory.safetensors"
     record = build(out=out, requests=3, budget=4, max_new_tokens=8)  # the default model: v2
@@ -339,7 +337,8 @@ def test_hub_models_warm_up_on_the_examples_within_the_time_given():
     # and the bound holds: a clock that advances 1 s per reading stops after the first pass
     target = tiny("llava")
     ticks = iter(range(1000))
-    report = warm_up(target, Runtime(target).drafter("ar"), training_requests(4), 8, 1.5, lambda: next(ticks))
+    report = warm_up(target, Runtime(target).drafter("ar"), training_requests(scenes, 4), 8, 1.5, lambda:
+    next(ticks))
     assert report.started == 1 and report.tokens == 1
 
 

@@ -3,7 +3,7 @@ examples, replacement scenes, shipped memory and per-session memories; and the f
 
 The first-click test drives the built demo's own handlers (Run's, then the model dropdown's) with the
 page's default values, which is what a visitor's browser sends: no numbers are written here that a
-retrained v2 or a rebuilt memory (``python -m tools.build_memory --model v2``) would change, except
+retrained v2 or a rebuilt memory (``python -m scripts.build_memory --model v2``) would change, except
 the issue's goals (a tree at step 1, at least 1.5 tokens per pass).
 """
 
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from recap import scenes2
-from recap.hotstart import model_fingerprint, shipped_memory_for, starting_memory, training_requests
-from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2, Runtime, embedded_world
+from recap.embedded import embedded_world, scenes2, training_requests
+from recap.hotstart import shipped_memory_for, starting_memory
+from recap.memory.fingerprint import model_fingerprint
+from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2, Runtime
 from recap.studio import environment
 from recap.studio.environment import (
     DEFAULT_MODEL_ID,
@@ -92,8 +93,8 @@ def test_both_embedded_models_are_offered_the_default_first(monkeypatch, recap_m
 @pytest.mark.parametrize(
     "model_id, command",
     [
-        (EMBEDDED_V1_ID, "python -m tools.train_embedded)"),
-        (EMBEDDED_V2_ID, "python -m tools.train_embedded --world v2)"),
+        (EMBEDDED_V1_ID, "python -m training.train)"),
+        (EMBEDDED_V2_ID, "python -m training.train --world v2)"),
     ],
 )
 def test_a_missing_embedded_folder_is_a_clear_error_without_a_path(monkeypatch, tmp_path, model_id, command):
@@ -107,8 +108,8 @@ def test_a_missing_embedded_folder_is_a_clear_error_without_a_path(monkeypatch, 
 @needs_both
 def test_each_embedded_id_loads_its_own_folder_and_world():
     for model_id, folder, world, size in (
-        (EMBEDDED_V2_ID, EMBEDDED_MODEL_V2, "recap.scenes2", 96),
-        (EMBEDDED_V1_ID, EMBEDDED_MODEL_V1, "recap.scenes", 64),
+        (EMBEDDED_V2_ID, EMBEDDED_MODEL_V2, "recap.embedded.scenes2", 96),
+        (EMBEDDED_V1_ID, EMBEDDED_MODEL_V1, "recap.embedded.scenes", 64),
     ):
         runtime = default_runtime_factory(model_id)
         assert Path(runtime.target.name).resolve() == folder.resolve()
@@ -184,10 +185,10 @@ def test_v2s_shipped_memory_matches_its_model_and_build_record():
     target = Runtime.load(str(EMBEDDED_MODEL_V2)).target
     path = shipped_memory_for(target)
     assert path is not None and path.name == "tiny-scenes-llava-v2.safetensors", (
-        "no shipped v2 memory: run python -m tools.build_memory --model v2"
+        "no shipped v2 memory: run python -m scripts.build_memory --model v2"
     )
     start = starting_memory(target, path, "shipped")
-    assert start.origin == "shipped" and start.warm, "rebuild it: python -m tools.build_memory --model v2"
+    assert start.origin == "shipped" and start.warm, "rebuild it: python -m scripts.build_memory --model v2"
     record = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
     assert record["fingerprint"] == model_fingerprint(target) and record["world"] == "scenes2"
     assert record["tokens_known"] == start.tokens and record["vocab_size"] == target.vocab_size
@@ -196,7 +197,7 @@ def test_v2s_shipped_memory_matches_its_model_and_build_record():
 
 
 def test_v2_training_requests_never_draw_held_out_scenes_or_phrasings():
-    requests = training_requests(12, world=scenes2)
+    requests = training_requests(scenes2, 12)
     seeds = [int(r.label.split()[2]) for r in requests]
     held_out = {e["seed"] for e in json.loads((EXAMPLES_V2_DIR / "prompts.json").read_text())}
     assert seeds == list(range(12)) and not held_out & set(seeds)
@@ -208,7 +209,7 @@ def test_v2_training_requests_never_draw_held_out_scenes_or_phrasings():
     assert all(any(_fills(t, r.prompt) for t in training) for r in requests)
     assert all(r.images[0].size == (scenes2.IMAGE_SIZE,) * 2 for r in requests)
     with pytest.raises(ValueError, match="training scene seeds"):
-        training_requests(2, first_seed=scenes2.HELDOUT_SEED_START - 1, world=scenes2)
+        training_requests(scenes2, 2, first_seed=scenes2.HELDOUT_SEED_START - 1)
 
 
 def _fills(template: str, prompt: str) -> bool:
@@ -222,8 +223,8 @@ def _fills(template: str, prompt: str) -> bool:
 def test_switching_models_keeps_each_models_own_session_memories():
     studio = Studio(default_runtime_factory, [EMBEDDED_V1_ID, EMBEDDED_V2_ID], cache=RuntimeCache())
     demo_session: dict = {}
-    from recap.config import RecapConfig
     from recap.decode import generate
+    from recap.drafters.recap.config import RecapConfig
     from recap.inputs import load_image
     from recap.studio.serving import drafter_for
     from recap.studio.validation import RunSettings

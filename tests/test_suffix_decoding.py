@@ -253,7 +253,7 @@ def without_package(monkeypatch):
 def test_missing_package_names_the_install_command(without_package):
     with pytest.raises(ValueError, match=INSTALL_COMMAND):
         make_drafter("suffix")
-    assert INSTALL_COMMAND == "bash tools/install_suffix.sh"
+    assert INSTALL_COMMAND == "bash scripts/install_suffix.sh"
     make_drafter("tr")  # other methods do not need it
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tools import tree_cost
+from scripts import tree_cost
 
 
 def test_tree_cost_measures_a_curve_and_writes_json(tmp_path):
@@ -41,7 +41,7 @@ def test_calibration_bins_node_scores_against_acceptance():
     # Two passes: scores 0.02 (rejected), 0.5 (accepted, depth 1), 0.45 (rejected, depth 2), 1.0 (accepted).
     from types import SimpleNamespace as Node
 
-    from tools.calibration import calibration
+    from scripts.calibration import calibration
 
     steps = [
         Node(nodes=[]),  # prefill

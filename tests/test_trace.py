@@ -11,8 +11,8 @@ import json
 import pytest
 from conftest import noise_image, tiny
 
-from recap.config import RecapConfig
 from recap.decode import generate
+from recap.drafters.recap.config import RecapConfig
 from recap.runtime import Runtime
 from recap.sampling import SamplingSettings
 from recap.trace import MAX_TRACE_BYTES, MAX_TRACE_STEPS, RunTrace, check_trace_data

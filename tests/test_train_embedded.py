@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from recap import scenes, scenes2
-from tools import embedded_data as ed
-from tools import embedded_eval as ee
-from tools import train_embedded as te
-from tools.embedded_phrasings import EXTRA_TRAINING_QUESTIONS
+from recap.embedded import scenes, scenes2
+from training import data as ed
+from training import evaluate as ee
+from training import train as te
+from training.phrasings import EXTRA_TRAINING_QUESTIONS
 
 NUM_IMAGE_TOKENS = ed.WORLDS["v1"].num_image_tokens
 MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-scenes-llava"
@@ -208,9 +208,9 @@ WORKERS_SCRIPT = """
 import faulthandler
 faulthandler.dump_traceback_later(150, exit=True)
 import numpy as np
-from tools import embedded_data as ed
-from tools.batch_stream import BatchStream
-from tools.embedded_phrasings import EXTRA_TRAINING_QUESTIONS
+from training import data as ed
+from training.batch_stream import BatchStream
+from training.phrasings import EXTRA_TRAINING_QUESTIONS
 V2 = ed.WORLDS["v2"]
 builder = ed.SequenceBuilder(ed.build_tokenizer(V2), V2.num_image_tokens)
 world = V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.5)  # the workers get the extras too
@@ -319,7 +319,7 @@ def test_the_cli_refuses_cuda_without_a_gpu(capsys, tmp_path):
 def test_summary_page_reports_runs_and_missing_ones(tmp_path):
     import json
 
-    from tools import embedded_summary
+    from training import summary as embedded_summary
 
     report = {
         "world": "v2", "n_per_type": 10, "heldout_seed": 0, "folder_mb": 14.9,
@@ -376,7 +376,7 @@ def test_extra_phrasings_borrow_nothing_from_the_heldout_ones():
 
 
 def test_position_phrasings_are_the_relation_frames_without_the_reference():
-    from tools import embedded_phrasings as ep
+    from training import phrasings as ep
 
     relation, position = EXTRA_TRAINING_QUESTIONS["relation"], EXTRA_TRAINING_QUESTIONS["position"]
     assert "Where does the {kind} lie?" in position

@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 from transformers import BatchFeature, PreTrainedTokenizerFast
 
 from recap.models import TargetModel, supported_attention
-from tools.bpe import train_byte_level_bpe
+from training.bpe import train_byte_level_bpe
 
 SPECIALS = [
     "<|endoftext|>",

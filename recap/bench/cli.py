@@ -15,14 +15,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from recap.bench.datasets import SPECBENCH_ENV, check_scene_world, default_dataset, load_dataset
 from recap.bench.report import markdown_table, write_outputs
 from recap.bench.runner import normalize_methods, run_benchmark
-from recap.cost import load_curve
-from recap.datasets import SPECBENCH_ENV, check_scene_world, default_dataset, load_dataset
 from recap.drafters import METHODS
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
-from recap.hotstart import BUILD_COMMAND, model_fingerprint
-from recap.memory import PersistentMemory
+from recap.hotstart import BUILD_COMMAND
+from recap.memory.fingerprint import model_fingerprint
+from recap.memory.persistent import PersistentMemory
+from recap.models.cost import load_curve
 from recap.options import (
     add_model_options,
     add_sampling_options,

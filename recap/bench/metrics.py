@@ -17,7 +17,7 @@ Metrics per method (`MethodResult`):
 - ``source_acceptance``: accepted drafted tokens per proposing source (RECAP: ctx3, ctx2, persistent,
   suffix; TR: template; PLD: lookup; SuffixDecoding: suffix tree).
 - ``accept_sensitive`` / ``accept_insensitive``: share of generated tokens that came from an accepted
-  draft, at image-sensitive / insensitive positions (`recap.sensitivity`); the positions come from ONE
+  draft, at image-sensitive / insensitive positions (`recap.bench.sensitivity`); the positions come from ONE
   teacher-forced pass of AR's answer per sample with the next sample's image. None for text data.
 
 Per category (`BenchmarkResult.categories`, when the samples carry a ``category`` or ``qtype`` in their
@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from recap.datasets import Sample
-from recap.sensitivity import AcceptanceSplit, common_prefix, token_sources
+from recap.bench.datasets import Sample
+from recap.bench.sensitivity import AcceptanceSplit, common_prefix, token_sources
 from recap.trace import StepRecord
 
 

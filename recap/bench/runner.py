@@ -9,7 +9,8 @@ How a run is organised (so that the numbers mean what they say):
 - Every method starts its stream with FRESH memories of its own: methods never share state. They are
   empty (a cold start) unless a saved persistent memory is given (``start``, ``--memory FILE``): then
   every RECAP variant's token memory starts as a copy of it and TR's matrix from the same records
-  (`recap.hotstart.seed_successors`, as the studio does); SuffixDecoding's tree is not in the file and
+  (`recap.drafters.token_recycling.seed_successors`, as the studio does); SuffixDecoding's tree is not in
+  the file and
   starts empty. With ``cold=True`` too, every sample starts from the file again.
 - Methods are interleaved per sample (the method order rotates from sample to sample) so that load on a
   shared machine hits every method alike. ``ar`` is always run: speedup and match rate are relative to it.
@@ -33,18 +34,17 @@ from typing import Any
 
 import numpy as np
 
+from recap.bench.datasets import Sample
 from recap.bench.metrics import BenchmarkResult, SampleRun, aggregate, per_category
-from recap.config import RecapConfig
-from recap.datasets import Sample
+from recap.bench.sensitivity import AcceptanceSplit, sensitive_flags, split_against_reference
 from recap.decode import generate
 from recap.drafters import METHODS, shared_state
+from recap.drafters.recap.config import RecapConfig
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
-from recap.drafters.token_recycling import SuccessorMatrix
-from recap.hotstart import seed_successors
-from recap.memory import PersistentMemory
+from recap.drafters.token_recycling import SuccessorMatrix, seed_successors
+from recap.memory.persistent import PersistentMemory
 from recap.runtime import Runtime
 from recap.sampling import GREEDY, SamplingSettings
-from recap.sensitivity import AcceptanceSplit, sensitive_flags, split_against_reference
 
 log = logging.getLogger(__name__)
 

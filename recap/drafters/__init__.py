@@ -5,9 +5,10 @@ benchmark accept. Each method declares the shared state it needs (`shared_state`
 builds drafters (`recap.runtime.Runtime`, the benchmark) creates only that; a factory takes the options
 it uses and ignores the rest:
 
-- ``config``: `recap.config.RecapConfig` for the RECAP family (ablations apply their overrides on top);
-- ``persistent``: a shared `recap.memory.PersistentMemory` (RECAP's token-level memory);
-- ``cost_model``: `recap.cost.CostModel` for ``budget="auto"``;
+- ``config``: `recap.drafters.recap.config.RecapConfig` for the RECAP family (ablations apply their
+overrides on top);
+- ``persistent``: a shared `recap.memory.persistent.PersistentMemory` (RECAP's token-level memory);
+- ``cost_model``: `recap.models.cost.CostModel` for ``budget="auto"``;
 - ``successors``: a shared `SuccessorMatrix` (TR's hot-started matrix); ``cold_start`` for TR;
 - ``max_ngram``, ``num_tokens`` for PLD;
 - ``suffix_cache``: a shared `SuffixTreeCache` (SuffixDecoding's global tree), ``suffix_config`` for
@@ -20,15 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from recap.config import ABLATIONS, RecapConfig, apply_ablation
-from recap.cost import CostModel
 from recap.drafters.autoregressive import AutoregressiveDrafter
 from recap.drafters.base import Drafter, Observation, RequestInfo
 from recap.drafters.prompt_lookup import PromptLookupDrafter
-from recap.drafters.recap import RecapDrafter
+from recap.drafters.recap.config import ABLATIONS, RecapConfig, apply_ablation
+from recap.drafters.recap.drafter import RecapDrafter
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixDecodingDrafter, SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix, TokenRecyclingDrafter
-from recap.memory import PersistentMemory
+from recap.memory.persistent import PersistentMemory
+from recap.models.cost import CostModel
 
 DEFAULT_METHOD = "recap"
 

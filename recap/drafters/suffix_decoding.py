@@ -47,7 +47,7 @@ PACKAGE = "arctic-inference"
 PACKAGE_VERSION = "0.3.0"
 #: Installs it (from the repository root): the registry has only its source archive, which must be
 #: built against this Python (see the script and requirements-suffix.txt).
-INSTALL_COMMAND = "bash tools/install_suffix.sh"
+INSTALL_COMMAND = "bash scripts/install_suffix.sh"
 _MODULE = "arctic_inference.suffix_decoding"
 
 

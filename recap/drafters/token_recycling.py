@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from recap.drafters.base import Observation, RequestInfo
-from recap.records import fit_topk, last_occurrence
-from recap.recycling import recycling_keys
+from recap.memory.records import fit_topk, last_occurrence
+from recap.memory.recycling import recycling_keys
 from recap.tree import ROOT, DraftTree
+
+if TYPE_CHECKING:
+    from recap.memory.persistent import PersistentMemory
 
 # fmt: off
 #: The static "2.2.2" tree: entry i = (template index of its parent or -1, rank of the child).
@@ -175,3 +179,17 @@ def _fill_from_rows(template: Sequence[tuple[int, int]], matrix: np.ndarray, roo
         return [(t, 0.0, ("template",), {}) for t in matrix[token].tolist()]
 
     return fill_template(template, children)
+
+
+def seed_successors(matrix: SuccessorMatrix, memory: PersistentMemory) -> int:
+    """Write the ids of every record of ``memory`` into Token Recycling's ``matrix``; returns the rows set.
+
+    TR overwrites row ``t`` with the top-k ids at every computed position ending in ``t``, and RECAP's
+    1-token memory writes its records under the same keys in the same order, so after the same passes
+    the two hold the same ids: the matrix starts from the same data as the memory.
+    """
+    tokens = [t for t in range(min(memory.vocab_size, matrix.vocab_size)) if memory.lookup(t) is not None]
+    if tokens:
+        rows = np.array([memory.lookup(t).ids for t in tokens], dtype=np.int64)
+        matrix.write_many(np.array(tokens, dtype=np.int64), rows)
+    return len(tokens)

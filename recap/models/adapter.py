@@ -21,7 +21,7 @@ causal mask is exact); `Family.direct_decoder` (LLaVA) runs decode passes as emb
 Why an additive float mask: with ``eager`` attention a bool 4-D mask is silently wrong, and
 ``flash_attention_2`` cannot express a tree at all. Why explicit positions: without them LLaVA and
 Idefics3 silently use sequential positions and Qwen2.5-VL crashes. What differs between families
-(prompting, image tokens, position scheme, attention layout) lives in `recap.families`, one row each.
+(prompting, image tokens, position scheme, attention layout) lives in `recap.models.families`, one row each.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from recap.cost import COST_SIZES
-from recap.families import AttentionLayout, family_of
+from recap.models.cost import COST_SIZES
+from recap.models.families import AttentionLayout, family_of
 from recap.tree import DraftTree
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ import time
 
 import gradio as gr
 
+from recap.bench.sensitivity import sensitive_flags
 from recap.drafters import shared_state
-from recap.sensitivity import sensitive_flags
 from recap.studio import render, story
 from recap.studio.environment import concurrency
 from recap.studio.examples import BLANK_IMAGE, other_image

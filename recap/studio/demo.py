@@ -20,7 +20,7 @@ from recap.studio.environment import (
 )
 from recap.studio.examples import EXAMPLE_ROOTS, wire_examples
 from recap.studio.exports import TraceExports
-from recap.studio.sensitivity import wire_sensitivity
+from recap.studio.sensitivity_tab import wire_sensitivity
 from recap.studio.serving import CACHE, RuntimeCache, RuntimeFactory, Studio
 from recap.studio.validation import setting_names
 

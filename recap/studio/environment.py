@@ -17,7 +17,7 @@ Read here and nowhere else in the studio:
   every visitor of a model reads and writes (its drafts then show words from other visitors' answers).
   Unset (the default), every browser session has its own memories and nothing else;
 - ``RECAP_MEMORY``: a persistent-memory file (``python -m recap generate --memory FILE`` or
-  ``python -m tools.build_memory --model ... --out FILE`` make one) that the default model's memories
+  ``python -m scripts.build_memory --model ... --out FILE`` make one) that the default model's memories
   start from, instead of its shipped memory; a file made for another model is not loaded (logged);
 - ``RECAP_WARMUP_S``: seconds of warm-up on the examples when a model with no shipped memory and no
   ``RECAP_MEMORY`` file loads (default 60 on a GPU, 0 = off on a CPU); every scope starts from it;
@@ -118,7 +118,7 @@ def default_runtime_factory(model_id: str) -> Runtime:
         world = " --world v2" if model_id == EMBEDDED_V2_ID else ""
         raise ValueError(
             f"the embedded model {folder.name} is missing from assets/models "
-            f"(train it with python -m tools.train_embedded{world})"
+            f"(train it with python -m training.train{world})"
         )
     path = str(folder) if folder is not None else model_id
     return Runtime.load(path, dtype=os.environ.get("RECAP_DTYPE"))

@@ -3,7 +3,7 @@ chosen model.
 
 Each embedded model has its own held-out scenes: assets/examples-v2/prompts.json for v2 (``embedded-v2``,
 the default), assets/examples/prompts.json for v1 (``embedded-v1``); any other model is shown v1's scenes
-and, when such a model is offered, a few photos (the first of `recap.datasets.PHOTO_PROMPTS`, the
+and, when such a model is offered, a few photos (the first of `recap.bench.datasets.PHOTO_PROMPTS`, the
 benchmark's).
 The Run tab shows the example set of the chosen model only (`wire_examples`), and the sensitivity
 tab's replacement scenes come from the same folder as the run's.
@@ -19,7 +19,7 @@ from typing import Any
 import gradio as gr
 from PIL import Image
 
-from recap.datasets import PHOTO_PROMPTS
+from recap.bench.datasets import PHOTO_PROMPTS
 from recap.hotstart import WarmupRequest
 from recap.inputs import check_choice, load_image
 from recap.studio.environment import DEFAULT_MODEL_ID, EMBEDDED_V1_ID, EMBEDDED_V2_ID

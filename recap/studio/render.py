@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from recap.explain import explain_step
-from recap.sensitivity import split_against_reference, token_sources
+from recap.bench.sensitivity import split_against_reference, token_sources
+from recap.studio.explain import explain_step
 from recap.trace import StepRecord, summarize
 from recap.tree import SOURCE_TABLE
 
@@ -237,7 +237,7 @@ def step_table(step: StepRecord) -> list[list]:
 
 # ---------------------------------------------------------------------------------- step words
 def step_words_html(step: StepRecord | None, token_text: Mapping[int, str] | None = None) -> str:
-    """The step in plain words (`recap.explain.explain_step`), then, for a sampled step, each verified
+    """The step in plain words (`recap.studio.explain.explain_step`), then, for a sampled step, each verified
     position's draw: the children tried with the target's probability ``p`` of each (accepted or
     rejected), and a mark on a token drawn from the residual. All text is escaped exactly once.
 

@@ -21,21 +21,21 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from recap.config import RecapConfig
 from recap.decode import generate_steps
+from recap.drafters.recap.config import RecapConfig
 from recap.drafters.suffix_decoding import SuffixTreeCache, suffix_decoding_available
 from recap.drafters.token_recycling import SuccessorMatrix
+from recap.embedded import embedded_world, training_requests
 from recap.hotstart import (
     EMPTY_START,
     StartingMemory,
     shipped_start,
     starting_memory,
-    training_requests,
     warm_start,
 )
 from recap.inputs import check_prompt, shown
-from recap.memory import PersistentMemory
-from recap.runtime import Runtime, embedded_world
+from recap.memory.persistent import PersistentMemory
+from recap.runtime import Runtime
 from recap.sampling import GREEDY, SamplingSettings
 from recap.studio.environment import SESSION_SCOPE, MemoryPlan
 from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
@@ -273,7 +273,7 @@ class Studio:
         target = runtime.target
         world = embedded_world(target.name)
         if world is not None:
-            return training_requests(n, world=world)
+            return training_requests(world, n)
         requests = example_requests(examples(OTHER_SET) + photo_examples(), exclude)[:n]
         if target.family == "text":
             requests = [r._replace(images=()) for r in requests]

@@ -3,7 +3,7 @@ depend on the image, and where Token Recycling's draft was rejected but RECAP's 
 accepted.
 
 Pure functions of step records and the sensitivity flags of the reference answer (AR's): no model,
-no gradio. The counts are `recap.sensitivity.split_against_reference`'s (the benchmark's rule: the
+no gradio. The counts are `recap.bench.sensitivity.split_against_reference`'s (the benchmark's rule: the
 first token never counts, and a method counts only where its answer agrees with the reference).
 
 Example (reference ``« The» «␣red» «␣circle»``, flags ``[F, T, T]``; TR drafted at both flagged tokens
@@ -20,8 +20,8 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
 
-from recap.explain import quote
-from recap.sensitivity import common_prefix, split_against_reference, token_sources
+from recap.bench.sensitivity import common_prefix, split_against_reference, token_sources
+from recap.studio.explain import quote
 from recap.trace import StepRecord
 
 #: The memories whose records are conditioned on this request (its image and prompt).

@@ -17,7 +17,7 @@ from pathlib import Path
 import gradio as gr
 from PIL import Image
 
-from recap.config import RecapConfig
+from recap.drafters.recap.config import RecapConfig
 from recap.inputs import (
     MAX_IMAGE_PIXELS,
     check_choice,

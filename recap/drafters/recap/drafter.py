@@ -1,0 +1,418 @@
+"""RECAP: recycle the target's own predictions into contextual and persistent memories, fuse, search.
+
+Per pass (see the method spec and the README's "paper vs ours"); where each step lives:
+1. **Lookup** (`RecapDrafter._lookup`): the records keyed by the last 3, 2 and 1 tokens of a context
+   (``C3``, ``C2``: this request's, or the stream's with ``context_scope="stream"``; ``P1``: persistent;
+   `recap.memory.persistent`, `recap.memory.context`). Keys containing an image placeholder are never
+   looked up.
+2. **Fuse** (`recap.drafters.recap.fusion`): entropy-confidence weights; every candidate of many contexts
+at once,
+   with its coarse acceptance kind.
+3. **Estimate** (ours, `recap.memory.estimates`): each candidate's chance of being the target's greedy token,
+   learnt online from its kind (which memories spoke and whether this request wrote them, its rank,
+   its fused probability, whether it continues the suffix match); uncalibrated, it is the fused
+   probability.
+4. **Grow** (`recap.drafters.recap.search`): the tree best-first on path estimates (products along the
+   path), a whole depth at a time; the suffix-matched continuation from the request's own tokens is one
+   more candidate per context along its path. The budget is fixed or cost-aware (`recap.models.cost`),
+   counting the drafter's own time per pass.
+5. **Recycle** (`RecapDrafter.observe`, keys from `recap.memory.recycling`): every computed position (pending
+   tokens, every tree node accepted or not, the prefill's prompt positions) writes its top-k under the
+   1/2/3-token keys ending there, and every candidate of every expanded context is labelled for the
+   acceptance model.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from recap.drafters.base import Observation, RequestInfo
+from recap.drafters.recap.config import AUTO_CAP, AUTO_FALLBACK_BUDGET, RecapConfig
+from recap.drafters.recap.fusion import EMPTY, SOURCES, Fused, Lookup, fuse_rows
+from recap.drafters.recap.mirror import RequestMirror
+from recap.drafters.recap.search import Growth, compile_kernels, grow, select
+from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
+from recap.memory.context import ContextMemory
+from recap.memory.estimates import AcceptanceModel
+from recap.memory.persistent import PersistentMemory
+from recap.memory.records import KEY_BITS, PredictionRecord, record_table
+from recap.memory.recycling import GreedyLabels, recycle
+from recap.models.cost import CostModel
+from recap.tree import ROOT, DraftTree, FusedCandidate
+
+logger = logging.getLogger(__name__)
+
+#: Weight of the latest pass in the smoothed drafting time the cost-aware budget counts.
+OVERHEAD_SMOOTHING = 0.1
+
+#: How many fused candidates at the root `RecapDrafter.root_candidates` returns for display.
+ROOT_CANDIDATES = 10
+
+#: The last three tokens of a context, oldest first; None where the context is shorter.
+Tail = tuple[int | None, int | None, int | None]
+
+
+class RecapDrafter:
+    """The RECAP drafter.
+
+    Token-level memory: ``persistent`` if given (e.g. loaded from disk or shared by a studio
+    session, or `recap.runtime.Runtime`'s memory of this model and method), else the drafter's own, created
+    at the first `begin` and kept across requests. With ``context_scope="stream"`` the contextual
+    memories are the persistent memory's too (kept across requests). ``acceptance``: the acceptance
+    model learnt over the stream (`recap.memory.estimates.AcceptanceModel`); by default the one the persistent
+    memory carries, so that whoever shares the memory shares what was learnt about it. ``cost_model``
+    drives ``budget="auto"``; without one, auto uses `AUTO_FALLBACK_BUDGET` nodes. ``pending`` is the
+    number of uncached tokens a verification pass feeds besides the tree nodes (the root).
+
+    Example (persistent memory only, uncalibrated: after 1 the target said ``2 (0.6), 3 (0.3)``, after 2
+    ``5 (0.9)``)::
+
+        drafter.propose([0, 1])   # tokens [2, 5, 3]: scores 0.6, 0.54, 0.3 in best-first order,
+                                  # parents [ROOT, 0, ROOT]
+    """
+
+    def __init__(
+        self,
+        config: RecapConfig | None = None,
+        persistent: PersistentMemory | None = None,
+        cost_model: CostModel | None = None,
+        name: str = "recap",
+        pending: int = 1,
+        acceptance: AcceptanceModel | None = None,
+    ) -> None:
+        compile_kernels()
+        self.config = config or RecapConfig()
+        if persistent is not None and persistent.k != self.config.k:
+            raise ValueError(f"persistent memory has k={persistent.k}, config has k={self.config.k}")
+        self.name = name
+        self.record_k = self.config.k
+        self.persistent = persistent
+        self.cost_model = cost_model
+        self.pending = pending
+        self._acceptance = acceptance
+        self.ctx2 = ContextMemory(2)
+        self.ctx3 = ContextMemory(3)
+        self._seen = RequestMirror()  # the tokens the search reads (the root, the suffix match)
+        self._excluded: frozenset[int] = frozenset()
+        self._excluded_array = np.zeros(0, dtype=np.int64)
+        self._usable = np.zeros(1, dtype=bool)  # token -> may appear in a key (last entry: no token)
+        s1, s2, s3 = self.config.specificity
+        self._weights = np.array([s3, s2, s1])  # specificity priors in `SOURCES` order
+        self._flat: int | None = None  # `_flat_extent`, once known
+        self._costs = np.zeros(0)  # `_stop_costs`
+        # CPU seconds a pass spends drafting (propose + observe, smoothed; this thread's CPU time, like
+        # the cost curve on a CPU, so other jobs on the machine do not inflate it): the budget counts it.
+        self._overhead, self._propose_seconds = 0.0, 0.0
+        self._empty = np.zeros((0, 2 * self.config.k + 2), dtype=np.float32)  # `_empty_rows`
+        self._request = -1  # this request's number (`PersistentMemory.next_request`), stamped on writes
+        # The last proposal: its tree and root tail, and what labelling needs in `observe`.
+        self._proposed: DraftTree | None = None
+        self._root_tail: Tail | None = None
+        self._growth: Growth | None = None
+        self._kept = 0  # nodes of the grown tree kept in the proposal (a cost-aware budget may cut it)
+
+    @property
+    def acceptance(self) -> AcceptanceModel:
+        """The acceptance model this drafter learns into."""
+        if self._acceptance is None:
+            if self.persistent is not None:
+                return self.persistent.acceptance
+            self._acceptance = AcceptanceModel()
+        return self._acceptance
+
+    # ------------------------------------------------------------------------------------- protocol
+    def begin(self, request: RequestInfo) -> None:
+        if self.persistent is None:
+            self.persistent = PersistentMemory(request.vocab_size, self.config.k)
+        elif self.persistent.vocab_size < request.vocab_size:
+            raise ValueError(
+                f"persistent memory covers {self.persistent.vocab_size} tokens, "
+                f"the request has {request.vocab_size}"
+            )
+        self._request = self.persistent.next_request()
+        if self.config.context_scope == "stream":
+            self.ctx2, self.ctx3 = self.persistent.context2, self.persistent.context3
+        else:
+            self.ctx2.clear()
+            self.ctx3.clear()
+        self._excluded = frozenset(int(t) for t in request.excluded_tokens)
+        self._excluded_array = np.fromiter(self._excluded, dtype=np.int64, count=len(self._excluded))
+        self._usable = np.ones(request.vocab_size + 1, dtype=bool)
+        self._usable[[t for t in self._excluded if 0 <= t < request.vocab_size]] = False
+        self._usable[-1] = False
+        self._seen.start(self.persistent, self.config.suffix_scope == "stream")
+        self._forget_proposal()
+
+    def propose(self, context: Sequence[int]) -> DraftTree:
+        start = time.thread_time()
+        tree = self._propose(context)
+        self._propose_seconds = time.thread_time() - start
+        return tree
+
+    def _propose(self, context: Sequence[int]) -> DraftTree:
+        self._forget_proposal()
+        if len(context) == 0:
+            return DraftTree()
+        tail = _tail(context)
+        self._root_tail = tail
+        template = self.config.tree == "template"
+        tree = self._template_tree(tail) if template else self._best_first_tree(context)
+        self._proposed = tree
+        return tree
+
+    def root_candidates(self, limit: int = ROOT_CANDIDATES) -> list[FusedCandidate]:
+        """The fused distribution at the root of the last proposal, best first, with each source's share.
+
+        Display only (the studio's "what the drafter believed" chart): call it after `propose` and
+        before `observe` changes the memories; drafting never computes it.
+        """
+        return self._fused(self._root_tail).candidates(limit) if self._root_tail is not None else []
+
+    def observe(self, observation: Observation) -> None:
+        start = time.thread_time()
+        self._observe(observation)
+        if observation.acceptance is not None:  # a decoding pass: fold its drafting time in
+            spent = self._propose_seconds + time.thread_time() - start
+            self._overhead += OVERHEAD_SMOOTHING * (spent - self._overhead)
+
+    def _observe(self, observation: Observation) -> None:
+        if observation.topk_ids is None or observation.topk_probs is None or self.persistent is None:
+            return
+        config, tree, growth = self.config, observation.tree, self._growth
+        labels = None
+        if tree is self._proposed and growth is not None:  # the search's own arrays
+            parents, tokens = growth.parents[: len(tree)], growth.tokens[: len(tree)]
+            if config.calibrate and len(tree):
+                labels = self._labels(observation)
+        else:
+            parents, tokens = tree.parents, tree.tokens
+        if config.backoff and observation.acceptance is not None:  # the tokens this pass committed
+            self.persistent.backoff.count(observation.acceptance.tokens)
+        accepted = observation.acceptance.nodes if observation.acceptance is not None else ()
+        recycle(
+            observation.context,
+            observation.positions,
+            parents,
+            tokens,
+            accepted,
+            self._excluded_array,
+            observation.topk_ids,
+            observation.topk_probs,
+            config.k,
+            self._request,
+            self.persistent if config.use_persistent else None,
+            self.ctx2 if config.use_context else None,
+            self.ctx3 if config.use_context else None,
+            labels,  # greedy: the acceptance counts in the same compiled call
+        )
+
+    def _forget_proposal(self) -> None:
+        self._proposed, self._root_tail, self._growth = None, None, None
+        self._kept = 0
+
+    # --------------------------------------------------------------------------------------- lookup
+    def _lookup(self, tails: np.ndarray) -> Lookup:
+        """The records under the keys ending each context: ``C3[a, b, c]``, ``C2[b, c]``, ``P1[c]``,
+        weighted as `fuse` weighs them.
+
+        ``tails`` ``(B, 3)``: the last three tokens of each context (-1 before the sequence start). A key
+        with an image placeholder or a missing token is never looked up.
+        """
+        config, count, k = self.config, len(tails), self.config.k
+        usable = self._usable[tails]  # -1 (before the start) reads the last entry: False
+        ok_c = usable[:, 2]
+        ok_b = ok_c & usable[:, 1]
+        empty = self._empty_rows(count)
+        blocks = [empty, empty, empty]
+        if config.use_context:
+            two = np.where(ok_b, (tails[:, 1] << KEY_BITS) | tails[:, 2], -1)
+            if len(self.ctx3):
+                three = np.where(ok_b & usable[:, 0], (tails[:, 0] << (2 * KEY_BITS)) | two, -1)
+                blocks[0] = self.ctx3.table[self.ctx3.slots(three)]
+            if len(self.ctx2):
+                blocks[1] = self.ctx2.table[self.ctx2.slots(two)]
+        persistent = self.persistent
+        if config.use_persistent and persistent is not None:
+            blocks[2] = persistent.table[np.where(ok_c, tails[:, 2], -1)]  # row -1: the empty record
+        rows = np.concatenate(blocks, axis=1).reshape(count, 3, 2 * k + 2)
+        present = rows[:, :, 0] >= 0
+        if config.uniform_weights:
+            weights = present.astype(np.float64)
+        else:
+            weights = self._weights * np.maximum(config.kappa_min, rows[:, :, 2 * k]) * present
+        # Some memory holds a record, or every weight is 0: dividing by a tiny total leaves them 0.
+        weights /= np.maximum(weights.sum(1, keepdims=True), 1e-300)
+        values = rows[:, :, k : 2 * k] * weights[:, :, None].astype(np.float32)
+        fresh = rows[:, :, 2 * k + 1] == self._request
+        ids = rows[:, :, :k].astype(np.int64).reshape(count, 3 * k)
+        return Lookup(ids, values.reshape(count, 3 * k), weights.T, fresh.T)
+
+    def _empty_rows(self, count: int) -> np.ndarray:
+        """``count`` empty records (`record_table` layout: id -1, probability 0), read-only."""
+        if len(self._empty) < count:
+            k = self.config.k
+            self._empty = record_table(
+                np.full((2 * count, k), -1),
+                np.zeros((2 * count, k)),
+                np.zeros(2 * count),
+                np.full(2 * count, -1),
+            )
+        return self._empty[:count]
+
+    def _fused(self, tail: Tail) -> Fused:
+        """The fused distribution after one context, with each record's share (as `fuse` gives it)."""
+        found = self._lookup(np.array([[-1 if t is None else t for t in tail]], dtype=np.int64))
+        k, shares = self.config.k, []
+        for index, name in enumerate(SOURCES):
+            share = float(found.shares[index, 0])
+            if share > 0:
+                ids, values = (
+                    found.ids[0, index * k : index * k + k],
+                    found.values[0, index * k : index * k + k],
+                )
+                shares.append((name, share, PredictionRecord(ids.tolist(), (values / share).tolist(), 0.0)))
+        if not shares:
+            return EMPTY
+        tokens, q = fuse_rows(found.ids, found.values, found.ids.shape[1])
+        valid = q[0] > 0
+        return Fused(tokens[0][valid].tolist(), q[0][valid].tolist(), tuple(shares))
+
+    # ----------------------------------------------------------------------------------------- trees
+    def _budget(self) -> int:
+        """Node cap: the fixed budget; with ``auto``, ``max_budget`` or (None) `AUTO_CAP`, raised to the
+        extent of a flat cost curve (the cap follows the device); without a cost model, the fallback."""
+        config = self.config
+        if config.budget != "auto":
+            return config.budget
+        if self.cost_model is None:
+            return min(AUTO_FALLBACK_BUDGET, config.max_budget or AUTO_FALLBACK_BUDGET)
+        if config.max_budget is not None:
+            return config.max_budget
+        return max(AUTO_CAP, self._flat_extent())
+
+    def _flat_extent(self) -> int:
+        """How far the cost curve is flat within its noise (`CostModel.flat_extent`), computed once."""
+        if self._flat is None:
+            self._flat = self.cost_model.flat_extent() if self.cost_model is not None else 0
+        return self._flat
+
+    def _best_first_tree(self, context: Sequence[int]) -> DraftTree:
+        """The best-first tree (`recap.drafters.recap.search`) under ``context``, with this pass's budget."""
+        config = self.config
+        cap = self._budget()
+        if cap == 0:
+            return DraftTree()
+        # Where the curve is flat up to the cap, costs differ by noise only: grow to the cap. Else the
+        # cost-aware rule keeps the best prefix, and the search stops where the rule stops looking.
+        rule = self._cost_aware() and self._flat_extent() < cap + self.pending
+        length = self._seen.update(context)
+        growth = grow(
+            self._seen.tokens,
+            length,
+            cap,
+            config,
+            self._usable,
+            self.ctx3 if config.use_context else None,
+            self.ctx2 if config.use_context else None,
+            self.persistent if config.use_persistent else None,
+            self._request,
+            self.acceptance.levels() if config.calibrate else None,
+            backoff=self._backoff(),
+            stop=(self._stop_costs(cap), self.pending, self._overhead) if rule else None,
+        )
+        self._growth = growth
+        if len(growth.tokens) == 0:
+            return DraftTree()
+        keep = None
+        if rule:  # the search applied the rule (`recap.models.cost.auto_budget`) as it grew
+
+            def keep(scores: np.ndarray) -> int:
+                return growth.kept
+
+        tree = select(growth, keep)
+        self._kept = len(tree)
+        return tree
+
+    def explain(self, tree: DraftTree) -> None:
+        """Fill the display-only fields of the last proposed ``tree``: the fused distribution at the
+        root (``root_candidates``) and each node's per-memory contributions (``share * record prob``).
+
+        Call it after `propose` and before `observe` (the studio does; a benchmark does not).
+        """
+        tree.root_candidates = self.root_candidates()
+        if tree is self._proposed and self._growth is not None and self._kept == len(tree):
+            for node, column in enumerate(self._growth.parts[: len(tree)].tolist()):
+                tree.contributions[node] = {name: part for name, part in zip(SOURCES, column) if part > 0}
+
+    def _backoff(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The back-off record's ``(ids, probs)`` for the search (`recap.memory.backoff`), None when off."""
+        if not self.config.backoff or self.persistent is None:
+            return None
+        return self.persistent.backoff.record()
+
+    def _stop_costs(self, cap: int) -> np.ndarray:
+        """The cost curve at ``T = 0 .. cap + pending`` tokens, as the search's stop rule reads it."""
+        if len(self._costs) <= cap + self.pending:
+            self._costs = self.cost_model.costs(np.arange(cap + self.pending + 1, dtype=np.float64))
+        return self._costs
+
+    def _cost_aware(self) -> bool:
+        return self.config.budget == "auto" and self.cost_model is not None
+
+    def _template_tree(self, tail: Tail) -> DraftTree:
+        """Ablation: TR's static template filled from the fused distribution instead of best-first."""
+        tails: dict[int, Tail] = {ROOT: tail}
+
+        def children(tree: DraftTree, node: int) -> list[Candidate]:
+            node_tail = tails.get(node)
+            if node_tail is None:
+                parent_tail = tails[tree.parents[node]]
+                node_tail = tails[node] = (parent_tail[1], parent_tail[2], tree.tokens[node])
+            fused = self._fused(node_tail)
+            base = 1.0 if node == ROOT else tree.scores[node]
+            options = []
+            for rank in range(len(fused.tokens)):
+                contributions = fused.contributions(rank)
+                options.append(
+                    (fused.tokens[rank], base * fused.probs[rank], tuple(contributions), contributions)
+                )
+            return options
+
+        return fill_template(TR_TEMPLATE, children)
+
+    # ------------------------------------------------------------------------------------- learning
+    def _labels(self, observation: Observation) -> GreedyLabels | None:
+        """Label every candidate of every context the last tree expanded, and count the labels (when
+        greedy: returns them for `recycle` to count in its call).
+
+        A candidate is right when it is the target's greedy token at its context (the root, or the node
+        it would continue), whether or not it was drafted and whether or not its parent was accepted.
+        When sampling, its label is instead the chance that the target commits it there (a soft label,
+        `Observation.commit_probs`): what its acceptance is worth under the sampling rule.
+        Contexts whose node was left out of the tree were not verified: they teach nothing.
+        """
+        growth = self._growth  # one label per candidate offered at every context expanded
+        if observation.commit_probs is None:  # greedy: right when it is the target's argmax
+            return GreedyLabels(
+                self.acceptance, growth.label_nodes, growth.label_tokens, growth.label_kinds, self._kept
+            )
+        verified = growth.label_nodes < self._kept  # the root (-1) and the nodes kept in the tree
+        rows = len(observation.positions) + growth.label_nodes[verified]
+        tokens, kinds = growth.label_tokens[verified], growth.label_kinds[verified]
+        # Sampling: a candidate is accepted with the target's processed probability of it (soft
+        # label; 0 outside the target's top-k).
+        worth = ((tokens[:, None] == observation.topk_ids[rows]) * observation.commit_probs[rows]).sum(1)
+        right = worth > 0
+        self.acceptance.update(kinds, kinds[right], worth[right])
+        return None
+
+
+def _tail(context: Sequence[int]) -> Tail:
+    """The last three tokens of ``context`` as Python ints, padded with None in front."""
+    last = [int(t) for t in context[-3:]]
+    return tuple([None] * (3 - len(last)) + last)  # type: ignore[return-value]
+
+

@@ -1,0 +1,400 @@
+"""RECAP's best-first growth, compiled: lookup, fusion, acceptance estimates and the search in one call.
+
+Python reference for every step: `recap.drafters.recap.fusion.fuse` (one context), `RecapDrafter._lookup` (the
+records), and `tests/reference_fusion.py` (candidates of many contexts and their estimates as numpy
+arrays: the drafter's own code before the search was compiled). This module does the same
+arithmetic, in the same order and precision (float32 record values, float64 fused probabilities and
+scores), for one context at a time inside a best-first search, so that a pass costs tens of
+microseconds instead of a few hundred numpy calls. `tests/test_acceptance.py` checks the trees against
+a plain best-first search over the numpy reference, and `tests/test_stream_replay.py` that a recorded
+stream replays to the very trees it recorded.
+
+The search: a heap of candidate nodes ordered by (path estimate descending, depth, key); the root's
+context is expanded first, then the best node is popped (it joins the tree: path estimates never grow
+along a path, so nothing later can precede it) and its context expanded, until ``cap`` nodes are
+popped. Every popped node above the depth limit is expanded, so every node of the tree has its
+candidates labelled for the acceptance model.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numba
+import numpy as np
+
+from recap.memory.estimates import CODES, A, B
+from recap.memory.key_index import find_row
+from recap.memory.records import KEY_BITS
+
+#: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.memory.estimates.coarse_kind`).
+CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.int64)
+#: The `recap.drafters.recap.fusion.SOURCE_NAMES` code of a node the back-off record proposed (+ 1: and the
+#: suffix).
+BACKOFF_CODE = 27 * 16
+#: A memory's rank code by ``min(rank + 1, 4)`` (0: the memory does not hold the token).
+RANK_CODES = np.array([4, 0, 1, 2, 3], dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _fetch(out, source, table, row, empty):
+    """Copy record row ``row`` of ``table`` into ``out[source]`` (``empty`` when ``row < 0``)."""
+    if row < 0:
+        out[source, :] = empty
+    else:
+        out[source, :] = table[row]
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather(
+    tail, usable, c3_on, c3_keys, c3_rows, c3_table, c2_on, c2_keys, c2_rows, c2_table, p_on, p_table,
+    out, empty,
+):
+    """The records of ``C3[a, b, c]``, ``C2[b, c]`` and ``P1[c]`` for the context ending in ``tail``
+    into ``out`` ``(3, 2k + 2)`` (empty rows where a memory is off, holds nothing, or a key is not
+    usable: an image placeholder, or before the sequence start)."""
+    a, b, c = tail[0], tail[1], tail[2]
+    ok_c = c >= 0 and usable[c]
+    ok_b = ok_c and b >= 0 and usable[b]
+    ok_a = ok_b and a >= 0 and usable[a]
+    row = -1
+    if c3_on and ok_a:
+        row = find_row(c3_keys, c3_rows, (a << (2 * KEY_BITS)) | (b << KEY_BITS) | c)
+    _fetch(out, 0, c3_table, row, empty)
+    row = -1
+    if c2_on and ok_b:
+        row = find_row(c2_keys, c2_rows, (b << KEY_BITS) | c)
+    _fetch(out, 1, c2_table, row, empty)
+    row = -1
+    if p_on:
+        row = c if ok_c else len(p_table) - 1  # the last row: the empty record
+    _fetch(out, 2, p_table, row, empty)
+
+
+@numba.njit(cache=True, nogil=True)
+def _searchsorted_right(edges, value):
+    """``np.searchsorted(edges, value, side="right")``."""
+    low, high = 0, len(edges)
+    while low < high:
+        middle = (low + high) // 2
+        if edges[middle] <= value:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+@numba.njit(cache=True, nogil=True)
+def suffix_chain(tokens, length, usable, min_n, max_n, num):
+    """The suffix-matched continuation of ``tokens[:length]``: `recap.drafters.prompt_lookup`'s
+    ``find_continuation(tokens[:length], min_n, max_n, num, excluded)`` (the longest suffix of
+    ``min_n``..``max_n`` tokens seen before, its most recent earlier occurrence, up to ``num`` tokens
+    that followed it, cut before an excluded one or a separator, a negative token), with the excluded
+    tokens those ``usable`` (token -> may appear in a key, ``len`` vocab + 1) marks False; ``num`` 0:
+    none. One backward scan: at each earlier end, how many tokens agree with the suffix; the first end
+    with the most wins (n-grams with an excluded token never match: the suffix compared holds none).
+
+    Example: ``tokens = [1, 2, 3, 9, 1, 2, 3, 7, 1, 2, 3]``, ``min_n, max_n, num = 1, 3, 2``: ``[7, 1]``.
+    """
+    none = np.empty(0, dtype=np.int64)
+    if num <= 0:
+        return none
+    vocab = len(usable) - 1
+    longest = 0  # the suffix's length: at most max_n and length - 1 tokens, none of them excluded
+    while longest < min(max_n, length - 1):
+        token = tokens[length - 1 - longest]
+        if token < 0 or (token < vocab and not usable[token]):  # (a negative token: a separator)
+            break
+        longest += 1
+    best, best_end = 0, -1
+    for end in range(length - 2, min_n - 2, -1):
+        agree = 0
+        while agree < longest and agree <= end and tokens[end - agree] == tokens[length - 1 - agree]:
+            agree += 1
+        if agree > best:
+            best, best_end = agree, end
+            if agree == longest:
+                break
+    if best < min_n:
+        return none
+    chain = np.empty(num, dtype=np.int64)
+    size = 0
+    for at in range(best_end + 1, min(best_end + 1 + num, length)):
+        token = tokens[at]
+        if token < 0 or (token < vocab and not usable[token]):
+            break
+        chain[size] = token
+        size += 1
+    return chain[:size]
+
+
+@numba.njit(cache=True, nogil=True)
+def grow_tree(
+    tokens, length, cap, usable,
+    c3_on, c3_keys, c3_rows, c3_table,
+    c2_on, c2_keys, c2_rows, c2_table,
+    p_on, p_table,
+    request, calibrate, fine_rows, coarse_rows,
+    suffix_min, suffix_max, suffix_num, k, width, floor, max_depth, suffix_prior,
+    uniform, kappa_min, specificity, edges, buckets,
+    backoff_on, backoff_ids, backoff_probs,
+    stop_costs, stop_pending, stop_overhead, stop_patience,
+):
+    """Grow the tree of the ``cap`` best nodes (see the module docstring) from records of width ``k``.
+
+    ``tokens[:length]``: the context (its last three tokens are the root's, -1 before the start);
+    ``usable``: token -> may appear in a key (``len`` vocab + 1); the memories: ``C3``/``C2`` hash slots
+    (`recap.memory.key_index.KeyIndex`) and record tables, ``P1``'s table
+    (`recap.memory.persistent.PersistentMemory.table`), each with a flag (off: read as empty); ``request``:
+    this
+    request's stamp (fresh records); estimates: ``calibrate``, the acceptance model's shrinkage levels
+    (`recap.memory.estimates.AcceptanceModel.levels`). The settings (`recap.drafters.recap.search.grow` takes
+    them from the config): ``suffix_*``, the suffix-matched continuation's (`suffix_chain`;
+    ``suffix_num`` 0: none); ``k``, the records' width; ``width``, ``floor`` and ``max_depth``, children
+    per context, the path estimate a node must pass, the depth limit; ``suffix_prior``; weights:
+    ``uniform``, ``kappa_min``, ``specificity`` (`recap.drafters.recap.fusion.SOURCES` order); ``edges`` and
+    ``buckets`` of the fused probability. The back-off record (`recap.memory.backoff`): ``backoff_on``,
+    ``backoff_ids`` ``(k,)``, ``backoff_probs`` ``(k,)``, read as the only record of a context whose
+    last token is usable but that no memory has a record for; its candidates have coarse kind 0 (no
+    memory spoke; never an ordinary candidate's) and contribute nothing to ``parts``. ``stop_*``: the
+    cost-aware budget's rule (`recap.models.cost.auto_budget`), so that the search stops where the rule stops
+    looking: ``stop_costs[T]`` the cost of a pass over ``T`` tokens (empty: no rule, grow to ``cap``),
+    ``stop_pending`` tokens a pass feeds besides the nodes, ``stop_overhead`` seconds it spends besides
+    the forward, and the rule gives up after ``stop_patience`` nodes in a row that did not raise the
+    best expected tokens per second. The nodes it would keep come out the same; fewer of those it would
+    drop are grown.
+
+    Returns the tree, best first (then shallower, then earlier by key): ``tokens``, ``parents`` (node
+    ids, -1 the root), path estimates ``scores``, each memory's contribution ``parts`` ``(N, 3)`` and
+    source ``codes`` (`recap.drafters.recap.fusion.SOURCE_NAMES`); and the labels of every candidate
+    offered at every
+    context expanded (``label_nodes``: the context's node id, -1 the root; ``label_tokens``;
+    ``label_kinds``: fine acceptance kinds); and how many of the best nodes the budget rule keeps (all
+    without a rule).
+    """
+    root_tail = np.full(3, -1, dtype=np.int64)
+    for back in range(min(3, length)):
+        root_tail[2 - back] = tokens[length - 1 - back]
+    chain = suffix_chain(tokens, length, usable, suffix_min, suffix_max, suffix_num)
+    n = 3 * k
+    max_pool = (cap + 1) * width + 1
+    score = np.empty(max_pool)
+    token = np.empty(max_pool, dtype=np.int64)
+    parent = np.empty(max_pool, dtype=np.int64)
+    depth = np.empty(max_pool, dtype=np.int64)
+    key = np.empty(max_pool)
+    tails = np.empty((max_pool, 3), dtype=np.int64)
+    parts = np.zeros((max_pool, 3))
+    suffix = np.zeros(max_pool, dtype=np.bool_)
+    backed_node = np.zeros(max_pool, dtype=np.bool_)
+    max_labels = (cap + 1) * (n + 1)
+    label_node = np.empty(max_labels, dtype=np.int64)
+    label_token = np.empty(max_labels, dtype=np.int64)
+    label_kind = np.empty(max_labels, dtype=np.int64)
+    tree_id = np.full(max_pool, -1, dtype=np.int64)
+    out_tokens = np.empty(cap, dtype=np.int64)
+    out_parents = np.empty(cap, dtype=np.int64)
+    out_scores = np.empty(cap)
+    out_parts = np.empty((cap, 3))
+    out_codes = np.empty(cap, dtype=np.int64)
+    order = np.empty(3, dtype=np.int64)
+
+    empty = np.zeros(2 * k + 2, dtype=np.float32)
+    empty[:k] = -1.0
+    empty[2 * k + 1] = -1.0
+    records = np.empty((3, 2 * k + 2), dtype=np.float32)
+    record_ids = np.empty((3, k), dtype=np.int64)
+    values = np.empty((3, k), dtype=np.float32)
+    weights = np.empty(3)
+    present = np.empty(3, dtype=np.bool_)
+    fresh = np.empty(3, dtype=np.bool_)
+    rank = np.empty(3, dtype=np.int64)
+    c_token = np.empty(n + 1, dtype=np.int64)
+    c_q = np.empty(n + 1)
+    c_coarse = np.empty(n + 1, dtype=np.int64)
+    c_parts = np.zeros((n + 1, 3), dtype=np.float32)
+    c_estimate = np.empty(n + 1)
+    c_taken = np.empty(n + 1, dtype=np.bool_)
+
+    heap = [(0.0, np.int64(0), 0.0, np.int64(0))]
+    heap.pop()
+    rule = len(stop_costs) > 0
+    summed, stale, stop, kept = 0.0, 0, False, 0  # (1 + summed: auto_budget's order of additions)
+    best_ratio = 1.0 / (stop_costs[stop_pending] + stop_overhead) if rule else 0.0
+    size, labels, pops, chain_node = 0, 0, 0, np.int64(-1)
+    context = np.int64(-1)  # pool index of the context's node (the root first) ...
+    context_id = np.int64(-1)  # ... and its node id in the tree
+    context_tail = root_tail
+    context_score, context_depth, context_key = 1.0, np.int64(0), 0.0
+    while True:
+        # ---- lookup and weights (`RecapDrafter._lookup`)
+        _gather(
+            context_tail, usable, c3_on, c3_keys, c3_rows, c3_table, c2_on, c2_keys, c2_rows, c2_table,
+            p_on, p_table, records, empty,
+        )
+        last = context_tail[2]
+        backed = (
+            backoff_on and records[0, 0] < 0 and records[1, 0] < 0 and records[2, 0] < 0
+            and last >= 0 and usable[last]
+        )
+        if backed:  # no memory has a record here: the back-off record, as the only one
+            for j in range(k):
+                records[2, j] = np.float32(backoff_ids[j])
+                records[2, k + j] = backoff_probs[j]
+            records[2, 2 * k] = np.float32(1.0)
+            records[2, 2 * k + 1] = np.float32(-1.0)
+        for s in range(3):
+            for j in range(k):
+                record_ids[s, j] = np.int64(records[s, j])
+            present[s] = records[s, 0] >= 0
+            fresh[s] = records[s, 2 * k + 1] == request
+            if uniform:
+                weights[s] = 1.0 if present[s] else 0.0
+            else:
+                # (in float32, as numpy compares a Python float with float32 concentrations)
+                confidence = np.float64(max(np.float32(kappa_min), records[s, 2 * k]))
+                weights[s] = specificity[s] * confidence * present[s]
+        total = max(weights[0] + weights[1] + weights[2], 1e-300)
+        base = 0
+        for s in range(3):
+            weights[s] /= total
+            scale = np.float32(weights[s])
+            for j in range(k):
+                values[s, j] = records[s, k + j] * scale
+            if present[s] and not backed:
+                base += (1 + 5 * fresh[s]) * 2 * CODE_WEIGHTS[s]
+        # ---- candidates (`recap.drafters.recap.fusion.candidates`), one column per record entry
+        for column in range(n):
+            memory = column // k
+            tok = record_ids[memory, column % k]
+            if tok < 0:  # an empty entry (or an absent memory's): never offered
+                c_token[column], c_q[column], c_coarse[column] = tok, -1.0, base
+                continue
+            coarse = base
+            q = 0.0
+            for s in range(3):
+                rank[s] = 0
+                if present[s]:
+                    for j in range(k):
+                        if record_ids[s, j] == tok:
+                            rank[s] = j + 1
+                            break
+                if s < memory and rank[s] > 0:
+                    q = -1.0  # counted at a more specific memory's column: never offered here
+                    break
+                part = values[s, rank[s] - 1] if rank[s] > 0 else np.float32(0.0)
+                c_parts[column, s] = 0.0 if backed else part
+                q += np.float64(part)
+                if present[s] and not backed:
+                    coarse += 2 * CODE_WEIGHTS[s] * RANK_CODES[min(rank[s], 4)]
+            c_token[column], c_q[column], c_coarse[column] = tok, q, coarse
+        columns = n
+        # ---- the suffix-matched continuation, one more candidate along its path
+        chain_column = -1
+        if chain_node != -2 and context == chain_node and context_depth < len(chain):
+            wanted = chain[context_depth]
+            for column in range(n):
+                if c_token[column] == wanted and c_q[column] > 0:
+                    chain_column = column
+                    break
+            if chain_column < 0:  # no memory proposed it: a candidate of fused probability 0
+                chain_column = n
+                columns = n + 1
+                absent = base
+                for s in range(3):
+                    if present[s] and not backed:
+                        absent += 2 * CODE_WEIGHTS[s] * 4
+                c_token[n], c_q[n], c_coarse[n] = wanted, 0.0, absent
+                c_parts[n, :] = 0.0
+            c_coarse[chain_column] += 1  # the suffix flag
+        # ---- acceptance estimates (`recap.memory.estimates`, clipped) and labels
+        for column in range(columns):
+            q = c_q[column]
+            prior = max(q, suffix_prior) if column == chain_column else q
+            kind = c_coarse[column] * buckets + _searchsorted_right(edges, q)
+            estimate = prior
+            if calibrate:  # (a_f + b_f * a_c) + (b_f * b_c) * prior: `AcceptanceModel.levels`
+                a_f, b_f = fine_rows[kind, A], fine_rows[kind, B]
+                a_c, b_c = coarse_rows[kind // buckets, A], coarse_rows[kind // buckets, B]
+                estimate = (a_f + b_f * a_c) + (b_f * b_c) * prior
+            offered = q > 0 or column == chain_column
+            c_estimate[column] = min(max(estimate, 0.0), 1.0) if offered else 0.0
+            c_taken[column] = False
+            if offered:
+                label_node[labels], label_kind[labels] = context_id, kind
+                label_token[labels] = c_token[column]
+                labels += 1
+        # ---- the `width` best candidates become nodes (ties: the earlier column)
+        chain_next = np.int64(-2) if chain_column >= 0 else chain_node
+        for place in range(min(width, columns)):
+            best = -1
+            for column in range(columns):
+                if not c_taken[column] and (best < 0 or c_estimate[column] > c_estimate[best]):
+                    best = column
+            c_taken[best] = True
+            child_score = context_score * c_estimate[best]
+            if not child_score > floor:
+                break
+            token[size], score[size], parent[size] = c_token[best], child_score, context
+            depth[size], key[size] = context_depth + 1, context_key * width + place
+            tails[size, 0], tails[size, 1], tails[size, 2] = context_tail[1], context_tail[2], c_token[best]
+            for s in range(3):
+                parts[size, s] = np.float64(c_parts[best, s])
+            backed_node[size] = backed and best < n  # (column n: the suffix token, no record proposed it)
+            if best == chain_column:
+                suffix[size] = True
+                chain_next = size
+            heapq.heappush(heap, (-child_score, depth[size], key[size], np.int64(size)))
+            size += 1
+        chain_node = chain_next
+        # ---- the next node joins the tree; its context is expanded next
+        expanded = False
+        while len(heap) > 0 and pops < cap and not expanded:
+            _, _, _, node = heapq.heappop(heap)
+            tree_id[node] = pops
+            out_tokens[pops], out_scores[pops] = token[node], score[node]
+            out_parents[pops] = tree_id[parent[node]] if parent[node] >= 0 else -1
+            out_parts[pops] = parts[node]
+            out_codes[pops] = BACKOFF_CODE + suffix[node] if backed_node[node] else _source_code(
+                parts[node], suffix[node], order
+            )
+            pops += 1
+            if rule:  # `recap.models.cost.auto_budget`, one node at a time
+                summed += score[node]
+                ratio = (1.0 + summed) / (stop_costs[pops + stop_pending] + stop_overhead)
+                if ratio > best_ratio:
+                    best_ratio, stale, kept = ratio, 0, pops
+                else:
+                    stale += 1
+                    if stale >= stop_patience:
+                        stop = True
+                        break
+            if depth[node] < max_depth:
+                context, context_id, context_tail = node, pops - 1, tails[node]
+                context_score, context_depth, context_key = score[node], depth[node], key[node]
+                expanded = True
+        if stop or not expanded:
+            break
+    return (
+        out_tokens[:pops], out_parents[:pops], out_scores[:pops], out_parts[:pops], out_codes[:pops],
+        label_node[:labels], label_token[:labels], label_kind[:labels],
+        kept if rule else pops,
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _source_code(parts, suffix, order):
+    """A node's `recap.drafters.recap.fusion.SOURCE_NAMES` code: the memories ranked by contribution
+    (largest first,
+    ties the more specific first), which of them contributed, and the suffix flag."""
+    order[0], order[1], order[2] = 0, 1, 2
+    for i in range(1, 3):  # a stable insertion sort, descending
+        j = i
+        while j > 0 and parts[order[j]] > parts[order[j - 1]]:
+            order[j], order[j - 1] = order[j - 1], order[j]
+            j -= 1
+    bits = 0
+    for place in range(3):
+        if parts[order[place]] > 0:
+            bits |= 4 >> place
+    return ((order[0] * 9 + order[1] * 3 + order[2]) * 8 + bits) * 2 + (1 if suffix else 0)

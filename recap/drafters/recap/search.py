@@ -1,0 +1,221 @@
+"""RECAP's tree: the ``cap`` best candidates by path estimate, found by best-first search.
+
+A node's *path estimate* is its own acceptance estimate (`recap.memory.estimates`) times its parent's path
+estimate (the root's is 1), so it never grows along a path and best-first search pops parents before
+children. At each context every fused candidate is estimated and the ``config.branching`` best (above
+``config.score_floor``) become nodes; the suffix-matched continuation (the context's longest suffix
+seen earlier in it, what followed: `recap.drafters.recap.kernel.suffix_chain`, as
+`recap.drafters.prompt_lookup.find_continuation` finds it) enters as one more candidate of each context
+along its path, with the suffix flag in its acceptance kind; where no memory has a record, the
+back-off record's tokens (`recap.memory.backoff`) are the candidates. The search itself runs compiled
+(`recap.drafters.recap.kernel.grow_tree`); `grow` hands it the memories' arrays, and `select` makes
+what it found a `DraftTree` (ties: shallower, then earlier in depth-at-a-time order).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from recap.drafters.recap.config import RecapConfig
+from recap.drafters.recap.fusion import SOURCE_NAMES
+from recap.drafters.recap.kernel import grow_tree
+from recap.memory.context import ContextMemory
+from recap.memory.estimates import BUCKETS, EDGES, KIND_COLUMNS
+from recap.memory.persistent import PersistentMemory
+from recap.memory.records import pack_keys, record_table
+from recap.memory.recycling import recycle
+from recap.models.cost import PATIENCE
+from recap.tree import DraftTree
+
+_EDGES = np.array(EDGES, dtype=np.float64)
+_NO_COSTS = np.zeros(0)
+_NO_SLOTS = np.full(1, -1, dtype=np.int64)
+_NO_LEVELS = np.zeros((1, KIND_COLUMNS))
+_NO_TABLE = np.zeros((1, 2), dtype=np.float32)
+#: `SOURCE_NAMES` as an array (a tree's sources in one lookup).
+_SOURCE_NAMES = np.empty(len(SOURCE_NAMES), dtype=object)
+_SOURCE_NAMES[:] = [*SOURCE_NAMES]
+#: The shortest suffix the suffix match takes (`recap.drafters.recap.kernel.suffix_chain`; the longest:
+#: ``config.suffix_max_len``).
+SUFFIX_MIN_LEN = 2
+
+
+class Growth(NamedTuple):
+    """What `grow` found: the tree of the ``cap`` best nodes, best first (then shallower, then earlier
+    in depth-at-a-time order): ``tokens``, ``parents`` (node ids, -1 the root), ``scores`` (path
+    estimates), ``parts`` (each memory's contribution to a node's fused probability ``(N, 3)``, display
+    only), ``codes`` (sources, `recap.drafters.recap.fusion.SOURCE_NAMES`); and the labels of every
+    candidate offered
+    at every context expanded: ``label_nodes`` (the context's node id, -1 the root), ``label_tokens``,
+    ``label_kinds`` (fine acceptance kinds); ``kept``: how many of the best nodes the cost-aware budget
+    keeps (`recap.models.cost.auto_budget`, applied by the search; all of them without a stop rule)."""
+
+    tokens: np.ndarray
+    parents: np.ndarray
+    scores: np.ndarray
+    parts: np.ndarray
+    codes: np.ndarray
+    label_nodes: np.ndarray
+    label_tokens: np.ndarray
+    label_kinds: np.ndarray
+    kept: int
+
+
+def _context_arrays(memory: ContextMemory | None) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
+    """A contextual memory as the kernel reads it: on, hash slots, rows, record table (an empty memory
+    reads as one that is off: no key finds a row)."""
+    if memory is None or memory.k == 0:  # (never written: no table yet)
+        return False, _NO_SLOTS, _NO_SLOTS, _NO_TABLE
+    index = memory.index
+    return True, index.keys, index.rows, memory.table
+
+
+def grow(
+    tokens: np.ndarray,
+    length: int,
+    cap: int,
+    config: RecapConfig,
+    usable: np.ndarray,
+    ctx3: ContextMemory | None,
+    ctx2: ContextMemory | None,
+    persistent: PersistentMemory | None,
+    request: int,
+    levels: tuple[np.ndarray, np.ndarray] | None,
+    backoff: tuple[np.ndarray, np.ndarray] | None = None,
+    stop: tuple[np.ndarray, int, float] | None = None,
+) -> Growth:
+    """The best-first search for ``cap`` nodes under the context ``tokens[:length]`` (``tokens`` int64,
+    C-contiguous; the root is its last token), down to ``config.depth``, with the suffix-matched
+    continuation of the context (``config.suffix*``); ``usable``: token -> may appear in a key;
+    ``ctx3``/``ctx2``/``persistent``: the memories read (None: off); ``request``: this request's stamp;
+    ``levels``: the acceptance model's shrinkage levels (`recap.memory.estimates.AcceptanceModel.levels`),
+    None
+    for uncalibrated estimates (the fused probability itself); ``backoff``: the back-off record's
+    ``(ids, probs)`` (`recap.memory.backoff.BackoffRecord.record`), offered where no memory has a record
+    (None:
+    off); ``stop``: the cost-aware budget's
+    ``(costs, pending, overhead)`` (``costs[T]``: `recap.models.cost.CostModel.costs` of ``T`` tokens, up to
+    ``cap + pending``), so that the search grows no further than `recap.models.cost.auto_budget` looks (the
+    nodes it keeps are the same); None: grow to ``cap``.
+    """
+    stop_costs, stop_pending, stop_overhead = stop if stop is not None else (_NO_COSTS, 0, 0.0)
+    if len(stop_costs) and len(stop_costs) <= cap + stop_pending:
+        need = cap + stop_pending
+        raise ValueError(f"stop costs cover {len(stop_costs) - 1} tokens, the search needs {need}")
+    if persistent is not None:
+        p_on, p_table = True, persistent.table
+    else:
+        p_on, p_table = False, _no_records(config.k)
+    fine, coarse = levels if levels is not None else (_NO_LEVELS, _NO_LEVELS)
+    if not (isinstance(tokens, np.ndarray) and tokens.dtype == np.int64 and tokens.flags.c_contiguous):
+        raise ValueError("tokens must be a C-contiguous int64 array")
+    if not 0 <= length <= len(tokens):
+        raise ValueError(f"length {length} is outside the {len(tokens)} tokens given")
+    k = config.k
+    if backoff is not None and not (len(backoff[0]) == len(backoff[1]) == k):
+        raise ValueError(f"the back-off record must hold k = {k} ids and probabilities")
+    if backoff is None:
+        backoff_arrays = (False, np.full(k, -1, dtype=np.int64), np.zeros(k, dtype=np.float32))
+    else:
+        ids, probs = (np.ascontiguousarray(a, dtype=t) for a, t in zip(backoff, (np.int64, np.float32)))
+        backoff_arrays = (True, ids, probs)
+    # The contextual memories are frozen (a write may reallocate their tables), in the order writers
+    # take them (`recap.memory.recycling.recycle`: persistent, ctx2, ctx3). The persistent table is read
+    # unlocked: a concurrent write can only make a record newer (drafting, never the output, changes).
+    locks = [m.frozen() for m in (ctx2, ctx3) if m is not None]
+    for lock in locks:
+        lock.acquire()
+    try:
+        found = grow_tree(
+            tokens, int(length), int(cap), usable, *_context_arrays(ctx3), *_context_arrays(ctx2),
+            p_on, p_table, int(request), levels is not None, fine, coarse, *_settings(config),
+            *backoff_arrays, stop_costs, int(stop_pending), float(stop_overhead), PATIENCE,
+        )
+    finally:
+        for lock in reversed(locks):
+            lock.release()
+    return Growth(*found)
+
+
+#: The config the settings below were taken from, and the settings (one config per drafter: taken once).
+_taken: tuple[RecapConfig | None, tuple] = (None, ())
+
+
+def _settings(config: RecapConfig) -> tuple:
+    """The search's settings from ``config``, in `grow_tree`'s order (the suffix match, the records'
+    width, the search, the weights, the buckets)."""
+    global _taken
+    taken = _taken
+    if taken[0] is config:
+        return taken[1]
+    suffix = int(min(config.depth, config.suffix_budget)) if config.suffix and config.suffix_budget > 0 else 0
+    settings = (
+        SUFFIX_MIN_LEN, int(config.suffix_max_len), suffix,
+        int(config.k), int(config.branching), float(config.score_floor), int(config.depth),
+        float(config.suffix_prior),
+        bool(config.uniform_weights), float(config.kappa_min), _specificity(config.specificity),
+        _EDGES, BUCKETS,
+    )
+    _taken = (config, settings)
+    return settings
+
+
+@functools.lru_cache(maxsize=8)
+def _no_records(k: int) -> np.ndarray:
+    """A one-row record table holding the empty record (what the search reads for a memory that is off)."""
+    return record_table(np.full((1, k), -1), np.zeros((1, k)), [0.0], [-1])
+
+
+@functools.lru_cache(maxsize=8)
+def _specificity(specificity: tuple[float, float, float]) -> np.ndarray:
+    """``config.specificity`` (persistent, ctx2, ctx3) as the search's array, in ctx3, ctx2, persistent
+    order (read-only; one array per setting)."""
+    s1, s2, s3 = specificity
+    array = np.array([s3, s2, s1], dtype=float)
+    array.flags.writeable = False
+    return array
+
+
+def select(growth: Growth, keep: Callable[[np.ndarray], int] | None = None) -> DraftTree:
+    """The grown tree as a `DraftTree`; ``keep(scores)``: how many of its best nodes a cost-aware
+    budget keeps (all when None; a prefix of a best-first order is a tree)."""
+    size = len(growth.tokens) if keep is None else keep(growth.scores)
+    return DraftTree(
+        growth.tokens[:size].tolist(),
+        growth.parents[:size].tolist(),
+        growth.scores[:size].tolist(),
+        _SOURCE_NAMES[growth.codes[:size]].tolist(),
+        [{} for _ in range(size)],
+    )
+
+
+@functools.cache
+def compile_kernels() -> None:
+    """Compile RECAP's compiled parts once per process (`numba`: about 15 s the first time on a machine,
+    then loaded from numba's on-disk cache in about a second): the search, the key index, the
+    recycling (keys, records, writes), the acceptance counts and the back-off counts. Every
+    `recap.drafters.recap.drafter.RecapDrafter` calls it when created, so no timed pass pays for it; a server
+    may call it at start-up."""
+    config = RecapConfig(budget=4)
+    k = config.k
+    row = record_table(np.arange(k)[None], np.full((1, k), 1.0 / k), [0.0], [0])
+    memories = ContextMemory(3), ContextMemory(2)
+    for order, memory in enumerate(memories):
+        memory.write_table(pack_keys(np.arange(3 - order)[None]), row)
+        memory.slots(np.array([0], dtype=np.int64))
+        memory.index.reserve(len(memory.index.keys))  # a rebuild (its re-insertion is compiled too)
+    usable = np.ones(k + 1, dtype=bool)
+    usable[-1] = False
+    grow(np.array([0, 1, 2, 0, 1, 2]), 6, 4, config, usable, *memories, None, 0, None)
+    persistent = PersistentMemory(k + 1, k)
+    no_nodes, top = np.zeros(0, dtype=np.int64), np.tile(np.arange(k), (3, 1))
+    uniform = np.full((3, k), 1 / k, np.float32)
+    recycle([0, 1, 2], np.arange(3), no_nodes, no_nodes, [], no_nodes, top, uniform, k, 0,
+            persistent, *memories[::-1])
+    persistent.acceptance.update(np.array([0, 1]), np.array([1]))
+    persistent.backoff.count([0])
+    persistent.acceptance.update_greedy(np.array([-1]), np.array([0]), np.array([0]), 1, 1, np.array([0, 0]))

@@ -1,0 +1,120 @@
+"""The phrasings of the embedded model v2's questions: those used in training and those kept out of it.
+
+``{kind}`` (and ``{other}`` for relations) stand for the asked shapes' kinds. No phrasing of
+``REPHRASED_QUESTIONS`` equals or contains a training phrasing, or is contained in one
+(tests/test_scenes2.py), so a model is tested on phrasings it never saw. Re-exported by
+`recap.embedded.scenes2`.
+"""
+
+from __future__ import annotations
+
+TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {
+    "describe": (
+        "Describe the image.",
+        "What do you see?",
+        "What is in this picture?",
+        "Describe this scene.",
+        "What does the image show?",
+        "Briefly describe the picture.",
+        "What is shown here?",
+        "Summarize the image.",
+        "What can you see in the image?",
+        "Give a short summary of the scene.",
+    ),
+    "colour": (
+        "What colour is the {kind}?",
+        "What color is the {kind}?",
+        "Which colour does the {kind} have?",
+        "Tell me the colour of the {kind}.",
+        "What is the colour of the {kind}?",
+        "What color is the {kind} in the image?",
+        "The {kind} is which colour?",
+        "Which color is the {kind}?",
+        "What is the color of the {kind} in this picture?",
+    ),
+    "count": (
+        "How many shapes are there?",
+        "How many shapes are in the image?",
+        "Count the shapes.",
+        "How many objects can you see?",
+        "How many shapes do you see?",
+        "Count the objects in the picture.",
+        "How many shapes does the image contain?",
+        "How many figures are drawn?",
+        "Give the number of shapes in the image.",
+    ),
+    "position": (
+        "Where is the {kind}?",
+        "Where is the {kind} located?",
+        "In which part of the image is the {kind}?",
+        "Where can you find the {kind}?",
+        "Where is the {kind} in the image?",
+        "What is the position of the {kind}?",
+        "Which part of the picture shows the {kind}?",
+        "Locate the {kind}.",
+        "Where does the {kind} appear?",
+    ),
+    "relation": (
+        "Where is the {kind} relative to the {other}?",
+        "How is the {kind} placed compared with the {other}?",
+        "Describe the position of the {kind} relative to the {other}.",
+        "Where is the {kind} compared to the {other}?",
+        "Compare the {kind} with the {other}.",
+        "How does the {kind} relate to the {other} in position and size?",
+        "Where is the {kind} with respect to the {other}?",
+        "Is the {kind} left or right of the {other}, above or below it, and is it bigger?",
+    ),
+    "detail": (
+        "Describe the image in detail.",
+        "Give a detailed description of the image.",
+        "Describe everything you see in detail.",
+        "Tell me everything about this picture.",
+        "Write a detailed description of the scene.",
+        "Describe each shape in the image and how they are placed.",
+        "Explain the picture in detail.",
+        "What is in the image? Please be detailed.",
+        "Give a full and detailed account of the image.",
+        "Describe the scene in detail, shape by shape.",
+    ),
+}
+
+#: Phrasings never used in training (``heldout_set(..., rephrased=True)``).
+REPHRASED_QUESTIONS: dict[str, tuple[str, ...]] = {
+    "describe": (
+        "Can you tell me what this picture contains?",
+        "Please give a short description of the picture.",
+        "What objects are drawn here?",
+        "Explain what is shown in this image.",
+    ),
+    "colour": (
+        "Which color has the {kind} got?",
+        "Can you name the colour of the {kind}?",
+        "I wonder what colour the {kind} is.",
+        "The {kind} in this picture: what colour is it?",
+    ),
+    "count": (
+        "What is the number of shapes in this picture?",
+        "Can you count how many shapes are drawn?",
+        "How many things are drawn here?",
+        "Tell me the number of objects.",
+    ),
+    "position": (
+        "In what part of the picture is the {kind}?",
+        "Can you tell me where the {kind} is?",
+        "Where exactly is the {kind} placed?",
+        "Which region of the image contains the {kind}?",
+        "Tell me where the {kind} is.",
+    ),
+    "relation": (
+        "Where does the {kind} sit in relation to the {other}?",
+        "Can you compare the {kind} and the {other}?",
+        "Tell me how the {kind} is positioned next to the {other}.",
+        "What is the position and size of the {kind} relative to the {other}?",
+    ),
+    "detail": (
+        "Can you give me a detailed description of this picture?",
+        "I would like a detailed account of everything in this image.",
+        "Describe the picture fully, with every detail.",
+        "Please tell me everything this image contains, in detail.",
+    ),
+}

@@ -1,0 +1,10 @@
+"""`recap.memory`: what the recycling drafters (RECAP and Token Recycling) learn from the target.
+
+- `records`: a prediction record (the target's top-k at one position) and its array form.
+- `key_index`: packed context keys -> table rows (the contextual memories' hash index).
+- `persistent`: ``P1``, the 1-token memory kept across requests, and its file format.
+- `context`: ``C2`` / ``C3``, the 2- and 3-token contextual memories.
+- `backoff`: the stream's most often committed tokens (the n-gram back-off's last level).
+- `recycling`: which computed position is written under which context keys.
+- `estimates`: online acceptance estimates of drafted candidates, by kind.
+"""

@@ -1,0 +1,359 @@
+"""Recycling: which computed position's prediction is written under which context keys, in which order.
+
+After a verification pass, every position whose logits the pass computed (the pending committed
+tokens and every tree node, accepted or rejected) writes its record under the 1-, 2- and 3-token keys
+that end there; a tree node's key follows its own path. Token Recycling writes the 1-token keys only
+(`recap.drafters.token_recycling`), RECAP all three (`recap.drafters.recap.drafter`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+import numba
+import numpy as np
+
+from recap.memory.context import has_room
+from recap.memory.estimates import KIND_COLUMNS, AcceptanceModel, count_greedy, greedy_label_error
+from recap.memory.key_index import write_slot
+from recap.memory.records import KEY_BITS, record_rows_compiled, topk_rows
+
+if TYPE_CHECKING:
+    from recap.memory.context import ContextMemory
+    from recap.memory.persistent import PersistentMemory
+
+
+def recycling_keys(
+    context: Sequence[int],
+    positions: np.ndarray,
+    parents: Sequence[int],
+    tokens: Sequence[int],
+    accepted: Sequence[int],
+    excluded: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which observation row is written under which 1/2/3-token keys, in write order.
+
+    Rows of an observation are the ``positions`` of ``context`` first, then the tree nodes (``parents``,
+    ``tokens``); node ``j`` continues ``context`` by its own path. Returns ``(rows, keys, lengths)``:
+    ``rows`` (R,) indices into the observation's top-k rows, ordered rejected nodes, then positions, then
+    accepted nodes, so that with overwrite-with-latest the committed sequence wins over speculation;
+    ``keys`` (R, 3) the tokens ``(t-2, t-1, t)`` ending at each row's position (-1 when missing);
+    ``lengths`` (R,) how many trailing key tokens are usable (0-3): a key containing an ``excluded``
+    token (image placeholder) or reaching before the sequence start is never used.
+
+    Example: context ``[5, 6, 7]``, positions ``[2]``, one node (token 8 under the root), accepted::
+
+        rows = [0, 1];  keys = [[5, 6, 7], [6, 7, 8]];  lengths = [3, 3]
+    """
+    positions = np.asarray(positions, dtype=np.int64).reshape(-1)
+    low = max(int(positions.min()) - 2, 0) if len(positions) else 0
+    last = int(context[-1]) if len(context) >= 1 else -1
+    before_last = int(context[-2]) if len(context) >= 2 else -1
+    return _recycling_keys(
+        np.asarray(context[low:], dtype=np.int64),
+        low,
+        positions,
+        np.asarray(parents, dtype=np.int64).reshape(-1),
+        np.asarray(tokens, dtype=np.int64).reshape(-1),
+        np.asarray(accepted, dtype=np.int64).reshape(-1),
+        np.asarray(excluded, dtype=np.int64).reshape(-1),
+        last,
+        before_last,
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _recycling_keys(segment, low, positions, parents, tokens, accepted, excluded, last, before_last):
+    """`recycling_keys` on arrays: ``segment`` is the context from index ``low`` on."""
+    n_pos, n_nodes = len(positions), len(tokens)
+    keys = np.full((n_pos + n_nodes, 3), -1, dtype=np.int64)
+    for i in range(n_pos):
+        for back in range(3):
+            at = positions[i] - back
+            if at >= 0:
+                keys[i, 2 - back] = segment[at - low]
+    for j in range(n_nodes):
+        parent = parents[j]
+        row = n_pos + j
+        keys[row, 2] = tokens[j]
+        if parent < 0:
+            keys[row, 1], keys[row, 0] = last, before_last
+        else:
+            keys[row, 1] = tokens[parent]
+            grand = parents[parent]
+            keys[row, 0] = tokens[grand] if grand >= 0 else last
+    lengths = np.zeros(n_pos + n_nodes, dtype=np.int64)
+    for row in range(n_pos + n_nodes):
+        for column in range(2, -1, -1):
+            token = keys[row, column]
+            usable = token >= 0
+            for placeholder in excluded:
+                if token == placeholder:
+                    usable = False
+            if not usable:
+                break
+            lengths[row] += 1
+    is_accepted = np.zeros(n_nodes, dtype=np.bool_)
+    for node in accepted:
+        is_accepted[node] = True
+    rows = np.empty(n_pos + n_nodes, dtype=np.int64)
+    at = 0
+    for j in range(n_nodes):
+        if not is_accepted[j]:
+            rows[at] = n_pos + j
+            at += 1
+    for i in range(n_pos):
+        rows[at] = i
+        at += 1
+    for node in accepted:
+        rows[at] = n_pos + node
+        at += 1
+    rows = rows[:at]
+    return rows, keys[rows], lengths[rows]
+
+
+def write_recycled(
+    rows: np.ndarray,
+    keys: np.ndarray,
+    lengths: np.ndarray,
+    records: np.ndarray,
+    persistent: PersistentMemory | None,
+    ctx2: ContextMemory | None,
+    ctx3: ContextMemory | None,
+) -> None:
+    """The writes of a pass given its keys and records (`recycle` does keys, records and writes in one
+    call; this is its reference and the building block for records built elsewhere): record
+    ``records[rows[i]]`` (`recap.memory.records.record_table` layout) goes under ``P1[t]``, ``C2[t-1, t]`` and
+    ``C3[t-2, t-1, t]`` where the key is usable (``lengths[i]`` >= 1, 2, 3), in order, so that later rows
+    win (overwrite-with-latest); a memory given as None is not written, ``P1`` ignores tokens outside
+    its vocabulary."""
+    if len(rows) == 0:
+        return
+    k = (records.shape[1] - 2) // 2
+    locks = _locks(persistent, ctx2, ctx3, None)
+    for lock in locks:
+        lock.acquire()
+    try:
+        for memory in (ctx2, ctx3):
+            if memory is not None:
+                memory.reserve(len(rows), k)
+        arrays = _memory_arrays(persistent, ctx2, ctx3)
+        records = np.ascontiguousarray(records, dtype=np.float32)
+        _write_recycled(rows, keys, lengths, records, k, *arrays)
+    finally:
+        for lock in reversed(locks):
+            lock.release()
+
+
+class GreedyLabels(NamedTuple):
+    """The acceptance labels of a greedy pass, for `recycle` to count in its call: the arguments of
+    `recap.memory.estimates.AcceptanceModel.update_greedy` but the greedy tokens, which are the top-k rows'
+    first column (``first_row``: the number of positions)."""
+
+    model: AcceptanceModel
+    nodes: np.ndarray
+    tokens: np.ndarray
+    kinds: np.ndarray
+    kept: int
+
+
+def recycle(
+    context: Sequence[int],
+    positions: np.ndarray,
+    parents: np.ndarray,
+    tokens: np.ndarray,
+    accepted: Sequence[int],
+    excluded: np.ndarray,
+    topk_ids: np.ndarray,
+    topk_probs: np.ndarray,
+    k: int,
+    stamp: int,
+    persistent: PersistentMemory | None,
+    ctx2: ContextMemory | None,
+    ctx3: ContextMemory | None,
+    labels: GreedyLabels | None = None,
+) -> None:
+    """RECAP's whole recycling step after a pass, in one compiled call: `recycling_keys`, each computed
+    row's record (`recap.memory.records.record_rows` of the top-k ``topk_ids``/``topk_probs``, width ``k``,
+    stamped ``stamp``) and `write_recycled`, with the same results as calling the three; with
+    ``labels``, first the greedy labels' counts (`recap.memory.estimates.AcceptanceModel.update_greedy`, same
+    results), in the same call.
+
+    Checked before anything is written or counted (ValueError): one top-k row per computed position
+    (the ``positions``, then the tree's nodes), ``parents`` and ``tokens`` of one length, accepted nodes
+    inside the tree, ``k`` the persistent memory's width, and the labels as `update_greedy` checks them."""
+    positions = _ints(positions)
+    count = len(positions) + len(tokens)
+    if count == 0:
+        if labels is not None:
+            labels.model.update_greedy(*labels[1:], 0, np.zeros(0, dtype=np.int64))
+        return
+    ids, probs = topk_ids, topk_probs
+    ready = isinstance(ids, np.ndarray) and isinstance(probs, np.ndarray) and ids.ndim == 2
+    if not (ready and ids.shape == probs.shape and ids.shape[1] >= 1):
+        ids, probs = topk_rows(topk_ids, topk_probs)  # (the decode loop's rows need nothing)
+    ids, probs = np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(probs, dtype=np.float32)
+    if len(ids) != count or len(parents) != len(tokens):
+        raise ValueError(
+            f"{len(ids)} top-k rows for {len(positions)} positions and {len(tokens)} nodes "
+            f"({len(parents)} parents)"
+        )
+    if len(accepted) and not (min(accepted) >= 0 and max(accepted) < len(tokens)):
+        raise ValueError(f"accepted nodes {list(accepted)} outside a tree of {len(tokens)} nodes")
+    if persistent is not None and persistent.k != k:
+        raise ValueError(f"records of width {k} for a persistent memory of k={persistent.k}")
+    if labels is None:
+        counting, label_arrays = _NO_COUNTING, (_NO_INTS, _NO_INTS, _NO_INTS, 0)
+    else:
+        nodes, label_tokens, kinds = _ints(labels.nodes), _ints(labels.tokens), _ints(labels.kinds)
+        if not len(nodes) == len(label_tokens) == len(kinds):
+            raise ValueError(f"{len(nodes)} nodes, {len(label_tokens)} tokens and {len(kinds)} kinds")
+        counting, label_arrays = labels.model.counting(), (nodes, label_tokens, kinds, int(labels.kept))
+    # The context from two tokens before the first position: every key's tokens, and the last two.
+    low = max(min(positions.tolist()) - 2, 0) if len(positions) else 0
+    pass_arrays = (
+        _ints(context[low:]), low, positions, _ints(parents), _ints(tokens), _ints(accepted), _ints(excluded),
+        ids, probs, int(stamp), k,
+    )
+    locks = _locks(persistent, ctx2, ctx3, labels)
+    for lock in locks:
+        lock.acquire()
+    try:
+        memories = (ctx2, ctx3)
+        for memory in memories:  # the first write sets a memory's width (a wrong one is refused)
+            if memory is not None and memory.k != k:
+                memory.reserve(count, k)
+        bad = _recycle(*pass_arrays, *_memory_arrays(persistent, ctx2, ctx3), labels is not None,
+                       *label_arrays, *counting)
+        if bad == _NEEDS_ROOM:  # (nothing written: make room, then the very same call)
+            for memory in memories:
+                if memory is not None:
+                    memory.reserve(count, k)
+            bad = _recycle(*pass_arrays, *_memory_arrays(persistent, ctx2, ctx3), labels is not None,
+                           *label_arrays, *counting)
+            if bad == _NEEDS_ROOM:
+                raise RuntimeError("a contextual memory has no room for this pass's keys after reserve")
+    finally:
+        for lock in reversed(locks):
+            lock.release()
+    if bad >= 0:
+        raise greedy_label_error(bad, label_arrays[0], label_arrays[2], len(positions), len(ids))
+
+
+def _ints(values: Sequence[int] | np.ndarray) -> np.ndarray:
+    """``values`` as a 1-D int64 array (itself when it is one)."""
+    array = np.asarray(values, dtype=np.int64)
+    return array if array.ndim == 1 else array.reshape(-1)
+
+
+#: `_recycle`'s answer when a contextual memory must make room (`ContextMemory.reserve`) first.
+_NEEDS_ROOM = -2
+_NO_INTS = np.zeros(0, dtype=np.int64)
+_NO_COUNTING = (
+    np.zeros((1, KIND_COLUMNS)), np.zeros((1, KIND_COLUMNS)), np.zeros(1, np.int64), 1.0, 1.0, 1.0, 1
+)
+_NO_IDS, _NO_ROWS = np.zeros((1, 1), np.int32), np.zeros(1, np.int64)
+_NO_TABLE = np.zeros((1, 1), np.float32)
+_NO_PERSISTENT = (False, _NO_IDS, _NO_TABLE, np.zeros(1, bool), np.zeros(1, np.float32), _NO_ROWS, _NO_TABLE)
+_NO_CONTEXT = (False, _NO_ROWS, _NO_ROWS, _NO_ROWS, _NO_ROWS, _NO_TABLE)
+
+
+def _locks(
+    persistent: PersistentMemory | None,
+    ctx2: ContextMemory | None,
+    ctx3: ContextMemory | None,
+    labels: GreedyLabels | None,
+) -> list:
+    """The locks a write takes, in one order everywhere: persistent, ctx2, ctx3, then the acceptance
+    model (which no holder of it waits on a memory's lock from)."""
+    locks = [m.frozen() for m in (persistent, ctx2, ctx3) if m is not None]
+    if labels is not None:
+        locks.append(labels.model.frozen())
+    return locks
+
+
+def _memory_arrays(
+    persistent: PersistentMemory | None, ctx2: ContextMemory | None, ctx3: ContextMemory | None
+) -> tuple:
+    """The memories' arrays as `_write_recycled` takes them (the caller holds every memory's `frozen`; a
+    contextual one written before); a memory given as None: placeholders and its flag off."""
+    if persistent is not None:
+        table = persistent.table  # (built on first use: under the lock, so no writer builds another)
+        arrays: tuple = (True, persistent.ids, persistent.probs, persistent.filled, persistent.concentrations)
+        arrays += (persistent.stamps, table)
+    else:
+        arrays = _NO_PERSISTENT
+    for memory in (ctx2, ctx3):
+        if memory is None:
+            arrays += _NO_CONTEXT
+        else:
+            index = memory.index
+            arrays += (True, index.keys, index.rows, index.owner, index.state, memory.table)
+    return arrays
+
+
+@numba.njit(cache=True, nogil=True)
+def _recycle(
+    segment, low, positions, parents, tokens, accepted, excluded, ids, probs, stamp, k,
+    p_on, p_ids, p_probs, p_filled, p_concentrations, p_stamps, p_table,
+    c2_on, c2_keys, c2_rows, c2_owner, c2_state, c2_table,
+    c3_on, c3_keys, c3_rows, c3_owner, c3_state, c3_table,
+    l_on, l_nodes, l_tokens, l_kinds, l_kept, fine, coarse, updates, memory, decay, strength, buckets,
+):
+    """`recycle` on arrays: ``segment`` is the context from index ``low`` on (to its end). Returns -1;
+    `_NEEDS_ROOM` when a contextual memory must make room first (`recap.memory.context.has_room`), or
+    the first label `recap.memory.estimates.count_greedy` refused: then nothing is counted or written."""
+    count = len(positions) + len(tokens)
+    if c2_on and not has_room(c2_keys, c2_owner, c2_state, c2_table, count):
+        return _NEEDS_ROOM
+    if c3_on and not has_room(c3_keys, c3_owner, c3_state, c3_table, count):
+        return _NEEDS_ROOM
+    if l_on:
+        bad = count_greedy(
+            l_nodes, l_tokens, l_kinds, l_kept, len(positions), ids[:, 0], fine, coarse, updates, memory,
+            decay, strength, buckets,
+        )
+        if bad >= 0:
+            return bad
+    last = segment[-1] if len(segment) >= 1 else -1
+    before_last = segment[-2] if len(segment) >= 2 else -1
+    rows, keys, lengths = _recycling_keys(
+        segment, low, positions, parents, tokens, accepted, excluded, last, before_last
+    )
+    records = record_rows_compiled(ids, probs, k, stamp)
+    _write_recycled(
+        rows, keys, lengths, records, k,
+        p_on, p_ids, p_probs, p_filled, p_concentrations, p_stamps, p_table,
+        c2_on, c2_keys, c2_rows, c2_owner, c2_state, c2_table,
+        c3_on, c3_keys, c3_rows, c3_owner, c3_state, c3_table,
+    )
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _write_recycled(
+    rows, keys, lengths, records, k,
+    p_on, p_ids, p_probs, p_filled, p_concentrations, p_stamps, p_table,
+    c2_on, c2_keys, c2_rows, c2_owner, c2_state, c2_table,
+    c3_on, c3_keys, c3_rows, c3_owner, c3_state, c3_table,
+):
+    vocab = len(p_ids)
+    for i in range(len(rows)):
+        record = records[rows[i]]
+        length, token = lengths[i], keys[i, 2]
+        if p_on and length >= 1 and 0 <= token < vocab:
+            for j in range(k):
+                p_ids[token, j] = np.int32(record[j])
+                p_probs[token, j] = record[k + j]
+            p_filled[token] = True
+            p_concentrations[token] = record[2 * k]
+            p_stamps[token] = np.int64(record[2 * k + 1])
+            p_table[token, :] = record
+        if c2_on and length >= 2:
+            slot = write_slot(c2_keys, c2_rows, c2_owner, (keys[i, 1] << KEY_BITS) | token, c2_state)
+            c2_table[slot, :] = record
+        if c3_on and length == 3:
+            packed = (keys[i, 0] << (2 * KEY_BITS)) | (keys[i, 1] << KEY_BITS) | token
+            slot = write_slot(c3_keys, c3_rows, c3_owner, packed, c3_state)
+            c3_table[slot, :] = record

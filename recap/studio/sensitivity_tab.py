@@ -1,0 +1,56 @@
+"""The Image sensitivity tab: which answer tokens depend on the image, and who drafted them.
+
+One teacher-forced pass with a replacement image (`recap.bench.sensitivity.sensitive_flags`) over the last
+comparison's reference answer (AR's), or the last run's; each method's drafting is then split at the
+flagged positions where its answer agrees with the reference
+(`recap.bench.sensitivity.split_against_reference`,
+the benchmark's rule).
+"""
+
+from __future__ import annotations
+
+from recap.bench.sensitivity import mark_steps, sensitive_flags
+from recap.studio import render
+from recap.studio.examples import check_other_image, other_image
+from recap.studio.serving import Studio
+from recap.studio.validation import refusal
+
+
+def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_state) -> None:
+    def sensitivity(state, compared, choice):
+        try:
+            choice = check_other_image(choice)
+        except ValueError as error:
+            raise refusal(str(error)) from None
+        if compared and state and compared["key"] != state.get("key"):
+            compared = None  # the comparison was made on another input than the last run
+        if not (compared or state):
+            raise refusal("Run a generation (or a comparison) first.")
+        if compared:
+            runs, image, prompt = compared["runs"], compared["image"], compared["prompt"]
+            model_id = compared["key"][0]
+        else:
+            runs = {state["trace"].settings.get("method", "run"): state["trace"].steps}
+            image, prompt, model_id = state["image"], state["prompt"], state.get("model")
+        runtime = studio.cache.loaded(model_id) if model_id else None
+        if runtime is None:
+            raise refusal("This needs the model that made the run (a replayed run has none loaded).")
+        if image is None:
+            raise refusal("The run had no image, so nothing can depend on it.")
+        reference = next(iter(runs.values()))
+        answer = [t for s in reference for t in s.new_tokens]
+        with studio.cache.pass_lock(model_id):
+            flags = sensitive_flags(runtime.target, [other_image(choice, image, model_id)], prompt, answer)
+        for steps in runs.values():
+            mark_steps(steps, flags)
+        count = sum(flags)
+        status = f"{count} of {len(flags)} tokens are image-sensitive (the first token is not counted below)."
+        return render.sensitivity_answer(reference, flags), render.sensitivity_rows(runs, flags), status
+
+    sens["button"].click(
+        sensitivity,
+        [run_state, compare_state, sens["other"]],
+        [sens["answer"], sens["table"], sens["status"]],
+        api_name="sensitivity",
+        preprocess=False,  # the choice is checked above (gradio's own check echoes it unescaped)
+    )
