@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference_budget import auto_budget
 
 from recap.drafters import DEFAULT_METHOD, METHODS, make_drafter
 from recap.drafters.base import Drafter, Observation, RequestInfo
@@ -25,7 +26,7 @@ from recap.drafters.recap.kernel import suffix_chain
 from recap.drafters.token_recycling import TR_TEMPLATE, SuccessorMatrix, TokenRecyclingDrafter
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import PredictionRecord
-from recap.models.cost import CostModel, auto_budget, isotonic
+from recap.models.cost import CostModel, isotonic
 from recap.tree import ROOT, DraftTree
 from recap.verify import accept_greedy
 
@@ -545,7 +546,7 @@ def test_the_search_stops_where_the_budget_rule_stops_and_keeps_the_same_tree(mo
     seeded(drafter, records)
     tree = drafter.propose([0, 1])
     length = drafter._seen.offset + 2  # (the mirror holds the stream's earlier tokens first)
-    full = full_grow(drafter._seen.tokens, length, 48, config, drafter._usable, None, None,
+    full = full_grow(drafter._seen.tokens, length, 48, drafter._search, drafter._usable, None, None,
                      drafter.persistent, drafter._request, drafter.acceptance.levels(), drafter._backoff())
     size = auto_budget(CostModel(points), full.scores, overhead=0.0)
     assert (tree.tokens, tree.parents) == (full.tokens[:size].tolist(), full.parents[:size].tolist())
@@ -562,12 +563,12 @@ def test_the_search_stops_where_the_budget_rule_stops_and_keeps_the_same_tree(mo
     ],
 )
 def test_grow_refuses_what_the_compiled_search_would_read_out_of_bounds(tokens, length, backoff, message):
-    from recap.drafters.recap.search import grow
+    from recap.drafters.recap.search import grow, settings_of
 
-    config = RecapConfig(k=4)
+    settings = settings_of(RecapConfig(k=4))
     usable = np.ones(VOCAB + 1, dtype=bool)
     with pytest.raises(ValueError, match=message):
-        grow(tokens, length, 8, config, usable, None, None, None, 0, None, backoff)
+        grow(tokens, length, 8, settings, usable, None, None, None, 0, None, backoff)
 
 
 @pytest.mark.parametrize("scope", ["stream", "request"])

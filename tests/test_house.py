@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -26,7 +29,7 @@ def test_citation_cites_the_paper_and_this_implementation():
     assert paper["title"].startswith("RECAP: Context-Aware Prediction Recycling")
 
 
-#: The most lines a module under recap/ or tools/ may have: one concept per module, readable at once.
+#: The most lines a module under recap/, training/ or scripts/ may have: one concept per module.
 MODULE_LINE_LIMIT = 450
 #: Modules whose split is under way (none now). Nothing may be added here without a plan to split it.
 STILL_BEING_SPLIT: set[str] = set()
@@ -35,12 +38,12 @@ STILL_BEING_SPLIT: set[str] = set()
 def module_lines() -> dict[str, int]:
     return {
         path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
-        for folder in ("recap", "tools")
+        for folder in ("recap", "training", "scripts")
         for path in sorted((ROOT / folder).rglob("*.py"))
     }
 
 
-def test_no_module_under_recap_or_tools_exceeds_the_line_limit():
+def test_no_module_exceeds_the_line_limit():
     lines = module_lines()
     assert len(lines) > 20  # the walk found the packages
     allowed = STILL_BEING_SPLIT
@@ -49,3 +52,78 @@ def test_no_module_under_recap_or_tools_exceeds_the_line_limit():
     # an exception whose split has landed must go, so that the limit holds for it from then on
     done = {path for path in STILL_BEING_SPLIT if lines.get(path, 0) <= MODULE_LINE_LIMIT}
     assert done == set(), "remove these from STILL_BEING_SPLIT: they are split"
+
+
+# ------------------------------------------------------------------------------------------ layers
+#: The library's lower layers: what a user of the method imports. None of them may import the layers
+#: above (the benchmark, the studio) or the demo worlds.
+LOWER_LAYERS = ("recap/models", "recap/memory", "recap/drafters", *(
+    f"recap/{name}.py" for name in ("tree", "verify", "sampling", "trace", "decode", "inputs", "runtime",
+                                     "options", "hotstart")
+))
+UPPER = ("recap.embedded", "recap.bench", "recap.studio")
+IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+([\w, ()]+)|import\s+([\w.]+))", re.M)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The modules ``path`` imports (``from recap import x`` counts as ``recap.x``), lazy ones too."""
+    found = set()
+    for match in IMPORT.finditer(path.read_text()):
+        base, names, plain = match.groups()
+        if plain:
+            found.add(plain)
+            continue
+        found.add(base)
+        found.update(f"{base}.{name.strip()}" for name in names.strip("()").split(",") if name.strip())
+    return found
+
+
+def modules_under(*places: str) -> list[Path]:
+    paths = []
+    for place in places:
+        path = ROOT / place
+        paths.extend(sorted(path.rglob("*.py")) if path.is_dir() else [path])
+    return paths
+
+
+def test_lower_layers_import_neither_the_demo_worlds_nor_the_bench_nor_the_studio():
+    paths = modules_under(*LOWER_LAYERS)
+    assert len(paths) > 30
+    bad = {
+        path.relative_to(ROOT).as_posix(): sorted(m for m in imports_of(path) if m.startswith(UPPER))
+        for path in paths
+    }
+    assert {path: found for path, found in bad.items() if found} == {}
+
+
+def test_only_training_imports_the_training_code():
+    users = {
+        path.relative_to(ROOT).as_posix()
+        for path in modules_under("recap", "scripts", "app.py")
+        if any(m == "training" or m.startswith("training.") for m in imports_of(path))
+    }
+    assert users == set()
+
+
+def test_the_library_imports_no_script():
+    users = [p for p in modules_under("recap") if any(m.startswith("scripts") for m in imports_of(p))]
+    assert users == []
+
+
+def test_the_package_holds_few_top_level_modules_and_the_method_in_one_place():
+    top = sorted(
+        p.name for p in (ROOT / "recap").iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()
+    )
+    assert len(top) <= 20, top
+    method = ROOT / "recap" / "drafters" / "recap"
+    assert {"drafter.py", "config.py", "fusion.py", "search.py", "kernel.py", "budget.py"} <= {
+        p.name for p in method.iterdir()
+    }
+
+
+def test_importing_the_runtime_imports_no_scene_world():
+    upper = "('recap.embedded', 'recap.bench', 'recap.studio')"
+    loaded = f"sorted(m for m in sys.modules if m.startswith({upper}))"
+    code = f"import sys, recap.runtime, recap.decode, recap.drafters; print({loaded})"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,4 +1,4 @@
-"""Forward-pass cost model and the cost-aware tree budget.
+"""The tree-cost curve: what one verification pass of ``T`` tokens costs a model on a device.
 
 The engine measures the target's forward time for a few input sizes at load time (`COST_SIZES`: T = 1,
 2, 3, 4, 6, 8, ... 64 tokens) and builds a `CostModel`. A pass over more tokens never really costs less,
@@ -7,16 +7,6 @@ violators: a noisy spike is averaged with its neighbours instead of reading as a
 pass of 64 tokens costs about what one token does, timing noise is as large as the trend). ``c(T)`` then
 interpolates the fitted points linearly, is clamped below the first point and extrapolated with the last
 segment's slope beyond the last one.
-
-**Budget rule.** A tree node with path score ``s`` adds about ``s`` expected accepted tokens; every
-pass also commits one bonus token. With ``T`` nodes and ``pending`` uncached input tokens (the root,
-i.e. the last committed token, is one), a pass yields ``E(T) = 1 + sum(scores)`` tokens for
-``c(T + pending)`` seconds. Best-first search offers candidates in decreasing score order, and the tree
-keeps the prefix of them that maximises expected tokens per second, ``E(T) / c(T + pending)``. The
-search gives up once ``PATIENCE`` candidates in a row have not raised the best ratio (or at the cap):
-a measured cost curve is rarely convex (a step where a new kernel tile starts, then flat again), so
-stopping at the first candidate that does not pay for itself would miss the cheap region behind the
-step. A steep cost curve keeps the tree small.
 
 **Flat curves** (`CostModel.flat_extent`). Where the whole curve stays within its own measurement noise
 of a one-token pass (twice the largest gap between a measured point and the fit, at least
@@ -34,11 +24,13 @@ time, and a burst rarely covers every sweep of a size.
 benchmark run records in ``results.json``) drives the budget on another, so that a GPU's regime can be
 reproduced and tested on a CPU (``python -m recap.bench --cost-curve FILE``).
 
+The budget rule that reads the curve is the drafter's: `recap.drafters.recap.budget`.
+
 Example (cost 1 s up to 8 tokens, then 1 s more per 8 tokens)::
 
     model = CostModel([(1, 1.0), (8, 1.0), (16, 2.0)])
     model.cost(4)                                   # 1.0
-    auto_budget(model, [0.9, 0.5, 0.2, 0.1] * 4)    # 7: all nodes that fit in the flat part
+    model.cost(12)                                  # 1.5
 """
 
 from __future__ import annotations
@@ -155,57 +147,6 @@ def isotonic(values: Sequence[float]) -> np.ndarray:
             (m1, n1), (m2, n2) = blocks[-2], blocks.pop()
             blocks[-1] = [(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2]
     return np.concatenate([np.full(int(n), m) for m, n in blocks]) if blocks else np.zeros(0)
-
-
-#: Candidates in a row that may fail to raise the best tokens-per-second ratio before search stops.
-PATIENCE = 8
-
-
-class BestPrefix:
-    """Tracks, while a tree grows, the node count with the best expected tokens per second.
-
-    Feed it ``(nodes, expected)`` after every step of the search; `size` is the best node count so far,
-    `exhausted` says the last `PATIENCE` steps brought no improvement.
-    """
-
-    def __init__(self, model: CostModel, pending: int = 1, expected: float = 1.0, nodes: int = 0) -> None:
-        self.model, self.pending = model, pending
-        self.size, self.best = nodes, expected / model.cost(nodes + pending)
-        self._stale = 0
-
-    def update(self, nodes: int, expected: float) -> None:
-        ratio = expected / self.model.cost(nodes + self.pending)
-        if ratio > self.best:
-            self.size, self.best, self._stale = nodes, ratio, 0
-        else:
-            self._stale += 1
-
-    @property
-    def exhausted(self) -> bool:
-        return self._stale >= PATIENCE
-
-
-def auto_budget(
-    model: CostModel, scores: Sequence[float], pending: int = 1, cap: int | None = None, overhead: float = 0.0
-) -> int:
-    """How many of ``scores`` (offered best first) the budget rule keeps; at most ``cap``.
-
-    The prefix with the best ``E(T) / (c(T + pending) + overhead)``, searched until `PATIENCE` sizes in a
-    row have not improved it (`BestPrefix`, in one vectorised sweep). ``overhead``: seconds a pass
-    spends besides the forward (the drafter's own work), which makes bigger trees relatively cheaper.
-    """
-    limit = len(scores) if cap is None else min(cap, len(scores))
-    expected = 1.0 + np.cumsum(np.asarray(scores[:limit], dtype=np.float64))
-    ratios = expected / (model.costs(np.arange(1, limit + 1) + pending) + overhead)
-    best, size, stale = 1.0 / (model.cost(pending) + overhead), 0, 0
-    for kept, ratio in enumerate(ratios.tolist(), start=1):
-        if ratio > best:
-            best, size, stale = ratio, kept, 0
-        else:
-            stale += 1
-            if stale >= PATIENCE:
-                break
-    return size
 
 
 def load_curve(path: str | Path) -> CostModel:

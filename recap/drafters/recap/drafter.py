@@ -30,10 +30,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from recap.drafters.base import Observation, RequestInfo
-from recap.drafters.recap.config import AUTO_CAP, AUTO_FALLBACK_BUDGET, RecapConfig
+from recap.drafters.recap.budget import Budget
+from recap.drafters.recap.config import RecapConfig
 from recap.drafters.recap.fusion import EMPTY, SOURCES, Fused, Lookup, fuse_rows
 from recap.drafters.recap.mirror import RequestMirror
-from recap.drafters.recap.search import Growth, compile_kernels, grow, select
+from recap.drafters.recap.search import Growth, compile_kernels, grow, select, settings_of
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
 from recap.memory.context import ContextMemory
 from recap.memory.estimates import AcceptanceModel
@@ -64,7 +65,7 @@ class RecapDrafter:
     memories are the persistent memory's too (kept across requests). ``acceptance``: the acceptance
     model learnt over the stream (`recap.memory.estimates.AcceptanceModel`); by default the one the persistent
     memory carries, so that whoever shares the memory shares what was learnt about it. ``cost_model``
-    drives ``budget="auto"``; without one, auto uses `AUTO_FALLBACK_BUDGET` nodes. ``pending`` is the
+    drives ``budget="auto"`` (`recap.drafters.recap.budget.Budget`). ``pending`` is the
     number of uncached tokens a verification pass feeds besides the tree nodes (the root).
 
     Example (persistent memory only, uncalibrated: after 1 the target said ``2 (0.6), 3 (0.3)``, after 2
@@ -92,6 +93,8 @@ class RecapDrafter:
         self.persistent = persistent
         self.cost_model = cost_model
         self.pending = pending
+        self.budget = Budget(self.config, cost_model, pending)
+        self._search = settings_of(self.config)  # what the compiled search reads of the config
         self._acceptance = acceptance
         self.ctx2 = ContextMemory(2)
         self.ctx3 = ContextMemory(3)
@@ -101,8 +104,6 @@ class RecapDrafter:
         self._usable = np.zeros(1, dtype=bool)  # token -> may appear in a key (last entry: no token)
         s1, s2, s3 = self.config.specificity
         self._weights = np.array([s3, s2, s1])  # specificity priors in `SOURCES` order
-        self._flat: int | None = None  # `_flat_extent`, once known
-        self._costs = np.zeros(0)  # `_stop_costs`
         # CPU seconds a pass spends drafting (propose + observe, smoothed; this thread's CPU time, like
         # the cost curve on a CPU, so other jobs on the machine do not inflate it): the budget counts it.
         self._overhead, self._propose_seconds = 0.0, 0.0
@@ -281,39 +282,19 @@ class RecapDrafter:
         return Fused(tokens[0][valid].tolist(), q[0][valid].tolist(), tuple(shares))
 
     # ----------------------------------------------------------------------------------------- trees
-    def _budget(self) -> int:
-        """Node cap: the fixed budget; with ``auto``, ``max_budget`` or (None) `AUTO_CAP`, raised to the
-        extent of a flat cost curve (the cap follows the device); without a cost model, the fallback."""
-        config = self.config
-        if config.budget != "auto":
-            return config.budget
-        if self.cost_model is None:
-            return min(AUTO_FALLBACK_BUDGET, config.max_budget or AUTO_FALLBACK_BUDGET)
-        if config.max_budget is not None:
-            return config.max_budget
-        return max(AUTO_CAP, self._flat_extent())
-
-    def _flat_extent(self) -> int:
-        """How far the cost curve is flat within its noise (`CostModel.flat_extent`), computed once."""
-        if self._flat is None:
-            self._flat = self.cost_model.flat_extent() if self.cost_model is not None else 0
-        return self._flat
-
     def _best_first_tree(self, context: Sequence[int]) -> DraftTree:
         """The best-first tree (`recap.drafters.recap.search`) under ``context``, with this pass's budget."""
         config = self.config
-        cap = self._budget()
+        cap = self.budget.cap()
         if cap == 0:
             return DraftTree()
-        # Where the curve is flat up to the cap, costs differ by noise only: grow to the cap. Else the
-        # cost-aware rule keeps the best prefix, and the search stops where the rule stops looking.
-        rule = self._cost_aware() and self._flat_extent() < cap + self.pending
+        stop = self.budget.stop(cap, self._overhead)  # None: grow to the cap
         length = self._seen.update(context)
         growth = grow(
             self._seen.tokens,
             length,
             cap,
-            config,
+            self._search,
             self._usable,
             self.ctx3 if config.use_context else None,
             self.ctx2 if config.use_context else None,
@@ -321,13 +302,13 @@ class RecapDrafter:
             self._request,
             self.acceptance.levels() if config.calibrate else None,
             backoff=self._backoff(),
-            stop=(self._stop_costs(cap), self.pending, self._overhead) if rule else None,
+            stop=stop,
         )
         self._growth = growth
         if len(growth.tokens) == 0:
             return DraftTree()
         keep = None
-        if rule:  # the search applied the rule (`recap.models.cost.auto_budget`) as it grew
+        if stop is not None:  # the search applied the budget rule as it grew
 
             def keep(scores: np.ndarray) -> int:
                 return growth.kept
@@ -352,15 +333,6 @@ class RecapDrafter:
         if not self.config.backoff or self.persistent is None:
             return None
         return self.persistent.backoff.record()
-
-    def _stop_costs(self, cap: int) -> np.ndarray:
-        """The cost curve at ``T = 0 .. cap + pending`` tokens, as the search's stop rule reads it."""
-        if len(self._costs) <= cap + self.pending:
-            self._costs = self.cost_model.costs(np.arange(cap + self.pending + 1, dtype=np.float64))
-        return self._costs
-
-    def _cost_aware(self) -> bool:
-        return self.config.budget == "auto" and self.cost_model is not None
 
     def _template_tree(self, tail: Tail) -> DraftTree:
         """Ablation: TR's static template filled from the fused distribution instead of best-first."""

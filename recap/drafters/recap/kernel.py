@@ -19,6 +19,7 @@ candidates labelled for the acceptance model.
 from __future__ import annotations
 
 import heapq
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -128,50 +129,97 @@ def suffix_chain(tokens, length, usable, min_n, max_n, num):
     return chain[:size]
 
 
+class SearchMemories(NamedTuple):
+    """The memories' arrays one search reads (`recap.drafters.recap.search.grow` builds it each pass).
+
+    ``C3``/``C2``: an on flag, hash slots and rows (`recap.memory.key_index.KeyIndex`) and the record
+    table; ``P1``: an on flag and its table (`recap.memory.persistent.PersistentMemory.table`); a memory
+    that is off reads as empty. ``request``: this request's stamp (fresh records). ``calibrate`` and the
+    acceptance model's shrinkage levels (`recap.memory.estimates.AcceptanceModel.levels`). The back-off
+    record (`recap.memory.backoff`): on flag, ids ``(k,)``, probabilities ``(k,)``.
+    """
+
+    c3_on: bool
+    c3_keys: np.ndarray
+    c3_rows: np.ndarray
+    c3_table: np.ndarray
+    c2_on: bool
+    c2_keys: np.ndarray
+    c2_rows: np.ndarray
+    c2_table: np.ndarray
+    p_on: bool
+    p_table: np.ndarray
+    request: int
+    calibrate: bool
+    fine_rows: np.ndarray
+    coarse_rows: np.ndarray
+    backoff_on: bool
+    backoff_ids: np.ndarray
+    backoff_probs: np.ndarray
+
+
+class SearchSettings(NamedTuple):
+    """The search's settings, taken once per drafter (`recap.drafters.recap.search.settings_of`).
+
+    ``suffix_*``: the suffix-matched continuation's (`suffix_chain`; ``suffix_num`` 0: none); ``k``, the
+    records' width; ``width``, ``floor`` and ``max_depth``: children per context, the path estimate a
+    node must pass, the depth limit; ``suffix_prior``; weights: ``uniform``, ``kappa_min``,
+    ``specificity`` (ctx3, ctx2, persistent: `recap.drafters.recap.fusion.SOURCES` order); ``edges`` and
+    ``buckets`` of the fused probability; ``patience``: the budget rule's
+    (`recap.drafters.recap.budget.PATIENCE`).
+    """
+
+    suffix_min: int
+    suffix_max: int
+    suffix_num: int
+    k: int
+    width: int
+    floor: float
+    max_depth: int
+    suffix_prior: float
+    uniform: bool
+    kappa_min: float
+    specificity: np.ndarray
+    edges: np.ndarray
+    buckets: np.ndarray
+    patience: int
+
+
+class StopRule(NamedTuple):
+    """The cost-aware budget rule (`recap.drafters.recap.budget.Budget.stop`): ``costs[T]`` the cost of a
+    pass over ``T`` tokens (empty: no rule, grow to ``cap``), ``pending`` tokens a pass feeds besides the
+    nodes, ``overhead`` seconds it spends besides the forward."""
+
+    costs: np.ndarray
+    pending: int
+    overhead: float
+
+
 @numba.njit(cache=True, nogil=True)
-def grow_tree(
-    tokens, length, cap, usable,
-    c3_on, c3_keys, c3_rows, c3_table,
-    c2_on, c2_keys, c2_rows, c2_table,
-    p_on, p_table,
-    request, calibrate, fine_rows, coarse_rows,
-    suffix_min, suffix_max, suffix_num, k, width, floor, max_depth, suffix_prior,
-    uniform, kappa_min, specificity, edges, buckets,
-    backoff_on, backoff_ids, backoff_probs,
-    stop_costs, stop_pending, stop_overhead, stop_patience,
-):
-    """Grow the tree of the ``cap`` best nodes (see the module docstring) from records of width ``k``.
+def grow_tree(tokens, length, cap, usable, memories, settings, stop):
+    """Grow the tree of the ``cap`` best nodes (see the module docstring).
 
     ``tokens[:length]``: the context (its last three tokens are the root's, -1 before the start);
-    ``usable``: token -> may appear in a key (``len`` vocab + 1); the memories: ``C3``/``C2`` hash slots
-    (`recap.memory.key_index.KeyIndex`) and record tables, ``P1``'s table
-    (`recap.memory.persistent.PersistentMemory.table`), each with a flag (off: read as empty); ``request``:
-    this
-    request's stamp (fresh records); estimates: ``calibrate``, the acceptance model's shrinkage levels
-    (`recap.memory.estimates.AcceptanceModel.levels`). The settings (`recap.drafters.recap.search.grow` takes
-    them from the config): ``suffix_*``, the suffix-matched continuation's (`suffix_chain`;
-    ``suffix_num`` 0: none); ``k``, the records' width; ``width``, ``floor`` and ``max_depth``, children
-    per context, the path estimate a node must pass, the depth limit; ``suffix_prior``; weights:
-    ``uniform``, ``kappa_min``, ``specificity`` (`recap.drafters.recap.fusion.SOURCES` order); ``edges`` and
-    ``buckets`` of the fused probability. The back-off record (`recap.memory.backoff`): ``backoff_on``,
-    ``backoff_ids`` ``(k,)``, ``backoff_probs`` ``(k,)``, read as the only record of a context whose
-    last token is usable but that no memory has a record for; its candidates have coarse kind 0 (no
-    memory spoke; never an ordinary candidate's) and contribute nothing to ``parts``. ``stop_*``: the
-    cost-aware budget's rule (`recap.models.cost.auto_budget`), so that the search stops where the rule stops
-    looking: ``stop_costs[T]`` the cost of a pass over ``T`` tokens (empty: no rule, grow to ``cap``),
-    ``stop_pending`` tokens a pass feeds besides the nodes, ``stop_overhead`` seconds it spends besides
-    the forward, and the rule gives up after ``stop_patience`` nodes in a row that did not raise the
-    best expected tokens per second. The nodes it would keep come out the same; fewer of those it would
-    drop are grown.
+    ``usable``: token -> may appear in a key (``len`` vocab + 1); ``memories``: `SearchMemories`;
+    ``settings``: `SearchSettings`; ``stop``: `StopRule`, so that the search stops where the budget rule
+    stops looking (it gives up after ``settings.patience`` nodes in a row that did not raise the best
+    expected tokens per second; the nodes it would keep come out the same, fewer of those it would drop
+    are grown). The back-off record is read as the only record of a context whose last token is usable
+    but that no memory has a record for; its candidates have coarse kind 0 (no memory spoke; never an
+    ordinary candidate's) and contribute nothing to ``parts``.
 
     Returns the tree, best first (then shallower, then earlier by key): ``tokens``, ``parents`` (node
     ids, -1 the root), path estimates ``scores``, each memory's contribution ``parts`` ``(N, 3)`` and
-    source ``codes`` (`recap.drafters.recap.fusion.SOURCE_NAMES`); and the labels of every candidate
-    offered at every
-    context expanded (``label_nodes``: the context's node id, -1 the root; ``label_tokens``;
+    source ``codes`` (`recap.drafters.recap.fusion.SOURCE_NAMES`); the labels of every candidate offered
+    at every context expanded (``label_nodes``: the context's node id, -1 the root; ``label_tokens``;
     ``label_kinds``: fine acceptance kinds); and how many of the best nodes the budget rule keeps (all
     without a rule).
     """
+    (c3_on, c3_keys, c3_rows, c3_table, c2_on, c2_keys, c2_rows, c2_table, p_on, p_table,
+     request, calibrate, fine_rows, coarse_rows, backoff_on, backoff_ids, backoff_probs) = memories
+    (suffix_min, suffix_max, suffix_num, k, width, floor, max_depth, suffix_prior,
+     uniform, kappa_min, specificity, edges, buckets, stop_patience) = settings
+    stop_costs, stop_pending, stop_overhead = stop
     root_tail = np.full(3, -1, dtype=np.int64)
     for back in range(min(3, length)):
         root_tail[2 - back] = tokens[length - 1 - back]
@@ -219,7 +267,7 @@ def grow_tree(
     heap = [(0.0, np.int64(0), 0.0, np.int64(0))]
     heap.pop()
     rule = len(stop_costs) > 0
-    summed, stale, stop, kept = 0.0, 0, False, 0  # (1 + summed: auto_budget's order of additions)
+    summed, stale, stop, kept = 0.0, 0, False, 0  # (1 + summed: the reference rule's order of additions)
     best_ratio = 1.0 / (stop_costs[stop_pending] + stop_overhead) if rule else 0.0
     size, labels, pops, chain_node = 0, 0, 0, np.int64(-1)
     context = np.int64(-1)  # pool index of the context's node (the root first) ...
@@ -359,7 +407,7 @@ def grow_tree(
                 parts[node], suffix[node], order
             )
             pops += 1
-            if rule:  # `recap.models.cost.auto_budget`, one node at a time
+            if rule:  # the budget rule (`recap.drafters.recap.budget`), one node at a time
                 summed += score[node]
                 ratio = (1.0 + summed) / (stop_costs[pops + stop_pending] + stop_overhead)
                 if ratio > best_ratio:

@@ -20,19 +20,19 @@ from typing import NamedTuple
 
 import numpy as np
 
+from recap.drafters.recap.budget import PATIENCE
 from recap.drafters.recap.config import RecapConfig
 from recap.drafters.recap.fusion import SOURCE_NAMES
-from recap.drafters.recap.kernel import grow_tree
+from recap.drafters.recap.kernel import SearchMemories, SearchSettings, StopRule, grow_tree
 from recap.memory.context import ContextMemory
 from recap.memory.estimates import BUCKETS, EDGES, KIND_COLUMNS
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import pack_keys, record_table
 from recap.memory.recycling import recycle
-from recap.models.cost import PATIENCE
 from recap.tree import DraftTree
 
 _EDGES = np.array(EDGES, dtype=np.float64)
-_NO_COSTS = np.zeros(0)
+_NO_STOP = StopRule(np.zeros(0), 0, 0.0)
 _NO_SLOTS = np.full(1, -1, dtype=np.int64)
 _NO_LEVELS = np.zeros((1, KIND_COLUMNS))
 _NO_TABLE = np.zeros((1, 2), dtype=np.float32)
@@ -52,7 +52,8 @@ class Growth(NamedTuple):
     candidate offered
     at every context expanded: ``label_nodes`` (the context's node id, -1 the root), ``label_tokens``,
     ``label_kinds`` (fine acceptance kinds); ``kept``: how many of the best nodes the cost-aware budget
-    keeps (`recap.models.cost.auto_budget`, applied by the search; all of them without a stop rule)."""
+    keeps (the budget rule (`recap.drafters.recap.budget`), applied by the search; all of them without a
+    stop rule)."""
 
     tokens: np.ndarray
     parents: np.ndarray
@@ -78,7 +79,7 @@ def grow(
     tokens: np.ndarray,
     length: int,
     cap: int,
-    config: RecapConfig,
+    settings: SearchSettings,
     usable: np.ndarray,
     ctx3: ContextMemory | None,
     ctx2: ContextMemory | None,
@@ -89,8 +90,8 @@ def grow(
     stop: tuple[np.ndarray, int, float] | None = None,
 ) -> Growth:
     """The best-first search for ``cap`` nodes under the context ``tokens[:length]`` (``tokens`` int64,
-    C-contiguous; the root is its last token), down to ``config.depth``, with the suffix-matched
-    continuation of the context (``config.suffix*``); ``usable``: token -> may appear in a key;
+    C-contiguous; the root is its last token) with ``settings`` (`settings_of` a config: the depth, the
+    suffix-matched continuation, the weights); ``usable``: token -> may appear in a key;
     ``ctx3``/``ctx2``/``persistent``: the memories read (None: off); ``request``: this request's stamp;
     ``levels``: the acceptance model's shrinkage levels (`recap.memory.estimates.AcceptanceModel.levels`),
     None
@@ -99,23 +100,24 @@ def grow(
     (None:
     off); ``stop``: the cost-aware budget's
     ``(costs, pending, overhead)`` (``costs[T]``: `recap.models.cost.CostModel.costs` of ``T`` tokens, up to
-    ``cap + pending``), so that the search grows no further than `recap.models.cost.auto_budget` looks (the
+    ``cap + pending``), so that the search grows no further than the budget rule
+    (`recap.drafters.recap.budget`) looks (the
     nodes it keeps are the same); None: grow to ``cap``.
     """
-    stop_costs, stop_pending, stop_overhead = stop if stop is not None else (_NO_COSTS, 0, 0.0)
-    if len(stop_costs) and len(stop_costs) <= cap + stop_pending:
-        need = cap + stop_pending
-        raise ValueError(f"stop costs cover {len(stop_costs) - 1} tokens, the search needs {need}")
+    rule = _NO_STOP if stop is None else StopRule(stop[0], int(stop[1]), float(stop[2]))
+    if len(rule.costs) and len(rule.costs) <= cap + rule.pending:
+        need = cap + rule.pending
+        raise ValueError(f"stop costs cover {len(rule.costs) - 1} tokens, the search needs {need}")
+    k = settings.k
     if persistent is not None:
         p_on, p_table = True, persistent.table
     else:
-        p_on, p_table = False, _no_records(config.k)
+        p_on, p_table = False, _no_records(k)
     fine, coarse = levels if levels is not None else (_NO_LEVELS, _NO_LEVELS)
     if not (isinstance(tokens, np.ndarray) and tokens.dtype == np.int64 and tokens.flags.c_contiguous):
         raise ValueError("tokens must be a C-contiguous int64 array")
     if not 0 <= length <= len(tokens):
         raise ValueError(f"length {length} is outside the {len(tokens)} tokens given")
-    k = config.k
     if backoff is not None and not (len(backoff[0]) == len(backoff[1]) == k):
         raise ValueError(f"the back-off record must hold k = {k} ids and probabilities")
     if backoff is None:
@@ -130,38 +132,27 @@ def grow(
     for lock in locks:
         lock.acquire()
     try:
-        found = grow_tree(
-            tokens, int(length), int(cap), usable, *_context_arrays(ctx3), *_context_arrays(ctx2),
-            p_on, p_table, int(request), levels is not None, fine, coarse, *_settings(config),
-            *backoff_arrays, stop_costs, int(stop_pending), float(stop_overhead), PATIENCE,
+        memories = SearchMemories(
+            *_context_arrays(ctx3), *_context_arrays(ctx2), p_on, p_table,
+            int(request), levels is not None, fine, coarse, *backoff_arrays,
         )
+        found = grow_tree(tokens, int(length), int(cap), usable, memories, settings, rule)
     finally:
         for lock in reversed(locks):
             lock.release()
     return Growth(*found)
 
 
-#: The config the settings below were taken from, and the settings (one config per drafter: taken once).
-_taken: tuple[RecapConfig | None, tuple] = (None, ())
-
-
-def _settings(config: RecapConfig) -> tuple:
-    """The search's settings from ``config``, in `grow_tree`'s order (the suffix match, the records'
-    width, the search, the weights, the buckets)."""
-    global _taken
-    taken = _taken
-    if taken[0] is config:
-        return taken[1]
+def settings_of(config: RecapConfig) -> SearchSettings:
+    """The search's settings from ``config`` (a drafter takes them once)."""
     suffix = int(min(config.depth, config.suffix_budget)) if config.suffix and config.suffix_budget > 0 else 0
-    settings = (
+    return SearchSettings(
         SUFFIX_MIN_LEN, int(config.suffix_max_len), suffix,
         int(config.k), int(config.branching), float(config.score_floor), int(config.depth),
         float(config.suffix_prior),
         bool(config.uniform_weights), float(config.kappa_min), _specificity(config.specificity),
-        _EDGES, BUCKETS,
-    )
-    _taken = (config, settings)
-    return settings
+        _EDGES, BUCKETS, PATIENCE,
+    )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=8)
@@ -210,7 +201,7 @@ def compile_kernels() -> None:
         memory.index.reserve(len(memory.index.keys))  # a rebuild (its re-insertion is compiled too)
     usable = np.ones(k + 1, dtype=bool)
     usable[-1] = False
-    grow(np.array([0, 1, 2, 0, 1, 2]), 6, 4, config, usable, *memories, None, 0, None)
+    grow(np.array([0, 1, 2, 0, 1, 2]), 6, 4, settings_of(config), usable, *memories, None, 0, None)
     persistent = PersistentMemory(k + 1, k)
     no_nodes, top = np.zeros(0, dtype=np.int64), np.tile(np.arange(k), (3, 1))
     uniform = np.full((3, k), 1 / k, np.float32)
