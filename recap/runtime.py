@@ -1,9 +1,9 @@
-"""A loaded target model with its drafting resources: the cost curve and the persistent memories.
+"""A loaded target model with its drafting resources: the cost curve and the drafters' shared state.
 
 The CLI, the studio and the benchmark all go through `Runtime`: it loads the model once, measures
 the tree-cost curve once (lazily, only when a cost-aware budget needs it), and builds drafters by
-method name with the right shared state (the persistent token memory of the chosen scope, the Token
-Recycling matrix, SuffixDecoding's global suffix tree).
+method name with the shared state of the chosen scope (`recap.state.DrafterState`: the runtime's own,
+or one the caller keeps, e.g. a studio session's).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from recap.memory.fingerprint import model_fingerprint
 from recap.memory.persistent import PersistentMemory
 from recap.models import TargetModel
 from recap.models.cost import CostModel, steady_curve
+from recap.state import DrafterState
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +75,14 @@ def parse_budget(value: str | int) -> str | int:
 
 
 class Runtime:
-    """One target model plus the state its drafters share across requests (thread-safe)."""
+    """One target model plus the state its drafters share across requests (``state``; thread-safe)."""
 
     def __init__(self, target: TargetModel) -> None:
         self.target = target
         self._cost: CostModel | None = None
         self._lock = threading.Lock()
-        self._successors: SuccessorMatrix | None = None
-        self._suffix_cache: SuffixTreeCache | None = None
-        self._memories: dict[tuple[str, int], PersistentMemory] = {}
+        #: The runtime's own scope: what its drafters share unless given another `DrafterState`.
+        self.state = DrafterState(target.vocab_size)
 
     @classmethod
     def load(cls, name_or_path: str, **kwargs) -> Runtime:
@@ -128,11 +128,7 @@ class Runtime:
     def persistent_memory(self, k: int = 8, method: str = DEFAULT_METHOD) -> PersistentMemory:
         """The persistent token memory this runtime's ``method`` drafters share (one per method, so
         an ablation never learns from another method's trees)."""
-        with self._lock:
-            memory = self._memories.get((method, k))
-            if memory is None:
-                memory = self._memories[(method, k)] = PersistentMemory(self.target.vocab_size, k)
-            return memory
+        return self.state.persistent(method, k)
 
     def load_persistent_memory(
         self, path: str | Path, k: int = 8, method: str = DEFAULT_METHOD, strict: bool = False
@@ -149,8 +145,7 @@ class Runtime:
             memory = PersistentMemory.read(path, fingerprint, vocab, k)
         else:
             memory = PersistentMemory.load(path, fingerprint, vocab, k)
-        with self._lock:
-            self._memories[(method, k)] = memory
+        self.state.replace(memory, method)
         return memory
 
     def save_persistent_memory(self, path: str | Path, k: int = 8, method: str = DEFAULT_METHOD) -> None:
@@ -159,51 +154,41 @@ class Runtime:
 
     def successor_matrix(self) -> SuccessorMatrix:
         """The process-wide Token Recycling matrix of this model (hot start across requests)."""
-        with self._lock:
-            if self._successors is None:
-                self._successors = SuccessorMatrix(self.target.vocab_size)
-            return self._successors
+        return self.state.successors()
 
     def suffix_cache(self) -> SuffixTreeCache:
         """The process-wide SuffixDecoding cache of this model (its global tree keeps every response).
 
         Built on first use; raises ValueError naming the install command without ``arctic-inference``.
         """
-        with self._lock:
-            if self._suffix_cache is None:
-                self._suffix_cache = SuffixTreeCache()
-            return self._suffix_cache
+        return self.state.suffix_cache()
 
     def drafter(
         self,
         method: str = DEFAULT_METHOD,
         budget: str | int | None = None,
         config: RecapConfig | None = None,
+        state: DrafterState | None = None,
+        suffix_config: SuffixConfig | None = None,
         persistent: PersistentMemory | None = None,
         successors: SuccessorMatrix | None = None,
         suffix_cache: SuffixTreeCache | None = None,
-        suffix_config: SuffixConfig | None = None,
     ) -> Drafter:
-        """Build the drafter ``method`` with this runtime's shared state.
+        """Build the drafter ``method`` with the shared state of a scope: ``state`` (a studio session's,
+        a benchmark stream's) or this runtime's own.
 
-        ``budget`` overrides ``config.budget``. ``persistent`` / ``successors`` / ``suffix_cache`` replace
-        the process-wide memories (the studio passes per-session ones, the benchmark fresh ones per method).
-        ``suffix_config``: SuffixDecoding's per-pass settings (its tree depth and cache size are the
-        cache's, fixed when the cache is built).
+        ``budget`` overrides ``config.budget``. ``suffix_config``: SuffixDecoding's per-pass settings (its
+        tree depth and cache size are the cache's, fixed when the cache is built). ``persistent`` /
+        ``successors`` / ``suffix_cache``: one part given directly instead of the scope's (tests, tools).
         """
         config = config or RecapConfig()
         if budget is not None:
             config = replace(config, budget=budget)
+        scope = state or self.state
+        given = {"persistent": persistent, "successors": successors, "suffix_cache": suffix_cache}
         needs = shared_state(method, config)  # only what the method declares is created
-        options: dict[str, Any] = {}
-        if "persistent" in needs:
-            options["persistent"] = (
-                persistent if persistent is not None else self.persistent_memory(config.k, method)
-            )
+        options: dict[str, Any] = {name: part for name, part in given.items() if part is not None}
+        options.update(scope.options(method, config, skip=frozenset(options)))
         if "cost_model" in needs:
             options["cost_model"] = self.cost_model()
-        if "successors" in needs:
-            options["successors"] = successors if successors is not None else self.successor_matrix()
-        if "suffix_cache" in needs:
-            options["suffix_cache"] = suffix_cache if suffix_cache is not None else self.suffix_cache()
         return make_drafter(method, config=config, suffix_config=suffix_config, **options)

@@ -71,9 +71,9 @@ def test_a_runtime_builds_only_the_state_a_method_declares():
     runtime = Runtime(tiny("llama"))
     for method in ("ar", "pld", "tr"):
         runtime.drafter(method)
-    assert runtime._memories == {} and runtime.measured_cost() is None  # no vocab x k memory, no timing
+    assert runtime.state.memories() == {} and runtime.measured_cost() is None  # no vocab x k memory
     runtime.drafter("recap", budget=8)
-    assert len(runtime._memories) == 1 and runtime.measured_cost() is None
+    assert list(runtime.state.memories()) == [("recap", 8)] and runtime.measured_cost() is None
 
 
 # ------------------------------------------------------------------------------ the cost curve

@@ -209,18 +209,18 @@ def test_every_scope_starts_from_its_own_copy_of_the_starting_memory(tiny_memory
     )
     assert start.origin == "file" and start.tokens == len(saved) > 0
     vocab = runtime.target.vocab_size
-    alice = session_memories({}, "tiny-hot", 8, vocab, start)
-    bob = session_memories({}, "tiny-hot", 8, vocab, start)
-    shared = studio.cache.shared_memories("tiny-hot", 8, vocab)
-    for memories in (alice, bob, shared):
-        assert _rows(memories["persistent"]) == saved and memories["origin"] == "file"
+    alice = session_memories({}, "tiny-hot", vocab, start)
+    bob = session_memories({}, "tiny-hot", vocab, start)
+    shared = studio.cache.shared_memories("tiny-hot", vocab)
+    for state in (alice, bob, shared):
+        assert _rows(state.persistent("recap", 8)) == saved and state.origin("recap", 8) == "file"
         # Token Recycling's matrix starts from the same records
-        assert {t: memories["successors"].ids[t].tolist() for t in saved} == saved
-    alice["persistent"].write_many(np.array([0]), np.array([[5] * 8]), np.full((1, 8), 0.1))
-    assert _rows(bob["persistent"]) == saved and _rows(shared["persistent"]) == saved
+        assert {t: state.successors().ids[t].tolist() for t in saved} == saved
+    alice.persistent("recap", 8).write_many(np.array([0]), np.array([[5] * 8]), np.full((1, 8), 0.1))
+    assert _rows(bob.persistent("recap", 8)) == saved and _rows(shared.persistent("recap", 8)) == saved
     # another k cannot use the file: an empty memory, and the memory line says why
-    other = session_memories({}, "tiny-hot", 4, vocab, start)
-    assert len(other["persistent"]) == 0 and other["origin"] == "empty"
+    other = session_memories({}, "tiny-hot", vocab, start)
+    assert len(other.persistent("recap", 4)) == 0 and other.origin("recap", 4) == "empty"
 
 
 def test_tr_matrix_after_the_same_passes_holds_the_ids_of_recaps_records():
@@ -297,13 +297,13 @@ def test_memory_state_and_the_two_resets(tiny_memory_file, monkeypatch):
     session: dict = {}
     state = memory_state(studio, "tiny-hot", SESSION_SCOPE, session)
     assert (state.tokens, state.vocab, state.origin) == (start.tokens, vocab, "file")
-    memories = session_memories(session, "tiny-hot", 8, vocab, start)
-    memories["persistent"].write_many(np.array([vocab - 1]), np.array([[1] * 8]), np.full((1, 8), 0.5))
+    memory = session_memories(session, "tiny-hot", vocab, start).persistent("recap", 8)
+    memory.write_many(np.array([vocab - 1]), np.array([[1] * 8]), np.full((1, 8), 0.5))
     assert memory_state(studio, "tiny-hot", SESSION_SCOPE, session).tokens == start.tokens + 1
 
     session, line = _reset(studio, "reset_empty")("tiny-hot", SESSION_SCOPE, session)
     assert memory_state(studio, "tiny-hot", SESSION_SCOPE, session).tokens == 0 and "cold" in line
-    assert len(session_memories(session, "tiny-hot", 8, vocab, start)["persistent"]) == 0
+    assert len(session_memories(session, "tiny-hot", vocab, start).persistent("recap", 8)) == 0
 
     session, line = _reset(studio, "reset")("tiny-hot", SESSION_SCOPE, session)
     assert f"{start.tokens} of {vocab} tokens known" in line
@@ -311,11 +311,11 @@ def test_memory_state_and_the_two_resets(tiny_memory_file, monkeypatch):
         "This session's memories are empty (a cold start).",
         "This session's memories are back to the model's starting memory.",
     ]
-    assert len(session_memories(session, "tiny-hot", 8, vocab, start)["persistent"]) == start.tokens
+    assert len(session_memories(session, "tiny-hot", vocab, start).persistent("recap", 8)) == start.tokens
     # the process-wide memory is never reset from a session, and its line shows its own count
-    shared = studio.cache.shared_memories("tiny-hot", 8, vocab)
+    shared = studio.cache.shared_memories("tiny-hot", vocab).persistent("recap", 8)
     _reset(studio, "reset_empty")("tiny-hot", SHARED_SCOPE, session)
-    assert memory_state(studio, "tiny-hot", SHARED_SCOPE, session).tokens == len(shared["persistent"]) > 0
+    assert memory_state(studio, "tiny-hot", SHARED_SCOPE, session).tokens == len(shared) > 0
 
 
 def test_an_operator_file_that_does_not_load_shows_as_cold_with_the_reason(tmp_path):

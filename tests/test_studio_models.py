@@ -233,17 +233,17 @@ def test_switching_models_keeps_each_models_own_session_memories():
     for model_id in (EMBEDDED_V1_ID, EMBEDDED_V2_ID, EMBEDDED_V1_ID):
         runtime = studio.runtime(model_id)
         settings = RunSettings(model_id, "recap", "fixed", 8, 8, 8, True, True, True, 12, SESSION_SCOPE)
-        before = {m: len(v["persistent"]) for m, v in demo_session.items()}
+        before = {m: len(v.persistent("recap", 8)) for m, v in demo_session.items()}
         drafter = drafter_for(runtime, settings, "recap", RecapConfig(budget=8), demo_session, studio.cache)
         image, prompt = examples(model_id)[0]
         generate(runtime.target, drafter, prompt, [load_image(image)], 12)
-        memories = demo_session[model_id]
+        state = demo_session[model_id]
         # each model's memory has its own vocabulary and started from its own shipped file
-        assert memories["persistent"].vocab_size == runtime.target.vocab_size
-        assert memories["successors"].vocab_size == runtime.target.vocab_size
-        assert memories["origin"] == "shipped"
+        assert state.persistent("recap", 8).vocab_size == runtime.target.vocab_size
+        assert state.successors().vocab_size == runtime.target.vocab_size
+        assert state.origin("recap", 8) == "shipped"
         # the other model's memory was not touched by this run
-        assert {m: len(v["persistent"]) for m, v in demo_session.items() if m != model_id} == {
+        assert {m: len(v.persistent("recap", 8)) for m, v in demo_session.items() if m != model_id} == {
             m: n for m, n in before.items() if m != model_id
         }
         sizes[model_id] = runtime.target.vocab_size
@@ -289,7 +289,7 @@ def test_the_first_click_opens_on_v2_drafts_at_step_one_and_commits_1_5_tokens_p
     mat = summarize(trace.steps).mat  # the page's "mean accepted / pass"
     assert mat >= 1.5, f"v2's first click: {mat:.2f} tokens per pass"
     session = next(v for v in final.values() if isinstance(v, dict) and EMBEDDED_V2_ID in v)
-    assert session[EMBEDDED_V2_ID]["origin"] == "shipped"
+    assert session[EMBEDDED_V2_ID].origin("recap", 8) == "shipped"
 
 
 @needs_both

@@ -26,25 +26,24 @@ import logging
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import Any, NamedTuple
 
 from recap.bench.datasets import Sample
 from recap.bench.metrics import BenchmarkResult, SampleRun, aggregate, per_category
 from recap.bench.sensitivity import AcceptanceSplit, sensitive_flags, split_against_reference
 from recap.decode import generate
-from recap.drafters import METHODS, shared_state
+from recap.drafters import METHODS
 from recap.drafters.recap.config import RecapConfig
-from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
-from recap.drafters.token_recycling import SuccessorMatrix, seed_successors
+from recap.drafters.suffix_decoding import SuffixConfig
+from recap.hotstart import EMPTY_START
 from recap.memory.persistent import PersistentMemory
 from recap.runtime import Runtime
 from recap.sampling import GREEDY, SamplingSettings
+from recap.state import DrafterState
 
 log = logging.getLogger(__name__)
 
@@ -65,34 +64,15 @@ def normalize_methods(methods: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(["ar", *names]))
 
 
-@dataclass
-class _Stream:
-    """A method's drafter and the memories it alone owns for this run; ``start``: the saved memory they
-    start from (None: empty)."""
+class _Stream(NamedTuple):
+    """A method's drafter and the state it alone shares for this run (started from the run's start)."""
 
     drafter: Any
-    persistent: PersistentMemory | None = None
-    successors: SuccessorMatrix | None = None
-    suffix_cache: SuffixTreeCache | None = None
-    start: PersistentMemory | None = None
+    state: DrafterState
 
     def reset(self) -> None:
-        """Back to the start: empty memories, then a copy of ``start`` if there is one."""
-        for state in (self.persistent, self.successors, self.suffix_cache):
-            if state is not None:
-                state.reset()
-        if self.start is not None:
-            if self.persistent is not None:
-                copy_records(self.start, self.persistent)
-            if self.successors is not None:
-                seed_successors(self.successors, self.start)
-
-
-def copy_records(source: PersistentMemory, memory: PersistentMemory) -> int:
-    """Write every record of ``source`` into ``memory`` (same vocabulary and k); returns how many."""
-    keys = np.flatnonzero(source.filled)
-    memory.write_many(keys, source.ids[keys], source.probs[keys])
-    return len(keys)
+        """Back to the start: empty memories, then a copy of the start if there is one."""
+        self.state.reset()
 
 
 def _fresh_stream(
@@ -104,25 +84,9 @@ def _fresh_stream(
     start: PersistentMemory | None = None,
 ) -> _Stream:
     vocab = runtime.target.vocab_size
-    needs = shared_state(method, config)  # fresh state, and only what the method uses
-    persistent = PersistentMemory(vocab, config.k) if "persistent" in needs else None
-    successors = SuccessorMatrix(vocab) if "successors" in needs else None
-    suffix_cache = (
-        SuffixTreeCache.for_config(suffix_config or SuffixConfig()) if "suffix_cache" in needs else None
-    )
-    drafter = runtime.drafter(
-        method,
-        budget=budget,
-        config=config,
-        persistent=persistent,
-        successors=successors,
-        suffix_cache=suffix_cache,
-        suffix_config=suffix_config,
-    )
-    stream = _Stream(drafter, persistent, successors, suffix_cache, start)
-    if start is not None:
-        stream.reset()  # the memories are still empty: this copies the start into them
-    return stream
+    state = DrafterState(vocab, start if start is not None else EMPTY_START, suffix_config)
+    drafter = runtime.drafter(method, budget=budget, config=config, state=state, suffix_config=suffix_config)
+    return _Stream(drafter, state)
 
 
 def run_benchmark(

@@ -18,10 +18,11 @@ from dataclasses import asdict
 import gradio as gr
 
 from recap.inputs import check_integer, shown
+from recap.state import DrafterState
 from recap.studio import figures, render, validation
 from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, concurrency, model_label
 from recap.studio.exports import TraceExports, read_trace
-from recap.studio.serving import Studio, drafter_for
+from recap.studio.serving import EMPTIED, Studio, drafter_for
 from recap.studio.validation import display_delay_s, markdown_text, refusal
 from recap.trace import RunTrace, StepRecord
 
@@ -77,15 +78,17 @@ def memory_state(studio: Studio, model_id: object, scope: object, session: objec
         return render.MemoryState(scope)
     start, vocab = studio.cache.start(model_id), runtime.target.vocab_size
     if scope == SHARED_SCOPE:
-        memories = studio.cache.peek_shared(model_id)
+        state = studio.cache.peek_shared(model_id)
     else:
-        memories = session.get(model_id) if isinstance(session, dict) else None
-    if memories and "persistent" in memories:
+        state = session.get(model_id) if isinstance(session, dict) else None
+    latest = state.latest() if isinstance(state, DrafterState) else None
+    if latest is not None:
+        memory, origin = latest
         note = ""
-        if memories["origin"] == "empty" and memories.get("start") != "empty":
+        if origin == "empty" and not state.cleared:
             note = start.note or (f"the starting memory has k={start.k}" if start.warm else "")
-        return render.MemoryState(scope, len(memories["persistent"]), vocab, memories["origin"], note)
-    if memories and memories.get("start") == "empty":
+        return render.MemoryState(scope, len(memory), vocab, origin, note)
+    if state == EMPTIED or (isinstance(state, DrafterState) and state.cleared):
         return render.MemoryState(scope, 0, vocab, "empty")
     origin = start.origin if start.warm else "empty"
     return render.MemoryState(scope, start.tokens if start.warm else 0, vocab, origin, start.note)
@@ -239,9 +242,9 @@ def wire_reset(studio: Studio, ui: dict, session) -> None:
             if not isinstance(scope, str) or scope not in studio.scopes:
                 raise refusal(f"Unknown memory scope {shown(scope)}: choose one from the list.")
             memories = memories if isinstance(memories, dict) else {}
-            memories.pop(model_id, None)
+            memories.pop(model_id, None)  # (drafters of runs in flight keep what they hold)
             if to == "empty":
-                memories[model_id] = {"start": "empty"}
+                memories[model_id] = EMPTIED
             note = (
                 " (the process-wide memory is shared with other visitors: it is kept)"
                 if scope == SHARED_SCOPE

@@ -6,11 +6,12 @@ each visitor's own memories.
 - `Studio` is what every request shares (model factory, cache, offered models and memory scopes, the
   folders an image may come from); it validates a request (`check_request`, `prepare`) and streams
   its steps (`stream`).
-- `session_memories` / `drafter_for`: a visitor's persistent memory and Token Recycling matrix live
-  in their ``gr.State`` (per browser session); the process-wide ones only when the operator offers
-  that scope. Every scope starts from its own copy of the model's starting memory (`recap.hotstart`:
-  the shipped memory of an embedded model, ``RECAP_MEMORY``, or a warm-up at load). Memories are kept
-  by model id, so each model (v1, v2, a hub model) has its own and tokenizers never mix.
+- `session_memories` / `drafter_for`: a visitor's drafting state (`recap.state.DrafterState`: the
+  persistent memory, Token Recycling's matrix, SuffixDecoding's tree) lives in their ``gr.State`` (per
+  browser session); the process-wide one only when the operator offers that scope. Every scope starts
+  from its own copy of the model's starting memory (`recap.hotstart`: the shipped memory of an
+  embedded model, ``RECAP_MEMORY``, or a warm-up at load). States are kept by model id, so each model
+  (v1, v2, a hub model) has its own and tokenizers never mix.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from pathlib import Path
 
 from recap.decode import generate_steps
 from recap.drafters.recap.config import RecapConfig
-from recap.drafters.suffix_decoding import SuffixTreeCache, suffix_decoding_available
-from recap.drafters.token_recycling import SuccessorMatrix
 from recap.embedded import embedded_world, training_requests
 from recap.hotstart import (
     EMPTY_START,
@@ -34,9 +33,9 @@ from recap.hotstart import (
     warm_start,
 )
 from recap.inputs import check_prompt, shown
-from recap.memory.persistent import PersistentMemory
 from recap.runtime import Runtime
 from recap.sampling import GREEDY, SamplingSettings
+from recap.state import DrafterState
 from recap.studio.environment import SESSION_SCOPE, MemoryPlan
 from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
@@ -61,7 +60,7 @@ class RuntimeCache:
         self._loading: dict[str, threading.Lock] = {}
         self._passes: dict[str, threading.Lock] = {}
         self._starts: dict[str, StartingMemory] = {}
-        self._shared: dict[str, dict] = {}
+        self._shared: dict[str, DrafterState] = {}
 
     def loaded(self, model_id: str) -> Runtime | None:
         with self._lock:
@@ -90,14 +89,14 @@ class RuntimeCache:
         with self._lock:
             return self._starts.get(model_id, EMPTY_START)
 
-    def shared_memories(self, model_id: str, k: int, vocab_size: int) -> dict:
-        """The process-wide memories of ``model_id`` (every visitor who chose that scope), made from its
-        starting memory on first use (renewed when k changes)."""
+    def shared_memories(self, model_id: str, vocab_size: int) -> DrafterState:
+        """The process-wide drafting state of ``model_id`` (every visitor who chose that scope), made
+        from its starting memory on first use."""
         start = self.start(model_id)
         with self._lock:
-            return session_memories(self._shared, model_id, k, vocab_size, start)
+            return session_memories(self._shared, model_id, vocab_size, start)
 
-    def peek_shared(self, model_id: str) -> dict | None:
+    def peek_shared(self, model_id: str) -> DrafterState | None:
         """The process-wide memories of ``model_id`` if a visitor has used them yet (never creates them)."""
         with self._lock:
             return self._shared.get(model_id)
@@ -134,38 +133,34 @@ def decode_steps(
     yield from generate_steps(runtime.target, drafter, prompt, images, max_new_tokens, method, sampling)
 
 
-def session_memories(
-    session: dict, model_id: str, k: int, vocab_size: int, start: StartingMemory = EMPTY_START
-) -> dict:
-    """A scope's persistent memory and Token Recycling matrix for ``model_id``: created on first use
-    (renewed when k changes) as copies of ``start``, or empty after "Reset: empty" (``"start": "empty"``).
+#: What a session holds for a model whose memories the visitor emptied before the model was loaded.
+EMPTIED = "empty"
 
-    Keys: ``k``, ``persistent``, ``successors``, ``origin`` (`recap.hotstart.Origin` of the copy),
-    ``start`` (``"empty"`` when the visitor asked for an empty memory), ``suffix_cache`` (SuffixDecoding's
-    global tree, added on first use).
-    """
-    memories = session.setdefault(model_id, {})
-    if memories.get("k") != k or "persistent" not in memories:
-        begin = EMPTY_START if memories.get("start") == "empty" else start
-        persistent = begin.fresh(vocab_size, k)
-        warm = len(persistent) > 0
-        memories.update(
-            k=k,
-            persistent=persistent,
-            successors=begin.successors(persistent, vocab_size) if warm else SuccessorMatrix(vocab_size),
-            origin=begin.origin if warm else "empty",
-        )
-    return memories
+
+def session_memories(
+    session: dict, model_id: str, vocab_size: int, start: StartingMemory = EMPTY_START
+) -> DrafterState:
+    """A scope's drafting state for ``model_id``: created on first use from ``start``, or empty after
+    "Reset: empty" (`EMPTIED`)."""
+    state = session.get(model_id)
+    if isinstance(state, DrafterState) and state.vocab_size == vocab_size:
+        return state
+    if state == EMPTIED:
+        state = DrafterState(vocab_size, EMPTY_START, cleared=True)
+    else:
+        state = DrafterState(vocab_size, start)
+    session[model_id] = state
+    return state
 
 
 def scope_memories(
-    cache: RuntimeCache, runtime: Runtime, settings: RunSettings, k: int, session: dict
-) -> dict:
-    """The memories of the visitor's chosen scope: their session's own, or the process-wide ones."""
+    cache: RuntimeCache, runtime: Runtime, settings: RunSettings, session: dict
+) -> DrafterState:
+    """The drafting state of the visitor's chosen scope: their session's own, or the process-wide one."""
     vocab = runtime.target.vocab_size
     if settings.scope == SESSION_SCOPE:
-        return session_memories(session, settings.model, k, vocab, cache.start(settings.model))
-    return cache.shared_memories(settings.model, k, vocab)
+        return session_memories(session, settings.model, vocab, cache.start(settings.model))
+    return cache.shared_memories(settings.model, vocab)
 
 
 def drafter_for(
@@ -183,35 +178,17 @@ def drafter_for(
     A drafter that cannot be built here (SuffixDecoding without its package) is refused with the
     reason, which names the install command.
     """
-    memories = scope_memories(cache or CACHE, runtime, settings, config.k, session)
-    suffix_cache = None
-    if method == "suffix" and suffix_decoding_available():
-        # Its global tree holds this scope's answers only; created on first use (a C++ object).
-        suffix_cache = memories.setdefault("suffix_cache", SuffixTreeCache())
-    try:
-        return runtime.drafter(
-            method,
-            config=config,
-            persistent=memories["persistent"],
-            successors=memories["successors"],
-            suffix_cache=suffix_cache,
-        )
+    state = scope_memories(cache or CACHE, runtime, settings, session)
+    try:  # (SuffixDecoding's tree holds this scope's answers only; created on first use)
+        return runtime.drafter(method, config=config, state=state)
     except ValueError as error:
         raise refusal(str(error)) from None
 
 
 def fresh_drafter(runtime: Runtime, method: str, config: RecapConfig):
     """A drafter with fresh, empty memories of its own (the Compare tab warms them itself)."""
-    vocab = runtime.target.vocab_size
-    suffix_cache = SuffixTreeCache() if method == "suffix" and suffix_decoding_available() else None
     try:
-        return runtime.drafter(
-            method,
-            config=config,
-            persistent=PersistentMemory(vocab, config.k),
-            successors=SuccessorMatrix(vocab),
-            suffix_cache=suffix_cache,
-        )
+        return runtime.drafter(method, config=config, state=DrafterState(runtime.target.vocab_size))
     except ValueError as error:
         raise refusal(str(error)) from None
 

@@ -1,0 +1,183 @@
+"""`DrafterState`: what one scope's drafters share across requests, in one shape.
+
+A *scope* is whoever shares what the drafters learn: a `recap.runtime.Runtime` (the CLI, a script),
+one studio session or the studio's process-wide scope, one method's stream in the benchmark. Its
+state, each part created on first use:
+
+- RECAP's persistent memory (`recap.memory.persistent.PersistentMemory`), one per method and k, so an
+  ablation never learns from another method's trees; it also carries the stream's contextual records,
+  acceptance estimates, back-off record and suffix history;
+- Token Recycling's successor matrix (`recap.drafters.token_recycling.SuccessorMatrix`);
+- SuffixDecoding's global tree (`recap.drafters.suffix_decoding.SuffixTreeCache`).
+
+Every part starts from the scope's ``start`` (`recap.hotstart.StartingMemory`: a saved memory, or
+nothing; or the records of a memory already read, e.g. the benchmark's ``--memory FILE``): the
+persistent memory as a copy of the start's records, the matrix seeded with their ids. `reset` returns
+every part, in place (drafters already built keep working), to that start or to empty.
+
+Example::
+
+    state = DrafterState(vocab_size=500)                  # a cold scope
+    drafter = make_drafter("recap", **state.options("recap", RecapConfig()))
+    state.persistent("recap", 8) is drafter.persistent    # True
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from recap.drafters import shared_state
+from recap.drafters.token_recycling import SuccessorMatrix, seed_successors
+from recap.hotstart import EMPTY_START, Origin, StartingMemory
+from recap.memory.persistent import PersistentMemory
+
+if TYPE_CHECKING:
+    from recap.drafters.recap.config import RecapConfig
+    from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
+
+
+class DrafterState:
+    """One scope's shared drafting state (see the module docstring); thread-safe.
+
+    ``cleared``: the scope was emptied on purpose (the studio's "Reset: empty"), so that an empty memory
+    is not reported as a start that failed to load.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        start: StartingMemory | PersistentMemory = EMPTY_START,
+        suffix_config: SuffixConfig | None = None,
+        cleared: bool = False,
+    ) -> None:
+        if vocab_size < 1:
+            raise ValueError(f"DrafterState needs vocab_size >= 1, got {vocab_size}")
+        records = start if isinstance(start, PersistentMemory) else None
+        if records is not None:
+            start = StartingMemory("file", tokens=len(records), k=records.k)
+        self.vocab_size, self.start, self.cleared = int(vocab_size), start, cleared
+        self.suffix_config = suffix_config
+        self._memories: dict[tuple[str, int], PersistentMemory] = {}
+        self._origins: dict[tuple[str, int], Origin] = {}
+        self._latest: dict[str, int] = {}  # method -> the k its memory was last asked for with
+        self._successors: SuccessorMatrix | None = None
+        self._suffix_cache: SuffixTreeCache | None = None
+        self._start_records = records  # the start's records (read once, when first needed)
+        self._lock = threading.RLock()
+
+    # --------------------------------------------------------------------------------------- parts
+    def persistent(self, method: str = "recap", k: int = 8) -> PersistentMemory:
+        """``method``'s persistent memory of width ``k`` (a copy of the start's records when it has k)."""
+        with self._lock:
+            self._latest[method] = k
+            memory = self._memories.get((method, k))
+            if memory is None:
+                memory = PersistentMemory(self.vocab_size, k)
+                self._fill(memory)
+                self._memories[(method, k)] = memory
+                self._origins[(method, k)] = self.start.origin if len(memory) else "empty"
+            return memory
+
+    def peek(self, method: str = "recap", k: int = 8) -> PersistentMemory | None:
+        """``method``'s memory of width ``k`` if it was created already (never creates it)."""
+        with self._lock:
+            return self._memories.get((method, k))
+
+    def latest(self, method: str = "recap") -> tuple[PersistentMemory, Origin] | None:
+        """``method``'s memory last asked for (the k of its last run) and its origin; None before any."""
+        with self._lock:
+            k = self._latest.get(method)
+            return None if k is None else (self._memories[(method, k)], self._origins[(method, k)])
+
+    def memories(self) -> dict[tuple[str, int], PersistentMemory]:
+        """The persistent memories created so far, by ``(method, k)``."""
+        with self._lock:
+            return dict(self._memories)
+
+    def origin(self, method: str = "recap", k: int = 8) -> Origin:
+        """Where ``method``'s memory of width ``k`` started: the start's origin, or ``"empty"``."""
+        with self._lock:
+            return self._origins.get((method, k), "empty")
+
+    def replace(self, memory: PersistentMemory, method: str = "recap", origin: Origin = "file") -> None:
+        """Use ``memory`` (e.g. loaded from a file) as ``method``'s memory of its width."""
+        with self._lock:
+            self._memories[(method, memory.k)] = memory
+            self._origins[(method, memory.k)] = origin
+            self._latest[method] = memory.k
+
+    def successors(self) -> SuccessorMatrix:
+        """Token Recycling's matrix (seeded with the ids of the start's records)."""
+        with self._lock:
+            if self._successors is None:
+                self._successors = SuccessorMatrix(self.vocab_size)
+                records = self._records()
+                if records is not None:
+                    seed_successors(self._successors, records)
+            return self._successors
+
+    def suffix_cache(self) -> SuffixTreeCache:
+        """SuffixDecoding's global tree (``suffix_config``'s depth and size). Raises ValueError naming
+        the install command without ``arctic-inference``."""
+        from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
+
+        with self._lock:
+            if self._suffix_cache is None:
+                self._suffix_cache = SuffixTreeCache.for_config(self.suffix_config or SuffixConfig())
+            return self._suffix_cache
+
+    def options(self, method: str, config: RecapConfig, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """The parts ``method`` needs (`recap.drafters.shared_state`) as `make_drafter` options, less
+        those named in ``skip`` (the cost model, a property of the device rather than of the scope, is
+        never among them)."""
+        needs = shared_state(method, config) - skip
+        options: dict[str, Any] = {}
+        if "persistent" in needs:
+            options["persistent"] = self.persistent(method, config.k)
+        if "successors" in needs:
+            options["successors"] = self.successors()
+        if "suffix_cache" in needs:
+            options["suffix_cache"] = self.suffix_cache()
+        return options
+
+    # ---------------------------------------------------------------------------------------- reset
+    def reset(self, empty: bool = False) -> None:
+        """Every part back to the start (``empty``: to nothing, from now on), in place."""
+        with self._lock:
+            if empty:
+                self.start, self.cleared, self._start_records = EMPTY_START, True, None
+            for key, memory in self._memories.items():
+                memory.reset()
+                self._fill(memory)
+                self._origins[key] = self.start.origin if len(memory) else "empty"
+            if self._successors is not None:
+                self._successors.reset()
+                records = self._records()
+                if records is not None:
+                    seed_successors(self._successors, records)
+            if self._suffix_cache is not None:
+                self._suffix_cache.reset()
+
+    # ------------------------------------------------------------------------------------- helpers
+    def _records(self) -> PersistentMemory | None:
+        """The start's records (read once; None when the start is empty or no longer loads)."""
+        if self._start_records is None and self.start.warm:  # (a file not read yet)
+            records = self.start.fresh(self.vocab_size, self.start.k)
+            self._start_records = records if len(records) else None
+        return self._start_records
+
+    def _fill(self, memory: PersistentMemory) -> None:
+        """Copy the start's records into ``memory`` when it has the start's k."""
+        records = self._records()
+        if records is not None and memory.k == records.k:
+            copy_records(records, memory)
+
+
+def copy_records(source: PersistentMemory, memory: PersistentMemory) -> int:
+    """Write every record of ``source`` into ``memory`` (same vocabulary and k); returns how many."""
+    keys = np.flatnonzero(source.filled)
+    memory.write_many(keys, source.ids[keys], source.probs[keys])
+    return len(keys)
