@@ -138,7 +138,7 @@ def _first_run_at_step_one(page) -> tuple[float, int | None, str]:
     return mat, int(proposed.group(1)) if proposed else None, memory
 
 
-def test_first_click_on_a_fresh_server_runs_v2_drafts_at_step_one_and_commits_1_5_tokens_per_pass(
+def test_first_click_on_a_fresh_server_drafts_at_step_one_with_v2(
     fresh_studio, tmp_path
 ):
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")

@@ -152,7 +152,7 @@ def test_relation_questions_need_two_shapes():
         s2.make_question(one_shape("star"), "relation", np.random.default_rng(0))
 
 
-def test_detailed_descriptions_run_60_to_150_tokens_and_repeat_each_shape():
+def test_detailed_descriptions_are_long_and_repeat_each_shape():
     from training.data import WORLDS, build_tokenizer
 
     tokenizer = build_tokenizer(WORLDS["v2"])

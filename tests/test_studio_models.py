@@ -258,7 +258,7 @@ def _handler(demo, name: str):
 
 
 @needs_both
-def test_the_first_click_opens_on_v2_drafts_at_step_one_and_commits_1_5_tokens_per_pass(monkeypatch):
+def test_the_first_click_opens_on_v2_and_drafts_at_step_one(monkeypatch):
     import app
 
     monkeypatch.delenv("RECAP_MODEL", raising=False)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+from recap.drafters.recap.fusion import MEMORIES
 from recap.trace import NodeRecord, StepRecord
 from recap.tree import SOURCES
 
 #: Sources that are memories with a fused distribution (their nodes have a fused probability).
-_FUSED_SOURCES = frozenset({"ctx3", "ctx2", "persistent"})
+_FUSED_SOURCES = frozenset(MEMORIES)
 
 
 def quote(text: str) -> str:

@@ -69,6 +69,13 @@ class RecapConfig:
     suffix_scope: Literal["request", "stream"] = "stream"
     backoff: bool = True
 
+    @property
+    def memory_priors(self) -> tuple[float, float, float]:
+        """The specificity priors in the memories' order (ctx3, ctx2, persistent:
+        `recap.drafters.recap.fusion.MEMORIES`); ``specificity`` lists them by key length (s1, s2, s3)."""
+        s1, s2, s3 = self.specificity
+        return s3, s2, s1
+
     def __post_init__(self) -> None:
         _check_int("k", self.k, 1, 1024)
         if self.budget != "auto":

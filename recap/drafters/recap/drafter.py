@@ -32,7 +32,7 @@ import numpy as np
 from recap.drafters.base import Observation, RequestInfo
 from recap.drafters.recap.budget import Budget
 from recap.drafters.recap.config import RecapConfig
-from recap.drafters.recap.fusion import EMPTY, SOURCES, Fused, Lookup, fuse_rows
+from recap.drafters.recap.fusion import EMPTY, MEMORIES, Fused, Lookup, fuse_rows
 from recap.drafters.recap.mirror import RequestMirror
 from recap.drafters.recap.search import Growth, compile_kernels, grow, select, settings_of
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
@@ -102,8 +102,7 @@ class RecapDrafter:
         self._excluded: frozenset[int] = frozenset()
         self._excluded_array = np.zeros(0, dtype=np.int64)
         self._usable = np.zeros(1, dtype=bool)  # token -> may appear in a key (last entry: no token)
-        s1, s2, s3 = self.config.specificity
-        self._weights = np.array([s3, s2, s1])  # specificity priors in `SOURCES` order
+        self._weights = np.array(self.config.memory_priors)  # specificity priors in `MEMORIES` order
         # CPU seconds a pass spends drafting (propose + observe, smoothed; this thread's CPU time, like
         # the cost curve on a CPU, so other jobs on the machine do not inflate it): the budget counts it.
         self._overhead, self._propose_seconds = 0.0, 0.0
@@ -267,7 +266,7 @@ class RecapDrafter:
         """The fused distribution after one context, with each record's share (as `fuse` gives it)."""
         found = self._lookup(np.array([[-1 if t is None else t for t in tail]], dtype=np.int64))
         k, shares = self.config.k, []
-        for index, name in enumerate(SOURCES):
+        for index, name in enumerate(MEMORIES):
             share = float(found.shares[index, 0])
             if share > 0:
                 ids, values = (
@@ -326,7 +325,7 @@ class RecapDrafter:
         tree.root_candidates = self.root_candidates()
         if tree is self._proposed and self._growth is not None and self._kept == len(tree):
             for node, column in enumerate(self._growth.parts[: len(tree)].tolist()):
-                tree.contributions[node] = {name: part for name, part in zip(SOURCES, column) if part > 0}
+                tree.contributions[node] = {name: part for name, part in zip(MEMORIES, column) if part > 0}
 
     def _backoff(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The back-off record's ``(ids, probs)`` for the search (`recap.memory.backoff`), None when off."""

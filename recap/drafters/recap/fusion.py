@@ -1,7 +1,7 @@
 """Fusion: the records found for a context, weighted by specificity and confidence, as one distribution.
 
 For a context ending in tokens ``(a, b, c)`` the memories hold up to three records: ``C3[a, b, c]``,
-``C2[b, c]`` and ``P1[c]`` (`SOURCES`, most specific first). Each present record gets the weight
+``C2[b, c]`` and ``P1[c]`` (`MEMORIES`, most specific first). Each present record gets the weight
 ``w_n = s_n * max(kappa_min, concentration)`` and the fused distribution is
 ``q(y) = sum_n w_n * r_n.prob(y) / sum_n w_n`` (the method spec's entropy-confidence weighting).
 
@@ -24,7 +24,7 @@ from recap.memory.records import PredictionRecord
 from recap.tree import FusedCandidate
 
 #: The memories, most specific first.
-SOURCES = ("ctx3", "ctx2", "persistent")
+MEMORIES = ("ctx3", "ctx2", "persistent")
 
 
 class Fused(NamedTuple):
@@ -131,7 +131,7 @@ def _source_names() -> tuple[tuple[str, ...], ...]:
             for third in range(3):
                 if len({first, second, third}) == 3:
                     for bits in range(8):
-                        names = [SOURCES[i] for i, b in zip((first, second, third), (4, 2, 1)) if bits & b]
+                        names = [MEMORIES[i] for i, b in zip((first, second, third), (4, 2, 1)) if bits & b]
                         code = ((first * 9 + second * 3 + third) * 8 + bits) * 2
                         table[code], table[code + 1] = tuple(names), (*names, "suffix")
     table[27 * 16], table[27 * 16 + 1] = ("backoff",), ("backoff", "suffix")  # the back-off record's
@@ -153,7 +153,7 @@ def _strictly_lower(n: int) -> np.ndarray:
 
 class Lookup(NamedTuple):
     """The records found for B contexts, side by side (`fuse_rows`): ``ids``/``values`` ``(B, 3 * k)``
-    (memory ``SOURCES[s]`` in columns ``s * k .. s * k + k``; id -1 and value 0 where it has no
+    (memory ``MEMORIES[s]`` in columns ``s * k .. s * k + k``; id -1 and value 0 where it has no
     record), each memory's share ``w_n / sum w`` and whether this request wrote its record, ``shares``
     and ``fresh`` ``(3, B)``."""
 

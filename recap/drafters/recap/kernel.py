@@ -164,7 +164,7 @@ class SearchSettings(NamedTuple):
     ``suffix_*``: the suffix-matched continuation's (`suffix_chain`; ``suffix_num`` 0: none); ``k``, the
     records' width; ``width``, ``floor`` and ``max_depth``: children per context, the path estimate a
     node must pass, the depth limit; ``suffix_prior``; weights: ``uniform``, ``kappa_min``,
-    ``specificity`` (ctx3, ctx2, persistent: `recap.drafters.recap.fusion.SOURCES` order); ``edges`` and
+    ``specificity`` (ctx3, ctx2, persistent: `recap.drafters.recap.fusion.MEMORIES` order); ``edges`` and
     ``buckets`` of the fused probability; ``patience``: the budget rule's
     (`recap.drafters.recap.budget.PATIENCE`).
     """

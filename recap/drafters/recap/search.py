@@ -150,7 +150,7 @@ def settings_of(config: RecapConfig) -> SearchSettings:
         SUFFIX_MIN_LEN, int(config.suffix_max_len), suffix,
         int(config.k), int(config.branching), float(config.score_floor), int(config.depth),
         float(config.suffix_prior),
-        bool(config.uniform_weights), float(config.kappa_min), _specificity(config.specificity),
+        bool(config.uniform_weights), float(config.kappa_min), _specificity(config.memory_priors),
         _EDGES, BUCKETS, PATIENCE,
     )  # fmt: skip
 
@@ -162,11 +162,9 @@ def _no_records(k: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=8)
-def _specificity(specificity: tuple[float, float, float]) -> np.ndarray:
-    """``config.specificity`` (persistent, ctx2, ctx3) as the search's array, in ctx3, ctx2, persistent
-    order (read-only; one array per setting)."""
-    s1, s2, s3 = specificity
-    array = np.array([s3, s2, s1], dtype=float)
+def _specificity(priors: tuple[float, float, float]) -> np.ndarray:
+    """``config.memory_priors`` as the search's array (read-only; one array per setting)."""
+    array = np.array(priors, dtype=float)
     array.flags.writeable = False
     return array
 
