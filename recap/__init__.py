@@ -2,7 +2,8 @@
 predictions into request-local (contextual) and persistent memories.
 
 Main entry points: `recap.runtime.Runtime` (load a model, build drafters), `recap.decode.generate_steps`
-(the streaming decode loop) and `recap.decode.generate`.
+(the streaming decode loop) and `recap.decode.generate`. The method itself lives in
+`recap.drafters.recap`, what it learns in `recap.memory`; docs/architecture.md maps every module.
 """
 
 __version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Kept scripts: asset builders and diagnostics (``python -m scripts.build_memory``, ...)."""

@@ -1,0 +1,1 @@
+"""Training the embedded models (never imported by the library): ``python -m training.train``."""

@@ -8,10 +8,11 @@ One concern per module (imports point down the list):
 - `environment`: what the operator sets (environment variables, offered models, launch options);
 - `validation`: every value a request carries, checked against the UI's bounds (`RunSettings`);
 - `examples`: the example inputs and the sensitivity tab's replacement images;
-- `serving`: the shared runtime cache, the per-pass lock, per-visitor memories (`Studio`);
+- `serving`: the shared runtime cache, the per-pass lock, per-visitor drafting state (`Studio`);
 - `exports`: trace files written on Download and removed with the session;
 - `layout`: the components of each tab, nothing else;
-- `handlers`, `compare`, `sensitivity`: one handler per event, wired in `demo.build_demo`.
+- `explain`: one step in plain words (the teacher's line beside the tree);
+- `handlers`, `compare`, `sensitivity_tab`: one handler per event, wired in `demo.build_demo`.
 
 ``app.py`` at the repository root builds the demo with `build_demo` and launches it.
 """
