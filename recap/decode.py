@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,7 @@ def generate_steps(
     method: str | None = None,
     sampling: SamplingSettings = GREEDY,
     details: bool = True,
+    probe: Callable[[Observation], None] | None = None,
 ) -> Iterator[StepRecord]:
     """Generation with tree verification; yields a `StepRecord` after every target pass.
 
@@ -73,6 +74,10 @@ def generate_steps(
     contributions); the target's probability at the root when the pass computed no top-k. They are
     computed outside the timed draft/verify/update phases; a benchmark turns them off (``False``:
     texts are empty, ``fused_at_root`` and node contributions too).
+
+    ``probe(observation)``: called after every verification pass, before the drafter observes it (its
+    memories are as they were when it proposed) and outside the timed phases; the benchmark's
+    coverage breakdown (`recap.bench.coverage`) looks at the memories there.
     """
     prompt = check_prompt(prompt)
     check_max_new_tokens(max_new_tokens)
@@ -153,9 +158,12 @@ def generate_steps(
             root_prob = float(torch.softmax(tree_logits[0].float(), -1)[root_token])
 
         # 4. Recycle: the drafter learns from every computed position, rejected nodes included.
-        cpu, start = time.thread_time(), time.perf_counter()
         positions = np.arange(len(context) - len(pending), len(context))
-        drafter.observe(Observation(context, positions, tree, topk_ids, topk_probs, acceptance, commit_probs))
+        observation = Observation(context, positions, tree, topk_ids, topk_probs, acceptance, commit_probs)
+        if probe is not None:  # untimed, before the memories learn from this pass
+            probe(observation)
+        cpu, start = time.thread_time(), time.perf_counter()
+        drafter.observe(observation)
         update_ms = _ms_since(start)
         drafter_cpu_ms = (draft_cpu + time.thread_time() - cpu) * 1000.0
 

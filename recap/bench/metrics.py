@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from recap.bench.coverage import Breakdown, PositionCoverage
 from recap.bench.datasets import Sample
 from recap.bench.sensitivity import AcceptanceSplit, common_prefix, token_sources
 from recap.trace import StepRecord
@@ -51,13 +52,22 @@ class SampleRun:
     seconds: float
     nodes: int = 0
     draft_cpu_ms: list[float] = field(default_factory=list)
+    #: Per generated token, what the drafter's memories held there (`recap.bench.coverage`); None for
+    #: the first token (the prefill's) and for runs made without a probe.
+    coverage: list[PositionCoverage | None] = field(default_factory=list)
 
     @property
     def passes(self) -> int:
         return len(self.accepted_lengths) + 1  # + the prefill pass
 
     @classmethod
-    def from_steps(cls, sample_id: str, steps: Sequence[StepRecord], seconds: float) -> SampleRun:
+    def from_steps(
+        cls,
+        sample_id: str,
+        steps: Sequence[StepRecord],
+        seconds: float,
+        coverage: Sequence[PositionCoverage] = (),
+    ) -> SampleRun:
         decoding = steps[1:]
         return cls(
             sample_id=sample_id,
@@ -69,6 +79,7 @@ class SampleRun:
             seconds=seconds,
             nodes=sum(len(s.nodes) for s in decoding),
             draft_cpu_ms=[s.drafter_cpu_ms for s in decoding],
+            coverage=[None, *coverage] if coverage else [],
         )
 
 
@@ -96,6 +107,9 @@ class MethodResult:
     tokens: int
     seconds: float
     draft_cpu_ms_per_step: float = 0.0
+    #: Covered / drafted / accepted by group (`recap.bench.coverage.GROUPS`); None without sensitivity
+    #: flags.
+    breakdown: dict[str, dict[str, int]] | None = None
 
 
 @dataclass
@@ -133,7 +147,11 @@ class BenchmarkResult:
 
 
 def aggregate(
-    method: str, runs: Sequence[SampleRun], ar_runs: Sequence[SampleRun], split: AcceptanceSplit | None
+    method: str,
+    runs: Sequence[SampleRun],
+    ar_runs: Sequence[SampleRun],
+    split: AcceptanceSplit | None,
+    breakdown: Breakdown | None = None,
 ) -> MethodResult:
     """Sum a method's per-sample runs into its `MethodResult` (``ar_runs``: AR on the same samples)."""
     passes = sum(r.passes for r in runs)
@@ -170,6 +188,7 @@ def aggregate(
         tokens=tokens,
         seconds=seconds,
         draft_cpu_ms_per_step=sum(draft_cpu_ms) / len(draft_cpu_ms) if draft_cpu_ms else 0.0,
+        breakdown=breakdown.to_json() if breakdown is not None else None,
     )
 
 

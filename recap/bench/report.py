@@ -1,8 +1,9 @@
-"""The benchmark's report: ``results.json``, ``results.md`` (the tables) and three plotly charts.
+"""The benchmark's report: ``results.json``, ``results.md`` (the tables) and four plotly charts.
 
 Everything here reads a finished `BenchmarkResult`; nothing runs a model. Rows are methods in run order
 (AR first); the per-source table lists RECAP methods only, the per-category table appears when the
-samples carry categories (Spec-Bench, MT-Bench, scenes' question types).
+samples carry categories (Spec-Bench, MT-Bench, scenes' question types), the coverage table (covered /
+drafted / accepted at image-sensitive positions, `recap.bench.coverage`) when the samples have images.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from recap.bench.metrics import BenchmarkResult
+from recap.bench.coverage import GROUPS
+from recap.bench.metrics import BenchmarkResult, MethodResult
 from recap.drafters import is_recap_method
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ def markdown_table(result: BenchmarkResult) -> str:
         for r in result.methods.values()
     )
     recap = [r for r in result.methods.values() if is_recap_method(r.method)]
-    categories = category_table(result)
+    categories = category_table(result) + coverage_table(result)
     if not recap:
         return header + rows + categories
     sources = "\nAccepted drafted tokens by proposing memory (RECAP methods):\n\n"
@@ -53,6 +55,52 @@ def markdown_table(result: BenchmarkResult) -> str:
         ]
         sources += f"| {r.method} | " + " | ".join(cells) + " |\n"
     return header + rows + sources + categories
+
+
+#: The coverage table's columns: (heading, count key); shares are of the group's positions.
+COVERAGE_COLUMNS = (
+    ("covered", "covered"),
+    ("by this request", "covered_this_request"),
+    ("drafted there", "drafted"),
+    ("accepted", "accepted"),
+)
+
+
+def coverage_table(result: BenchmarkResult) -> str:
+    """At image-sensitive positions, first and later mentions: the share of positions whose token a
+    memory held (covered), held by a record of this request, where the tree drafted, and accepted; ""
+    when no method has a breakdown. Methods without a known coverage (AR, PLD, SuffixDecoding) show
+    their drafted and accepted shares only."""
+    rows = [r for r in result.methods.values() if r.breakdown and r.method != "ar"]
+    if not rows:
+        return ""
+    table = (
+        "\nAt image-sensitive positions (first mention: the last two tokens there were never committed "
+        "before in the request; covered: a memory's record there held the target's token):\n\n"
+        "| method | mention | positions | " + " | ".join(h for h, _ in COVERAGE_COLUMNS) + " |\n"
+        "|---|---|---|" + "---|" * len(COVERAGE_COLUMNS) + "\n"
+    )
+    for r in rows:
+        for group in ("sensitive-first", "sensitive-later"):
+            counts = r.breakdown[group]
+            n = counts.get("positions", 0)
+            cells = [_share(counts.get(key, 0), n, known=_known(r, key)) for _, key in COVERAGE_COLUMNS]
+            table += f"| {r.method} | {group.split('-')[1]} | {n} | " + " | ".join(cells) + " |\n"
+    return table
+
+
+def _known(result: MethodResult, key: str) -> bool:
+    """Whether ``key`` is known for ``result``'s method (coverage is, for methods that report it)."""
+    if not key.startswith("covered"):
+        return True
+    return any(k.startswith("covered_") and k != "covered_this_request" for g in GROUPS
+               for k in result.breakdown[g])  # fmt: skip
+
+
+def _share(count: int, total: int, known: bool = True) -> str:
+    if not known:
+        return "n/a"
+    return f"{count} ({100 * count / total:.0f}%)" if total else "0"
 
 
 def category_table(result: BenchmarkResult) -> str:
@@ -113,7 +161,8 @@ def write_outputs(result: BenchmarkResult, out_dir: str | Path) -> list[Path]:
 
 
 def charts(result: BenchmarkResult) -> dict[str, Any]:
-    """Plotly figures: ``speedup_mat``, ``sensitivity``, ``accept_hist``."""
+    """Plotly figures: ``speedup_mat``, ``sensitivity``, ``accept_hist`` and (with a breakdown)
+    ``coverage``."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -146,4 +195,21 @@ def charts(result: BenchmarkResult) -> dict[str, Any]:
         xaxis_title="accepted length",
         yaxis={"title": "share of passes", "tickformat": ".0%"},
     )
-    return {"speedup_mat": speed, "sensitivity": sens, "accept_hist": hist}
+    figures = {"speedup_mat": speed, "sensitivity": sens, "accept_hist": hist}
+    broken = [r for r in rows if r.breakdown and r.method != "ar"]
+    if broken:
+        cover = make_subplots(rows=1, cols=2, subplot_titles=("first mention", "later mention"))
+        for col, group in enumerate(("sensitive-first", "sensitive-later"), start=1):
+            for heading, key in COVERAGE_COLUMNS:
+                shares = []
+                for r in broken:
+                    counts = r.breakdown[group]
+                    n = counts.get("positions", 0)
+                    shares.append(counts.get(key, 0) / n if n and _known(r, key) else None)
+                cover.add_bar(x=[r.method for r in broken], y=shares, name=heading, row=1, col=col,
+                              showlegend=col == 1, legendgroup=heading)  # fmt: skip
+        cover.update_layout(
+            barmode="group", title="At image-sensitive positions", yaxis={"tickformat": ".0%"}
+        )
+        figures["coverage"] = cover
+    return figures

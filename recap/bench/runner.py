@@ -32,9 +32,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from recap.bench.coverage import Breakdown, CoverageProbe
 from recap.bench.datasets import Sample
 from recap.bench.metrics import BenchmarkResult, SampleRun, aggregate, per_category
-from recap.bench.sensitivity import AcceptanceSplit, sensitive_flags, split_against_reference
+from recap.bench.sensitivity import AcceptanceSplit, common_prefix, sensitive_flags, split_against_reference
 from recap.decode import generate
 from recap.drafters import METHODS
 from recap.drafters.recap.config import RecapConfig
@@ -141,6 +142,7 @@ def run_benchmark(
         return sampling if sampling.greedy else replace(sampling, seed=(sampling.seed or 0) + index)
 
     splits: dict[str, AcceptanceSplit] = {m: AcceptanceSplit(0, 0, 0, 0) for m in methods}
+    breakdowns: dict[str, Breakdown] = {m: Breakdown() for m in methods}
     notes = []
     bar = tqdm(total=len(samples) * len(methods), desc="bench", unit="req", disable=not progress)
     for index, sample in enumerate(samples):
@@ -159,11 +161,19 @@ def run_benchmark(
             for method in methods:
                 run = runs[method][-1]
                 splits[method] += split_against_reference(run.tokens, run.sources, ar_tokens, flags)
+                if run.coverage:
+                    agree = common_prefix(run.tokens, ar_tokens)
+                    breakdowns[method].add(run.coverage[:agree], run.sources[:agree], flags[:agree])
         notes.append(_sample_note(sample, target.decode(ar_tokens), ar_tokens, flags))
     bar.close()
 
     has_split = any(n["sensitive_positions"] is not None for n in notes)
-    results = {m: aggregate(m, runs[m], runs["ar"], splits[m] if has_split else None) for m in methods}
+    results = {
+        m: aggregate(
+            m, runs[m], runs["ar"], splits[m] if has_split else None, breakdowns[m] if has_split else None
+        )
+        for m in methods
+    }
     run_settings = {
         # A local folder by its name only: results carry no machine path.
         "model": Path(target.name).name if Path(target.name).is_absolute() else target.name,
@@ -199,6 +209,8 @@ def _run_one(
     method: str,
     sampling: SamplingSettings = GREEDY,
 ) -> SampleRun:
+    # The coverage probe looks at the drafter's memories outside the timed phases (`generate_steps`).
+    probe = CoverageProbe(drafter)
     start = time.perf_counter()
     # details=False: no display-only work (token texts, the drafter's root distribution) in the timing.
     result = generate(
@@ -210,8 +222,10 @@ def _run_one(
         method=method,
         sampling=sampling,
         details=False,
+        probe=probe if probe.coverage is not None else None,
     )
-    run = SampleRun.from_steps(sample.id, result.steps, time.perf_counter() - start)
+    seconds = time.perf_counter() - start - probe.seconds
+    run = SampleRun.from_steps(sample.id, result.steps, seconds, probe.positions)
     log.info(
         "%s %s: %d tokens, %d passes, %.2f s", sample.id, method, len(run.tokens), run.passes, run.seconds
     )

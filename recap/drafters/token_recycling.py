@@ -163,6 +163,18 @@ class TokenRecyclingDrafter:
         usable = lengths >= 1
         self.successors.write_many(keys[usable, 2], np.asarray(observation.topk_ids)[rows[usable]])
 
+    def coverage(self, tails: np.ndarray, tokens: np.ndarray) -> list[tuple[tuple[str, ...], bool]]:
+        """For each state (``tails[i]``, its last three tokens) whether the matrix row of its last token
+        lists ``tokens[i]`` (``("successors",)``; a row never written lists nothing). The matrix keeps
+        no request, so the second field (a record of this request) is always False."""
+        matrix = self._matrix()
+        result = []
+        for tail, token in zip(np.asarray(tails, dtype=np.int64).reshape(-1, 3).tolist(), tokens):
+            row = matrix[tail[2]] if 0 <= tail[2] < len(matrix) else None
+            held = row is not None and row.any() and int(token) in row.tolist()
+            result.append((("successors",) if held else (), False))
+        return result
+
     def _matrix(self) -> np.ndarray:
         if self.successors is None:
             raise RuntimeError("call begin() before propose()")

@@ -163,6 +163,29 @@ class RecapDrafter:
         self._proposed = tree
         return tree
 
+    def coverage(self, tails: np.ndarray, tokens: np.ndarray) -> list[tuple[tuple[str, ...], bool]]:
+        """For each state (``tails[i]``: its last three tokens, -1 before the start) whether the memories
+        hold ``tokens[i]`` now: the memories whose record there lists it (``ctx3``, ``ctx2``,
+        ``persistent``; ``backoff`` where no memory has a record and the back-off record lists it), and
+        whether a record written by this request lists it. A diagnostic (the benchmark's breakdown):
+        call it between `propose` and `observe`."""
+        tails = np.asarray(tails, dtype=np.int64).reshape(-1, 3)
+        found, k = self._lookup(tails), self.config.k
+        backoff = self._backoff()
+        result = []
+        for i, token in enumerate(np.asarray(tokens, dtype=np.int64).tolist()):
+            names, fresh = [], False
+            for m, name in enumerate(MEMORIES):
+                if found.shares[m, i] > 0 and token in found.ids[i, m * k : m * k + k].tolist():
+                    names.append(name)
+                    fresh = fresh or bool(found.fresh[m, i])
+            none = not (found.shares[:, i] > 0).any()
+            usable = tails[i, 2] >= 0 and self._usable[tails[i, 2]]
+            if none and usable and backoff is not None and token in backoff[0].tolist():
+                names.append("backoff")
+            result.append((tuple(names), fresh))
+        return result
+
     def root_candidates(self, limit: int = ROOT_CANDIDATES) -> list[FusedCandidate]:
         """The fused distribution at the root of the last proposal, best first, with each source's share.
 
