@@ -23,6 +23,7 @@ import pytest
 from conftest import noise_image, tiny
 
 from recap.drafters.suffix_decoding import suffix_decoding_available
+from recap.studio import measure
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "tiny-llava"
@@ -549,13 +550,23 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
 
     client = served.client
     client.predict(*_args(served.image, max_new=16), api_name="/run")
-    _status, table, _story, strip = client.predict(*_args(served.image, max_new=16)[:-1], api_name="/compare")
+    compare_args = [*_args(served.image, max_new=16)[:-1], measure.EQUAL]
+    status, table, _story, strip = client.predict(*compare_args, api_name="/compare")
     rows = table["data"] if isinstance(table, dict) else table
     compared = ["Autoregressive", "Prompt lookup", "Token Recycling", "SuffixDecoding", "RECAP"]
     if not suffix_decoding_available():  # offered only where its authors' package is installed
         compared.remove("SuffixDecoding")
+        assert "SuffixDecoding" not in status
     assert [r[0] for r in rows] == compared
-    assert all(r[6] == "yes" for r in rows)
+    assert all(r[measure.HEADERS.index("identical to AR")] == "yes" for r in rows)
+    # equal budgets: no tree method grows more than the budget (the tiny model's repeated successor ids
+    # merge some of TR's template nodes, so its trees are a little smaller here)
+    nodes = {r[0]: float(r[measure.HEADERS.index("nodes / pass")]) for r in rows}
+    assert nodes["Autoregressive"] == 0
+    assert 0.75 * measure.EQUAL_NODES <= nodes["Token Recycling"] <= measure.EQUAL_NODES
+    assert 0 < nodes["RECAP"] <= measure.EQUAL_NODES
+    assert "draft, verify and update phases" in status and f"{measure.REPEATS} times" in status
+    assert all(" (" in r[measure.HEADERS.index(measure.HEADERS[5])] for r in rows)  # median (range)
     assert "<table>" in strip
     _answer, sens_table, sens_status = client.predict("blank (grey)", api_name="/sensitivity")
     assert "image-sensitive" in sens_status
@@ -657,10 +668,11 @@ def test_sampled_runs_are_seeded_exact_and_show_their_draws(served):
     assert all(step.draws for step in first.steps[1:]), "every sampled pass records its draws"
     assert "children tried (target's p)" in final[WORDS]
     # Compare stays greedy, and says so when sampling is set
-    compare_args = _args(served.image, **sampled)[:-1]
+    compare_args = [*_args(served.image, **sampled)[:-1], measure.DEVICE]
     status, table, _story, _strip = served.client.predict(*compare_args, api_name="/compare")
     assert "Compare decodes greedily" in status
-    assert all(row[6] == "yes" for row in (table["data"] if isinstance(table, dict) else table))
+    identical = measure.HEADERS.index("identical to AR")
+    assert all(row[identical] == "yes" for row in (table["data"] if isinstance(table, dict) else table))
 
 
 def test_greedy_runs_record_no_draws_and_explain_each_step(served):

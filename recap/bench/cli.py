@@ -186,6 +186,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
         suffix_config=suffix_config,
         sampling=sampling,
         start=start,
+        projection=curve,
     )
     write_outputs(result, args.out)
     print(markdown_table(result))

@@ -36,6 +36,7 @@ from typing import Any
 from recap.bench.coverage import Breakdown, PositionCoverage
 from recap.bench.datasets import Sample
 from recap.bench.sensitivity import AcceptanceSplit, common_prefix, token_sources
+from recap.models.cost import CostModel, projected_seconds
 from recap.trace import StepRecord
 
 
@@ -52,6 +53,8 @@ class SampleRun:
     seconds: float
     nodes: int = 0
     draft_cpu_ms: list[float] = field(default_factory=list)
+    #: Tree nodes of each decoding pass (what a recorded cost curve prices: `recap.models.cost`).
+    nodes_per_pass: list[int] = field(default_factory=list)
     #: Per generated token, what the drafter's memories held there (`recap.bench.coverage`); None for
     #: the first token (the prefill's) and for runs made without a probe.
     coverage: list[PositionCoverage | None] = field(default_factory=list)
@@ -78,6 +81,7 @@ class SampleRun:
             verify_ms=sum(s.timing.get("verify_ms", 0.0) for s in steps),
             seconds=seconds,
             nodes=sum(len(s.nodes) for s in decoding),
+            nodes_per_pass=[len(s.nodes) for s in decoding],
             draft_cpu_ms=[s.drafter_cpu_ms for s in decoding],
             coverage=[None, *coverage] if coverage else [],
         )
@@ -110,6 +114,10 @@ class MethodResult:
     #: Covered / drafted / accepted by group (`recap.bench.coverage.GROUPS`); None without sensitivity
     #: flags.
     breakdown: dict[str, dict[str, int]] | None = None
+    #: With a recorded cost curve (``--cost-curve``): the decoding passes priced on that curve plus the
+    #: drafting measured here (`recap.models.cost.projected_seconds`), and AR's over this method's.
+    projected_seconds: float | None = None
+    projected_speedup: float | None = None
 
 
 @dataclass
@@ -152,6 +160,7 @@ def aggregate(
     ar_runs: Sequence[SampleRun],
     split: AcceptanceSplit | None,
     breakdown: Breakdown | None = None,
+    projection: CostModel | None = None,
 ) -> MethodResult:
     """Sum a method's per-sample runs into its `MethodResult` (``ar_runs``: AR on the same samples)."""
     passes = sum(r.passes for r in runs)
@@ -165,6 +174,10 @@ def aggregate(
     longer = sum(max(len(r.tokens), len(a.tokens)) for r, a in zip(runs, ar_runs))
     sources = Counter(s for r in runs for s in r.sources if s != "target")
     histogram = [0] * (max(accepted, default=0) + 1)
+    projected = ar_projected = None
+    if projection is not None:
+        projected = sum(projected_seconds(projection, r.nodes_per_pass, r.draft_ms) for r in runs)
+        ar_projected = sum(projected_seconds(projection, a.nodes_per_pass, a.draft_ms) for a in ar_runs)
     for n in accepted:
         histogram[n] += 1
     return MethodResult(
@@ -189,6 +202,8 @@ def aggregate(
         seconds=seconds,
         draft_cpu_ms_per_step=sum(draft_cpu_ms) / len(draft_cpu_ms) if draft_cpu_ms else 0.0,
         breakdown=breakdown.to_json() if breakdown is not None else None,
+        projected_seconds=projected,
+        projected_speedup=ar_projected / projected if projected else None,
     )
 
 

@@ -41,6 +41,17 @@ def markdown_table(result: BenchmarkResult) -> str:
         f"| {r.passes} | {r.tokens} | {r.seconds:.1f} |\n"
         for r in result.methods.values()
     )
+    if any(r.projected_seconds is not None for r in result.methods.values()):
+        curve = result.settings.get("cost_curve_file", "the recorded cost curve")
+        rows += (
+            f"\nProjected on the device of {curve} (decoding passes priced on its curve, plus the "
+            "drafting measured here): "
+            + ", ".join(
+                f"{r.method} {r.projected_seconds:.3f} s ({_num(r.projected_speedup, 'x')})"
+                for r in result.methods.values()
+            )
+            + ".\n"
+        )
     recap = [r for r in result.methods.values() if is_recap_method(r.method)]
     categories = category_table(result) + coverage_table(result)
     if not recap:

@@ -42,6 +42,7 @@ from recap.drafters.recap.config import RecapConfig
 from recap.drafters.suffix_decoding import SuffixConfig
 from recap.hotstart import EMPTY_START
 from recap.memory.persistent import PersistentMemory
+from recap.models.cost import CostModel
 from recap.runtime import Runtime
 from recap.sampling import GREEDY, SamplingSettings
 from recap.state import DrafterState
@@ -104,6 +105,7 @@ def run_benchmark(
     suffix_config: SuffixConfig | None = None,
     sampling: SamplingSettings = GREEDY,
     start: PersistentMemory | None = None,
+    projection: CostModel | None = None,
 ) -> BenchmarkResult:
     """Run every method on every sample (one stream per method) and aggregate the metrics.
 
@@ -114,7 +116,9 @@ def run_benchmark(
     ``settings`` (e.g. the command line) are merged into the result's settings; ``suffix_config``: the
     settings of the ``suffix`` method (its authors' defaults when None; ``budget`` does not apply to it).
     ``start``: a saved persistent memory (of this model, k = ``config.k``) that every measured stream's
-    RECAP memory and TR matrix start from (``--memory FILE``); None: a cold start.
+    RECAP memory and TR matrix start from (``--memory FILE``); None: a cold start. ``projection``: a
+    recorded cost curve (``--cost-curve``) that prices each method's decoding passes (its
+    ``projected_seconds`` and ``projected_speedup``).
     """
     from tqdm import tqdm
 
@@ -164,13 +168,19 @@ def run_benchmark(
                 if run.coverage:
                     agree = common_prefix(run.tokens, ar_tokens)
                     breakdowns[method].add(run.coverage[:agree], run.sources[:agree], flags[:agree])
-        notes.append(_sample_note(sample, target.decode(ar_tokens), ar_tokens, flags))
+        passes = {m: runs[m][-1].passes for m in methods}
+        notes.append(_sample_note(sample, target.decode(ar_tokens), ar_tokens, flags, passes))
     bar.close()
 
     has_split = any(n["sensitive_positions"] is not None for n in notes)
     results = {
         m: aggregate(
-            m, runs[m], runs["ar"], splits[m] if has_split else None, breakdowns[m] if has_split else None
+            m,
+            runs[m],
+            runs["ar"],
+            splits[m] if has_split else None,
+            breakdowns[m] if has_split else None,
+            projection,
         )
         for m in methods
     }
@@ -275,7 +285,11 @@ def _sensitivity_flags(
 
 
 def _sample_note(
-    sample: Sample, text: str, tokens: Sequence[int], flags: Sequence[bool] | None
+    sample: Sample,
+    text: str,
+    tokens: Sequence[int],
+    flags: Sequence[bool] | None,
+    passes: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     return {
         "id": sample.id,
@@ -284,6 +298,7 @@ def _sample_note(
         "ar_tokens": len(tokens),
         "ar_text": text,
         "sensitive_positions": sum(flags) if flags is not None else None,
+        "passes": dict(passes or {}),
         "meta": {k: v for k, v in sample.meta.items() if isinstance(v, str | int | float | bool)},
     }
 

@@ -179,3 +179,18 @@ def load_curve(path: str | Path) -> CostModel:
             raise ValueError(f"{path}: bad cost curve point {entry!r} ({hint})")
         points.append((int(entry[0]), float(entry[1]) / 1e3))
     return CostModel(points)
+
+
+def projected_seconds(
+    curve: CostModel, nodes_per_pass: Sequence[int], drafting_ms: Sequence[float] = (), pending: int = 1
+) -> float:
+    """What a run's decoding passes would take on the device ``curve`` was recorded on: every pass
+    priced at ``c(nodes + pending)`` (the tree plus the pending token), plus the drafting time measured
+    here (``drafting_ms``: draft + update per pass, which runs on the host's CPU there too). The
+    prefill is left out (the curve does not cover prompt-sized passes).
+
+    Example: a flat curve of 3 ms, three passes of 0, 8 and 80 nodes, 0.5 ms drafting each ->
+    ``3 * 0.003 + 3 * 0.0005 = 0.0105`` s.
+    """
+    nodes = np.asarray(nodes_per_pass, dtype=np.float64) + pending
+    return float(curve.costs(nodes).sum()) + sum(drafting_ms) / 1000.0

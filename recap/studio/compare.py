@@ -6,9 +6,14 @@ first warmed on the SAME warm-up requests (`Studio.warmup_requests`: training sc
 model, the other examples otherwise; never the compared input). AR and prompt lookup keep nothing
 between requests. The visitor's own session memories are neither used nor changed.
 
+Measured like the benchmark (`recap.studio.measure`): equal node budgets by default, the timed phases
+of every pass, `measure.REPEATS` interleaved repeats (each after its own warm-up, so every repeat
+drafts the same trees), the median and range; a projection on an H200 where a curve was recorded; and
+the benchmark's held-out summary for the model under the table.
+
 Greedy decoding always (sampling settings apply to the Run tab only, and the tab says so): then every
 method's output is identical to AR's, which the table checks. A short AR run first, so the first timed
-method does not pay for lazy initialisation; wall times include drafting, not the warm-up.
+method does not pay for lazy initialisation.
 
 Above the strip, one line tells the paper's story (`recap.studio.story`): one teacher-forced pass with a
 blank image marks the tokens that depend on the image, and the line counts each method's drafts there.
@@ -16,19 +21,21 @@ blank image marks the tokens that depend on the image, and the line counts each 
 
 from __future__ import annotations
 
-import time
+from dataclasses import replace
 
 import gradio as gr
 
 from recap.bench.sensitivity import sensitive_flags
 from recap.drafters import shared_state
-from recap.studio import render, story
+from recap.drafters.suffix_decoding import SuffixConfig
+from recap.inputs import shown
+from recap.studio import measure, render, story
 from recap.studio.environment import concurrency
 from recap.studio.examples import BLANK_IMAGE, other_image
 from recap.studio.handlers import input_key
 from recap.studio.serving import Studio, fresh_drafter
-from recap.studio.validation import offered_methods
-from recap.trace import StepRecord
+from recap.studio.validation import offered_methods, refusal
+from recap.trace import StepRecord, summarize
 
 #: The methods compared, in the table's order (AR first: it is the reference); SuffixDecoding where
 #: its package is installed.
@@ -46,48 +53,71 @@ def remembers(method: str, config) -> bool:
     return bool(MEMORIES & shared_state(method, config))
 
 
-def fairness_note(count: int, source: str) -> str:
+def fairness_note(count: int, source: str, methods: list[str]) -> str:
+    warmed = [render.method_label(m) for m in methods if m in ("tr", "suffix", "recap")]
+    if not warmed:
+        return "No compared method keeps memories across requests; your session's memory was not used."
+    names = ", ".join(warmed[:-1]) + (" and " if len(warmed) > 1 else "") + warmed[-1]
     return (
-        f"TR, SuffixDecoding and RECAP started from empty memories warmed on the same {count} requests "
+        f"{names} started from empty memories warmed on the same {count} requests "
         f"({source}, not this input); your session's memory was not used."
     )
 
 
+def budgets(choice: str, config):
+    """RECAP's config and SuffixDecoding's settings for the visitor's budget ``choice``."""
+    if choice == measure.EQUAL:
+        nodes = measure.EQUAL_NODES
+        return replace(config, budget=nodes, max_budget=None), SuffixConfig(max_spec_tokens=nodes)
+    return replace(config, budget="auto", max_budget=None), SuffixConfig()
+
+
 def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, compare_state) -> None:
     def compare(image, prompt, *values):
+        *values, choice = values
+        if not isinstance(choice, str) or choice not in measure.BUDGET_CHOICES:
+            raise refusal(f"Unknown budget choice {shown(choice)}: choose one from the list.")
         settings = studio.settings(values)
         note = GREEDY_NOTE if not settings.sampling().greedy else ""
         path, _, _ = studio.check_request(image, prompt, settings)
         runtime, config, prompt, images = studio.prepare(image, prompt, settings)
+        config, suffix_config = budgets(choice, config)
         max_new, model = settings.max_new_tokens, settings.model
         warmup = studio.warmup_requests(runtime, exclude=(str(path) if path else None, prompt))
-        fair = fairness_note(len(warmup), studio.warmup_source(runtime))
+        methods = [m for m in COMPARED if m in offered_methods()]
+        fair = fairness_note(len(warmup), studio.warmup_source(runtime), methods)
+        projection = measure.projection_for(runtime.target.name, runtime.target.device.type)
         first = fresh_drafter(runtime, "ar", config)
         for _ in studio.stream(runtime, model, first, prompt, images, min(4, max_new), "ar"):
             pass
         runs: dict[str, list[StepRecord]] = {}
-        walls: dict[str, float] = {}
-        for method in (m for m in COMPARED if m in offered_methods()):
-            label = render.method_label(method)
-            drafter = fresh_drafter(runtime, method, config)
-            if remembers(method, config):
-                yield _progress(cmp, compare_state, runs, walls, f"Warming up {label}…{note}")
-                for request in warmup:
-                    steps = studio.stream(
-                        runtime, model, drafter, request.prompt, list(request.images),
-                        min(max_new, WARMUP_MAX_NEW), method,
-                    )  # fmt: skip
-                    for _ in steps:
-                        pass
-            yield _progress(cmp, compare_state, runs, walls, f"Running {label}…{note}")
-            start = time.perf_counter()
-            runs[method] = list(studio.stream(runtime, model, drafter, prompt, images, max_new, method))
-            walls[method] = time.perf_counter() - start
+        times: dict[str, list[float]] = {m: [] for m in methods}
+        for repeat in range(measure.REPEATS):
+            shift = repeat % len(methods)  # interleaved: each repeat starts with another method
+            for method in methods[shift:] + methods[:shift]:
+                where = f"(repeat {repeat + 1} of {measure.REPEATS})"
+                label = render.method_label(method)
+                drafter = fresh_drafter(runtime, method, config, suffix_config)
+                if remembers(method, config):
+                    status = f"Warming up {label} {where}…{note}"
+                    yield _progress(cmp, compare_state, runs, times, projection, status)
+                    for request in warmup:
+                        steps = studio.stream(
+                            runtime, model, drafter, request.prompt, list(request.images),
+                            min(max_new, WARMUP_MAX_NEW), method,
+                        )  # fmt: skip
+                        for _ in steps:
+                            pass
+                status = f"Running {label} {where}…{note}"
+                yield _progress(cmp, compare_state, runs, times, projection, status)
+                steps = list(studio.stream(runtime, model, drafter, prompt, images, max_new, method))
+                times[method].append(summarize(steps).seconds)
+                runs.setdefault(method, steps)  # every repeat drafts the same trees; the first is shown
+        runs = {m: runs[m] for m in methods}
         line = _story(studio, runtime, model, runs, images, prompt)
         yield {
-            cmp["status"]: "Done. Wall times include drafting (not the warm-up); speedup is AR's time "
-            f"over each method's. {fair}{note}",
-            cmp["table"]: render.compare_rows(runs, walls),
+            cmp["status"]: f"Done. {measure.timing_note(projection, choice)} {fair}{note}",
+            cmp["table"]: measure.rows(runs, times, projection),
             cmp["story"]: story.story_html(line),
             cmp["strip"]: render.compare_strip_html(runs),
             compare_state: {
@@ -101,7 +131,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
 
     cmp["button"].click(
         compare,
-        [ui["image"], ui["prompt"], *setting_inputs],
+        [ui["image"], ui["prompt"], *setting_inputs, cmp["budgets"]],
         [cmp["status"], cmp["table"], cmp["story"], cmp["strip"], compare_state],
         concurrency_limit=concurrency(),
         concurrency_id="decode",
@@ -109,12 +139,15 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         preprocess=False,
     )
 
+    ui["model"].change(measure.held_out_line, [ui["model"]], [cmp["summary"]], api_name=False)
 
-def _progress(cmp: dict, compare_state, runs, walls, status: str) -> dict:
+
+
+def _progress(cmp: dict, compare_state, runs, times, projection, status: str) -> dict:
     return {
         cmp["status"]: status,
         compare_state: gr.skip(),
-        cmp["table"]: render.compare_rows(runs, walls) if runs else gr.skip(),
+        cmp["table"]: measure.rows(runs, times, projection) if runs else gr.skip(),
         cmp["story"]: gr.skip(),
         cmp["strip"]: gr.skip(),
     }

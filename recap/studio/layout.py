@@ -11,8 +11,15 @@ from typing import Any
 
 import gradio as gr
 
-from recap.studio import render
-from recap.studio.environment import EMBEDDED_V1_ID, EMBEDDED_V2_ID, SESSION_SCOPE, SHARED_SCOPE, model_label
+from recap.studio import measure, render
+from recap.studio.environment import (
+    DEFAULT_MODEL_ID,
+    EMBEDDED_V1_ID,
+    EMBEDDED_V2_ID,
+    SESSION_SCOPE,
+    SHARED_SCOPE,
+    model_label,
+)
 from recap.studio.examples import BLANK_IMAGE, example_sets, other_image_choices
 from recap.studio.validation import (
     BUDGET_MODES,
@@ -248,12 +255,31 @@ def compare_tab() -> dict[str, Any]:
             "scenes for the embedded model, the other examples otherwise; never this input). Your "
             "session's memory is not used."
         )
-        button = gr.Button("Compare methods", variant="primary", elem_id="compare-button")
+        with gr.Row():
+            budgets = gr.Radio(
+                list(measure.BUDGET_CHOICES),
+                value=measure.EQUAL,
+                label="Tree budgets",
+                info="equal: the same node count for every tree method (Token Recycling's template "
+                "size); or each method's own choice on this device (RECAP auto, SuffixDecoding its "
+                "authors' default)",
+                elem_id="compare-budgets",
+            )
+            button = gr.Button("Compare methods", variant="primary", elem_id="compare-button")
         status = gr.Markdown("", elem_id="compare-status")
-        table = gr.Dataframe(headers=render.COMPARE_HEADERS, interactive=False, elem_id="compare-table")
+        table = gr.Dataframe(headers=measure.HEADERS, interactive=False, elem_id="compare-table", wrap=True)
+        summary = gr.Markdown(measure.held_out_line(DEFAULT_MODEL_ID), elem_id="compare-summary")
         story = gr.HTML("", elem_id="compare-story")
         strip = gr.HTML(render.compare_strip_html({}), elem_id="compare-strip")
-    return {"button": button, "status": status, "table": table, "story": story, "strip": strip}
+    return {
+        "button": button,
+        "budgets": budgets,
+        "status": status,
+        "table": table,
+        "summary": summary,
+        "story": story,
+        "strip": strip,
+    }
 
 
 def sensitivity_tab() -> dict[str, Any]:

@@ -45,7 +45,6 @@ SENSITIVE_LABEL = "image-sensitive"
 SENSITIVE_COLOR = "#EE3377"
 
 STEP_TABLE_HEADERS = ["quantity", "value"]
-COMPARE_HEADERS = ["method", "target passes", "tokens", "MAT", "wall s", "speedup vs AR", "identical to AR"]
 SENSITIVITY_HEADERS = ["method", "drafted at image-sensitive", "drafted at insensitive"]
 
 
@@ -278,38 +277,6 @@ def _draws_html(step: StepRecord, token_text: Mapping[int, str] | None) -> str:
 
 
 # ------------------------------------------------------------------------------------- compare
-def compare_rows(
-    runs: Mapping[str, Sequence[StepRecord]], wall_s: Mapping[str, float] | None = None, reference: str = "ar"
-) -> list[list]:
-    """One row per method (under `COMPARE_HEADERS`).
-
-    ``wall_s``: measured wall time per method (defaults to the sum of step timings). Speedup and
-    "identical" are relative to ``reference`` when it was run, else shown as ``-``.
-    """
-    wall_s = dict(wall_s or {})
-    times = {m: wall_s.get(m, summarize(steps).seconds) for m, steps in runs.items()}
-    ref_tokens = _tokens(runs[reference]) if reference in runs else None
-    rows = []
-    for method, steps in runs.items():
-        summary = summarize(steps)
-        speedup = "-"
-        if reference in runs and times[method] > 0:
-            speedup = f"{times[reference] / times[method]:.2f}x"
-        identical = "-" if ref_tokens is None else ("yes" if _tokens(steps) == ref_tokens else "NO")
-        rows.append(
-            [
-                method_label(method),
-                summary.passes,
-                summary.tokens,
-                f"{summary.mat:.2f}",
-                f"{times[method]:.3f}",
-                speedup,
-                identical,
-            ]
-        )
-    return rows
-
-
 def _tokens(steps: Sequence[StepRecord]) -> list[int]:
     return [t for s in steps for t in s.new_tokens]
 

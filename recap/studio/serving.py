@@ -24,6 +24,7 @@ from pathlib import Path
 
 from recap.decode import generate_steps
 from recap.drafters.recap.config import RecapConfig
+from recap.drafters.suffix_decoding import SuffixConfig
 from recap.embedded import embedded_world, training_requests
 from recap.hotstart import (
     EMPTY_START,
@@ -185,10 +186,14 @@ def drafter_for(
         raise refusal(str(error)) from None
 
 
-def fresh_drafter(runtime: Runtime, method: str, config: RecapConfig):
-    """A drafter with fresh, empty memories of its own (the Compare tab warms them itself)."""
+def fresh_drafter(
+    runtime: Runtime, method: str, config: RecapConfig, suffix_config: SuffixConfig | None = None
+):
+    """A drafter with fresh, empty memories of its own (the Compare tab warms them itself);
+    ``suffix_config``: SuffixDecoding's settings (its tree's depth and size too)."""
+    state = DrafterState(runtime.target.vocab_size, suffix_config=suffix_config)
     try:
-        return runtime.drafter(method, config=config, state=DrafterState(runtime.target.vocab_size))
+        return runtime.drafter(method, config=config, state=state, suffix_config=suffix_config)
     except ValueError as error:
         raise refusal(str(error)) from None
 

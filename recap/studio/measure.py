@@ -1,0 +1,201 @@
+"""What the Compare tab measures, and how it says so: timed phases, repeats, a GPU projection, and the
+benchmark's held-out picture beside the one input.
+
+- **Timed like the benchmark**: a run's time is the sum of its passes' draft, verify and update phases
+  (`recap.trace.summarize`); display work (token texts, the fused distribution, node contributions) is
+  done outside them. Each method runs `REPEATS` times, interleaved; the table shows the median and the
+  range, and speedups are medians over AR's median.
+- **Equal budgets by default** (`EQUAL`): every tree method grows `EQUAL_NODES` nodes a pass (RECAP's
+  budget, SuffixDecoding's ``max_spec_tokens``; Token Recycling's template has that many); `DEVICE`:
+  as each method would choose on this device (RECAP ``auto``, TR its template, SuffixDecoding its
+  authors' default). Nodes per pass is a column.
+- **Projected on an H200**: each run's decoding passes priced on a cost curve recorded there
+  (`recap.models.cost.projected_seconds`, the benchmark's ``--cost-curve`` projection), plus the
+  drafting measured here; only for models with a recorded curve, and hidden on a GPU, where the
+  measured column is the real one.
+- **The held-out picture**: one line from the benchmark summary that ships for the model
+  (``assets/summaries/<model folder>.json``, built by ``python -m scripts.compare_summary``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from recap.models.cost import CostModel, load_curve, projected_seconds
+from recap.studio.environment import EMBEDDED_FOLDERS
+from recap.studio.render import method_label
+from recap.trace import StepRecord, summarize
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Recorded H200 cost curves, by the model folder they were recorded with.
+CURVES = {"tiny-scenes-llava": ROOT / "assets" / "cost-curves" / "h200-embedded.json"}
+#: Models whose curve is that of a sibling of the same architecture and size (named in the column).
+CURVE_OF = {"tiny-scenes-llava-v2": "tiny-scenes-llava"}
+#: Benchmark summaries shipped for the Compare tab, one per model folder.
+SUMMARY_DIR = ROOT / "assets" / "summaries"
+SUMMARY_COMMAND = "python -m scripts.compare_summary"
+
+REPEATS = 3
+EQUAL_NODES = 80
+EQUAL = f"equal: every tree method gets {EQUAL_NODES} nodes a pass"
+DEVICE = "as each method would choose on this device"
+BUDGET_CHOICES = (EQUAL, DEVICE)
+
+HEADERS = [
+    "method",
+    "nodes / pass",
+    "target passes",
+    "tokens",
+    "MAT",
+    f"timed s (median of {REPEATS}, range)",
+    "speedup vs AR (timed)",
+    "projected on an H200 (speedup)",
+    "identical to AR",
+]
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A recorded cost curve and what to call it in the table."""
+
+    curve: CostModel
+    label: str
+
+
+def projection_for(model_name: str, device_type: str) -> Projection | None:
+    """The H200 curve that prices ``model_name``'s passes, or None (no recorded curve, or running on
+    a GPU already, where the measured time is the real one)."""
+    if device_type == "cuda":
+        return None
+    folder = Path(model_name).name
+    source = CURVE_OF.get(folder, folder)
+    path = CURVES.get(source)
+    if path is None or not path.is_file():
+        return None
+    try:
+        curve = load_curve(path)
+    except ValueError as error:  # a damaged asset: no projection, said once in the log
+        log.warning("no H200 projection: %s", error)
+        return None
+    if source == folder:
+        return Projection(curve, "the H200 curve recorded with this model")
+    return Projection(curve, f"the H200 curve recorded with {source} (same architecture, not this model)")
+
+
+def projected(steps: Sequence[StepRecord], projection: Projection) -> float:
+    """A run's decoding passes on the projection's device (`recap.models.cost.projected_seconds`)."""
+    decoding = steps[1:]
+    drafting = [s.timing.get("draft_ms", 0.0) + s.timing.get("update_ms", 0.0) for s in decoding]
+    return projected_seconds(projection.curve, [len(s.nodes) for s in decoding], drafting)
+
+
+def nodes_per_pass(steps: Sequence[StepRecord]) -> float:
+    decoding = steps[1:]
+    return sum(len(s.nodes) for s in decoding) / len(decoding) if decoding else 0.0
+
+
+def rows(
+    runs: Mapping[str, Sequence[StepRecord]],
+    times: Mapping[str, Sequence[float]],
+    projection: Projection | None = None,
+    reference: str = "ar",
+) -> list[list]:
+    """One row per method (under `HEADERS`): ``runs`` (one run per method: the repeats' trees are the
+    same), ``times`` (each repeat's timed seconds)."""
+    medians = {m: statistics.median(t) for m, t in times.items() if t}
+    ref_tokens = _tokens(runs[reference]) if reference in runs else None
+    ref_projected = projected(runs[reference], projection) if projection and reference in runs else None
+    table = []
+    for method, steps in runs.items():
+        summary, seconds = summarize(steps), times.get(method, ())
+        timed = "-"
+        if seconds:
+            timed = f"{medians[method]:.3f} ({min(seconds):.3f}-{max(seconds):.3f})"
+        speedup = "-"
+        if reference in medians and medians.get(method):
+            speedup = f"{medians[reference] / medians[method]:.2f}x"
+        gpu = "-"
+        if projection is not None:
+            seconds_there = projected(steps, projection)
+            gpu = f"{seconds_there:.3f} s ({ref_projected / seconds_there:.2f}x)" if seconds_there else "-"
+        identical = "-" if ref_tokens is None else ("yes" if _tokens(steps) == ref_tokens else "NO")
+        table.append(
+            [
+                method_label(method),
+                f"{nodes_per_pass(steps):.1f}",
+                summary.passes,
+                summary.tokens,
+                f"{summary.mat:.2f}",
+                timed,
+                speedup,
+                gpu,
+                identical,
+            ]
+        )
+    return table
+
+
+def _tokens(steps: Sequence[StepRecord]) -> list[int]:
+    return [t for s in steps for t in s.new_tokens]
+
+
+def timing_note(projection: Projection | None, choice: str) -> str:
+    """What the table's numbers measured, in one paragraph."""
+    note = (
+        f"Timed: the draft, verify and update phases of every pass (display work excluded), each method "
+        f"run {REPEATS} times, interleaved, after an untimed warm-up; budgets: {choice}."
+    )
+    if projection is not None:
+        note += (
+            f" Projected: the same passes priced on {projection.label} (nodes + 1 tokens a pass), plus "
+            "the drafting measured here; a projection, not a measurement."
+        )
+    return note
+
+
+# ------------------------------------------------------------------------------ held-out summary
+def summary_path(model_name: str) -> Path:
+    return SUMMARY_DIR / f"{Path(model_name).name}.json"
+
+
+def load_summary(model_name: str) -> dict | None:
+    """The benchmark summary shipped for ``model_name`` (None: none ships, or it does not read)."""
+    path = summary_path(model_name)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        log.warning("benchmark summary %s not read: %s", path.name, error)
+        return None
+
+
+def summary_line(summary: dict | None) -> str:
+    """The held-out picture in one line (Markdown), or "" without a summary."""
+    if not summary:
+        return ""
+    methods = summary["methods"]
+    mats = ", ".join(f"{method_label(m)} {r['mat']:.2f}" for m, r in methods.items())
+    sens = ", ".join(
+        f"{method_label(m)} {100 * r['accept_sensitive']:.0f}% / {100 * r['accept_insensitive']:.0f}%"
+        for m, r in methods.items()
+        if m != "ar" and r.get("accept_sensitive") is not None
+    )
+    return (
+        f"**On {summary['samples']} held-out scenes** of this model ({summary['budget_note']}): MAT "
+        f"{mats}; drafts accepted at image-sensitive / insensitive tokens: {sens}. "
+        f"Made by `{summary['command']}`."
+    )
+
+
+def held_out_line(model_id: object) -> str:
+    """The held-out summary line of an offered embedded model (by its id; "" for any other)."""
+    folder = EMBEDDED_FOLDERS.get(model_id) if isinstance(model_id, str) else None
+    return summary_line(load_summary(str(folder))) if folder is not None else ""

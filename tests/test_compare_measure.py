@@ -1,0 +1,88 @@
+"""The Compare tab's numbers: timed phases, medians and ranges, the H200 projection, the summary line."""
+
+from __future__ import annotations
+
+import pytest
+
+from recap.bench.metrics import SampleRun, aggregate
+from recap.models.cost import CostModel, projected_seconds
+from recap.studio import measure
+from recap.trace import NodeRecord, StepRecord
+
+
+def _step(nodes: int, tokens: list[int], draft_ms: float = 1.0, verify_ms: float = 10.0) -> StepRecord:
+    return StepRecord(
+        1,
+        3,
+        "recap",
+        nodes=[NodeRecord(i, -1, 5, "x", 1, 0.5, ["ctx2"], {}, False) for i in range(nodes)],
+        new_tokens=tokens,
+        new_texts=["t"] * len(tokens),
+        new_sources=["target"] * len(tokens),
+        timing={"draft_ms": draft_ms, "verify_ms": verify_ms, "update_ms": 0.5},
+    )
+
+
+def _run(method: str, passes: list[tuple[int, list[int]]]) -> list[StepRecord]:
+    prefill = StepRecord(0, 3, method, new_tokens=[1], new_sources=["target"], timing={"verify_ms": 20.0})
+    return [prefill, *(_step(n, t) for n, t in passes)]
+
+
+FLAT = measure.Projection(CostModel([(1, 0.003), (64, 0.003)]), "a flat test curve")
+
+
+def test_rows_show_nodes_medians_ranges_speedups_and_the_projection():
+    runs = {
+        "ar": _run("ar", [(0, [2]), (0, [3]), (0, [4])]),
+        "recap": _run("recap", [(80, [2, 3]), (80, [4])]),
+    }
+    times = {"ar": [0.30, 0.10, 0.20], "recap": [0.12, 0.10, 0.08]}
+    ar, recap = measure.rows(runs, times, FLAT)
+    assert recap[:5] == ["RECAP", "80.0", 3, 4, "1.33"]  # nodes per decoding pass; 4 tokens / 3 passes
+    assert recap[5] == "0.100 (0.080-0.120)" and ar[5] == "0.200 (0.100-0.300)"
+    assert recap[6] == "2.00x" and ar[6] == "1.00x"  # median over median
+    # projected: decoding passes at 3 ms each plus the drafting measured here (1.5 ms a pass)
+    assert recap[7] == f"0.009 s ({3 * 0.0045 / (2 * 0.0045):.2f}x)"
+    assert recap[8] == ar[8] == "yes"
+
+
+def test_the_projection_is_the_benchmarks_on_the_same_passes():
+    steps = _run("recap", [(80, [2, 3]), (12, [4]), (0, [5])])
+    run = SampleRun.from_steps("s", steps, 1.0)
+    ar = SampleRun.from_steps("s", _run("ar", [(0, [2]), (0, [3]), (0, [4]), (0, [5])]), 1.0)
+    bench = aggregate("recap", [run], [ar], None, projection=FLAT.curve)
+    assert bench.projected_seconds == pytest.approx(measure.projected(steps, FLAT))
+    assert bench.projected_seconds == pytest.approx(projected_seconds(FLAT.curve, [80, 12, 0], [1.5] * 3))
+
+
+def test_no_projection_on_a_gpu_or_without_a_recorded_curve():
+    assert measure.projection_for("assets/models/tiny-scenes-llava", "cuda") is None
+    assert measure.projection_for("Qwen/Qwen2.5-VL-7B-Instruct", "cpu") is None
+    own = measure.projection_for("assets/models/tiny-scenes-llava", "cpu")
+    sibling = measure.projection_for("assets/models/tiny-scenes-llava-v2", "cpu")
+    assert own is not None and "this model" in own.label
+    assert sibling is not None and "not this model" in sibling.label
+
+
+def test_the_timing_note_names_what_was_timed_and_what_was_projected():
+    note = measure.timing_note(FLAT, measure.EQUAL)
+    assert "draft, verify and update phases" in note and f"{measure.REPEATS} times" in note
+    assert "a projection, not a measurement" in note and measure.EQUAL in note
+    assert "Projected" not in measure.timing_note(None, measure.DEVICE)
+
+
+def test_the_summary_line_says_where_its_numbers_come_from():
+    summary = {
+        "samples": 40,
+        "budget_note": "80 nodes a pass",
+        "command": "python -m scripts.compare_summary --model v2 --limit 40",
+        "methods": {
+            "ar": {"mat": 1.0, "accept_sensitive": 0.0, "accept_insensitive": 0.0},
+            "recap": {"mat": 3.75, "accept_sensitive": 0.623, "accept_insensitive": 0.831},
+        },
+    }
+    line = measure.summary_line(summary)
+    assert line.startswith("**On 40 held-out scenes**") and "RECAP 3.75" in line
+    assert "RECAP 62% / 83%" in line and "Autoregressive 0%" not in line
+    assert "python -m scripts.compare_summary --model v2 --limit 40" in line
+    assert measure.summary_line(None) == ""
