@@ -1,0 +1,107 @@
+"""The README's headline results table, made from the benchmark runs in ``docs/results/``.
+
+Each row is one ``results.json`` of `ROWS`: per method its MAT and a speedup over AR (measured on this
+CPU, or projected on the recorded H200 curve where the run replayed one), and the share of drafts
+accepted at image-sensitive tokens. ``tests/test_docs.py`` checks that the README's table is exactly
+what this prints, so it cannot drift from the runs.
+
+    python -m scripts.results_table            # print the table
+    python -m scripts.results_table --write    # replace the table in README.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+METHODS = ("ar", "pld", "tr", "suffix", "recap")
+LABELS = {"ar": "AR", "pld": "PLD", "tr": "TR", "suffix": "SuffixDecoding", "recap": "RECAP"}
+
+
+@dataclass(frozen=True)
+class Row:
+    folder: str
+    label: str
+    #: "measured": wall-clock speedup on this CPU; "projected": on the replayed H200 curve.
+    speed: str = "measured"
+
+
+ROWS = (
+    Row("v2-scenes2-b80", "v2 scenes2, 100 held-out scenes, 80 nodes"),
+    Row("v2-rephrased-b80", "v2 scenes2-rephrased (questions unlike training), 100, 80 nodes"),
+    Row("v1-scenes-b80", "v1 scenes, 100 held-out scenes, 80 nodes"),
+    Row("v1-rephrased-b80", "v1 scenes-rephrased, 100, 80 nodes"),
+    Row("v2-scenes2-auto", "v2 scenes2, 100, budget auto (this CPU's curve)"),
+    Row("v1-scenes-h200-curve", "v1 scenes, 100, budget auto on the recorded H200 curve", "projected"),
+    Row("smollm2-mtbench-b80", "SmolLM2-135M, MT-Bench (12 questions), 80 nodes"),
+    Row("smollm2-specbench-auto", "SmolLM2-135M, Spec-Bench (52 questions), budget auto"),
+)
+
+
+def load(row: Row) -> dict:
+    return json.loads((RESULTS / row.folder / "results.json").read_text(encoding="utf-8"))
+
+
+def cell(result: dict | None, speed: str) -> str:
+    """``MAT (speedup)`` of one method, or ``-`` when the run did not include it."""
+    if result is None:
+        return "-"
+    value = result.get("projected_speedup") if speed == "projected" else result.get("speedup")
+    return f"{result['mat']:.2f} ({value:.2f}x)" if value is not None else f"{result['mat']:.2f}"
+
+
+def sensitive(results: dict) -> str:
+    """TR's and RECAP's accepted share at image-sensitive tokens (``-`` for text models)."""
+    tr, recap = results.get("tr", {}), results.get("recap", {})
+    if tr.get("accept_sensitive") is None or recap.get("accept_sensitive") is None:
+        return "-"
+    return f"{100 * tr['accept_sensitive']:.0f}% / {100 * recap['accept_sensitive']:.0f}%"
+
+
+def table() -> str:
+    head = "| run | " + " | ".join(LABELS[m] for m in METHODS) + " | accept @ image-sensitive, TR / RECAP |"
+    lines = [head, "|---" * (len(METHODS) + 2) + "|"]
+    for row in ROWS:
+        data = load(row)
+        methods = data["methods"]
+        link = f"[{row.label}](docs/results/{row.folder}/results.md)"
+        cells = [cell(methods.get(m), row.speed) for m in METHODS]
+        lines.append(f"| {link} | " + " | ".join(cells) + f" | {sensitive(methods)} |")
+    return "\n".join(lines) + "\n"
+
+
+def replace_table(text: str, new: str) -> str:
+    pattern = re.compile(re.escape(BEGIN) + r"\n.*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise ValueError(f"README.md has no {BEGIN} ... {END} block")
+    return pattern.sub(lambda _: f"{BEGIN}\n{new}{END}", text)
+
+
+def readme_table(text: str) -> str:
+    start, end = text.index(BEGIN) + len(BEGIN) + 1, text.index(END)
+    return text[start:end]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="replace the table in README.md")
+    args = parser.parse_args(argv)
+    new = table()
+    if args.write:
+        README.write_text(replace_table(README.read_text(encoding="utf-8"), new), encoding="utf-8")
+        print("README.md table updated", file=sys.stderr)
+    else:
+        print(new, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
