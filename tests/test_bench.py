@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from conftest import noise_image, tiny
@@ -98,9 +99,12 @@ def test_results_json_has_every_field(bench_dir):
         assert sum(result["accepted_length_histogram"]) == result["passes"] - 3  # prefill passes excluded
         # every generated token but each sample's first is at a sensitive or an insensitive position
         assert result["sensitive_positions"] + result["insensitive_positions"] == result["tokens"] - 3
-        # the drafter's CPU time is part of its wall-clock time (one thread cannot run longer than that)
-        assert 0 <= result["draft_cpu_ms_per_step"] <= result["draft_ms_per_step"] + 0.01, name
-    assert data["methods"]["recap"]["draft_cpu_ms_per_step"] > 0
+        # each figure is a sum of clock differences: finite and never negative. The two clocks are not
+        # compared (read at different moments, CPU time can exceed wall time on a busy machine).
+        wall, cpu = result["draft_ms_per_step"], result["draft_cpu_ms_per_step"]
+        assert math.isfinite(wall) and math.isfinite(cpu) and wall >= 0 and cpu >= 0, name
+        if name != "ar":  # a drafter that drafts spends time on it: both clocks count some
+            assert wall > 0 and cpu > 0, name
     ar = data["methods"]["ar"]
     assert (ar["mat"], ar["mat_no_bonus"], ar["speedup"], ar["accept_sensitive"]) == (1.0, 0.0, 1.0, 0.0)
     assert len(data["samples"]) == 3 and data["samples"][0]["images"] == 1
