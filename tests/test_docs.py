@@ -57,7 +57,8 @@ def test_the_readme_is_a_front_page():
 
 def test_the_readme_results_table_is_exactly_its_runs():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert results_table.readme_table(readme) == results_table.table(), "run python -m scripts.results_table --write"
+    stale = "run python -m scripts.results_table --write"
+    assert results_table.readme_table(readme) == results_table.table(), stale
     for row in results_table.ROWS:  # every cited run exists, with the table it links to
         assert (results_table.RESULTS / row.folder / "results.md").is_file(), row.folder
 

@@ -433,6 +433,7 @@ def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path)
     import app
     from recap.studio.compare import WARMUP_REQUESTS
     from recap.studio.examples import EXAMPLES_V1_DIR, OTHER_SET, examples
+    from recap.studio.measure import EQUAL, REPEATS
 
     runtime = RecordingRuntime(tiny("llava"))
     demo = app.build_demo(runtime_factory=lambda _: runtime, models=["tiny-recorded"], cache=RuntimeCache())
@@ -456,20 +457,26 @@ def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path)
         1.0,
         None,
     ]
-    *_, final = compare({"path": image} if image else None, prompt, *settings)
+    *_, final = compare({"path": image} if image else None, prompt, *settings, EQUAL)
     state = next(v for v in final.values() if isinstance(v, dict) and "runs" in v)
     assert image is None or Path(image).is_relative_to(EXAMPLES_V1_DIR)
     seen: dict[str, list] = {}
     for method, tokens in runtime.log:
         seen.setdefault(method, []).append(tokens)
     timed = seen["ar"][-1]  # every method's last request is the compared input
-    warmups = {m: requests[:-1] for m, requests in seen.items()}
-    assert all(requests[-1] == timed for requests in seen.values())
+    # each of the REPEATS rounds: a fresh drafter, the same warm-up requests, then the compared input
     remembering = [m for m in ("tr", "suffix", "recap") if m in seen]
-    assert 0 < len(warmups["recap"]) == len(state["warmup"]) <= WARMUP_REQUESTS
-    assert all(warmups[m] == warmups["recap"] for m in remembering)
+    count = len(state["warmup"])
+    assert 0 < count <= WARMUP_REQUESTS
+    size = count + 1
+    rounds = {m: [seen[m][r * size : (r + 1) * size] for r in range(REPEATS)] for m in remembering}
+    for method in remembering:
+        assert len(seen[method]) == REPEATS * (count + 1)
+        assert all(block[-1] == timed for block in rounds[method])
+        assert all(block[:-1] == rounds["recap"][0][:-1] for block in rounds[method])  # the same warm-up
     assert image is None or f"example {Path(image).name}" not in state["warmup"]  # never this input
-    assert warmups["pld"] == [] and len(warmups["ar"]) == 1  # AR's one short untimed run
+    assert seen["pld"] == [timed] * REPEATS  # no warm-up for a method without memories
+    assert seen["ar"] == [timed] * (REPEATS + 1)  # AR's one short untimed run first
     status = next(v for v in final.values() if isinstance(v, str) and v.startswith("Done"))
     assert "warmed on the same" in status and "not this input" in status
 
@@ -552,6 +559,21 @@ def test_token_drafts(steps, outcomes):
 )
 def test_story_line_on_hand_checked_runs(flags, expected):
     assert story.story_line({"ar": AR, "tr": TR, "recap": RECAP}, flags, LABELS) == expected
+
+
+def test_story_line_says_whether_the_memories_held_the_image_dependent_tokens():
+    from recap.bench.coverage import PositionCoverage as At
+
+    coverage = {
+        "tr": [None, At(("successors",), False, True, True), At((), False, True, False), None],
+        "recap": [None, At(("ctx2",), True, True, True), At(("ctx3", "ctx2"), False, True, False), None],
+    }
+    line = story.story_line({"ar": AR, "tr": TR, "recap": RECAP}, [False, True, True, False], LABELS,
+                            coverage=coverage)  # fmt: skip
+    assert (
+        "A memory already held the token there: TR 1 of 2, RECAP 2 of 2 (1 from this image's own records); "
+        "1 of them were first mentions" in line
+    )
 
 
 def test_story_html_escapes_once():

@@ -25,6 +25,7 @@ from dataclasses import replace
 
 import gradio as gr
 
+from recap.bench.coverage import CoverageProbe
 from recap.bench.sensitivity import sensitive_flags
 from recap.drafters import shared_state
 from recap.drafters.suffix_decoding import SuffixConfig
@@ -91,6 +92,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         for _ in studio.stream(runtime, model, first, prompt, images, min(4, max_new), "ar"):
             pass
         runs: dict[str, list[StepRecord]] = {}
+        coverage: dict[str, list] = {}  # what each method's memories held at every token (TR, RECAP)
         times: dict[str, list[float]] = {m: [] for m in methods}
         for repeat in range(measure.REPEATS):
             shift = repeat % len(methods)  # interleaved: each repeat starts with another method
@@ -110,11 +112,17 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
                             pass
                 status = f"Running {label} {where}…{note}"
                 yield _progress(cmp, compare_state, runs, times, projection, status)
-                steps = list(studio.stream(runtime, model, drafter, prompt, images, max_new, method))
+                probe = CoverageProbe(drafter) if repeat == 0 else None  # untimed: outside the phases
+                steps = list(
+                    studio.stream(runtime, model, drafter, prompt, images, max_new, method, probe=probe)
+                )
                 times[method].append(summarize(steps).seconds)
-                runs.setdefault(method, steps)  # every repeat drafts the same trees; the first is shown
+                if probe is not None:  # every repeat drafts the same trees; the first is shown
+                    runs[method] = steps
+                    if probe.coverage is not None:
+                        coverage[method] = [None, *probe.positions]
         runs = {m: runs[m] for m in methods}
-        line = _story(studio, runtime, model, runs, images, prompt)
+        line = _story(studio, runtime, model, runs, images, prompt, coverage)
         yield {
             cmp["status"]: f"Done. {measure.timing_note(projection, choice)} {fair}{note}",
             cmp["table"]: measure.rows(runs, times, projection),
@@ -126,6 +134,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
                 "image": images[0] if images else None,
                 "prompt": prompt,
                 "warmup": [r.label for r in warmup],
+                "coverage": coverage,
             },
         }
 
@@ -153,11 +162,13 @@ def _progress(cmp: dict, compare_state, runs, times, projection, status: str) ->
     }
 
 
-def _story(studio: Studio, runtime, model: str, runs: dict, images: list, prompt: str) -> str:
+def _story(
+    studio: Studio, runtime, model: str, runs: dict, images: list, prompt: str, coverage: dict
+) -> str:
     """The story line: the reference answer's image-dependent tokens (one pass with a blank image)."""
     if not images:
         return "No image: no token of this answer can depend on one."
     answer = [t for s in runs["ar"] for t in s.new_tokens]
     with studio.cache.pass_lock(model):
         flags = sensitive_flags(runtime.target, [other_image(BLANK_IMAGE, images[0])], prompt, answer)
-    return story.story_line(runs, flags, render.METHOD_LABELS)
+    return story.story_line(runs, flags, render.METHOD_LABELS, coverage=coverage)

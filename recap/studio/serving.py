@@ -129,9 +129,13 @@ def decode_steps(
     max_new_tokens: int,
     method: str,
     sampling: SamplingSettings = GREEDY,
+    probe=None,
 ):
-    """The GPU-bound generator: `generate_steps` on ``runtime``'s model (yields picklable StepRecords)."""
-    yield from generate_steps(runtime.target, drafter, prompt, images, max_new_tokens, method, sampling)
+    """The GPU-bound generator: `generate_steps` on ``runtime``'s model (yields picklable StepRecords);
+    ``probe``: `generate_steps`' untimed look at the drafter after each pass (the Compare tab's)."""
+    yield from generate_steps(
+        runtime.target, drafter, prompt, images, max_new_tokens, method, sampling, probe=probe
+    )
 
 
 #: What a session holds for a model whose memories the visitor emptied before the model was loaded.
@@ -275,10 +279,11 @@ class Studio:
         max_new: int,
         method: str,
         sampling: SamplingSettings = GREEDY,
+        probe=None,
     ) -> Iterator[StepRecord]:
         """Steps of one generation; the model's pass lock is held during each pass only (interleaving)."""
         lock = self.cache.pass_lock(model_id)
-        steps = decode_steps(runtime, drafter, prompt, images, max_new, method, sampling)
+        steps = decode_steps(runtime, drafter, prompt, images, max_new, method, sampling, probe)
         while True:
             with lock:
                 try:

@@ -69,9 +69,11 @@ def story_line(
     labels: Mapping[str, str],
     reference: str = "ar",
     replaced_by: str = "a blank one",
+    coverage: Mapping[str, Sequence] | None = None,
 ) -> str:
     """The line (plain text). ``flags`` mark the image-dependent tokens of ``runs[reference]``'s answer;
-    ``labels``: display names of the methods."""
+    ``labels``: display names of the methods; ``coverage``: per method, what its memories held at each
+    token (`recap.bench.coverage.PositionCoverage`, None for the first), for the methods that say."""
     base = runs[reference] if reference in runs else next(iter(runs.values()))
     ref_tokens = _tokens(base)
     texts = [t for s in base for t in s.new_texts]
@@ -92,9 +94,34 @@ def story_line(
         drafted = sum(1 for i in counted if i < agree and drafts[i].outcome != "none")
         parts.append(f"{labels.get(method, method)} {split.sensitive_drafted} ({drafted})")
     line = f"{head} Accepted drafts there (drafted there): {', '.join(parts)}."
+    if coverage:
+        line += " " + _held(runs, coverage, ref_tokens, counted, labels)
     if "tr" in runs and "recap" in runs:
         line += " " + _contrast(runs["tr"], runs["recap"], ref_tokens, texts, counted, labels)
     return line
+
+
+def _held(runs, coverage, ref_tokens, counted, labels) -> str:
+    """Whether the memories already held the image-dependent tokens (information), and how many of
+    them were first mentions (the two tokens before never committed earlier in the answer)."""
+    parts, first = [], None
+    for method, positions in coverage.items():
+        agree = common_prefix(_tokens(runs[method]), ref_tokens)
+        here = [positions[i] for i in counted if i < min(agree, len(positions)) and positions[i] is not None]
+        if not here:
+            continue
+        held = sum(bool(p.sources) for p in here)
+        own = sum(p.this_request for p in here)
+        name = labels.get(method, method)
+        mine = f" ({own} from this image's own records)" if own else ""
+        parts.append(f"{name} {held} of {len(here)}{mine}")
+        first = sum(p.first_mention for p in here) if first is None else first
+    if not parts:
+        return ""
+    return (
+        f"A memory already held the token there: {', '.join(parts)}; {first} of them were first "
+        "mentions (the two tokens before them never came earlier in the answer)."
+    )
 
 
 def _contrast(tr, recap, ref_tokens, texts, counted, labels) -> str:
