@@ -1,12 +1,13 @@
-"""The README's headline results table, made from the benchmark runs in ``docs/results/``.
+"""The README's headline results table and docs/results.md's tables, made from the runs in ``docs/results/``.
 
 Each row is one ``results.json`` of `ROWS`: per method its MAT and a speedup over AR (measured on this
 CPU, or projected on the recorded H200 curve where the run replayed one), and the share of drafts
-accepted at image-sensitive tokens. ``tests/test_docs.py`` checks that the README's table is exactly
-what this prints, so it cannot drift from the runs.
+accepted at image-sensitive tokens. docs/results.md holds every method of every run and the
+covered / drafted / accepted breakdown at image-sensitive tokens. ``tests/test_docs.py`` checks that
+both pages hold exactly what this prints, so they cannot drift from the runs.
 
-    python -m scripts.results_table            # print the table
-    python -m scripts.results_table --write    # replace the table in README.md
+    python -m scripts.results_table            # print the README's table
+    python -m scripts.results_table --write    # replace the tables in README.md and docs/results.md
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 README = ROOT / "README.md"
+RESULTS_PAGE = ROOT / "docs" / "results.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+COVERAGE_ROWS = ("v2-scenes2-b80", "v2-rephrased-b80", "v1-scenes-b80", "v1-rephrased-b80")
 METHODS = ("ar", "pld", "tr", "suffix", "recap")
 LABELS = {"ar": "AR", "pld": "PLD", "tr": "TR", "suffix": "SuffixDecoding", "recap": "RECAP"}
 
@@ -78,6 +81,72 @@ def table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def full_tables() -> str:
+    """Every method of every run: MAT, speedup, nodes per pass, acceptance at sensitive and
+    insensitive tokens, match with AR."""
+    out = []
+    for row in ROWS:
+        data = load(row)
+        speed = "projected speedup (H200 curve)" if row.speed == "projected" else "speedup (this CPU)"
+        out.append(f"**{row.label}** ([results.md](results/{row.folder}/results.md))\n")
+        columns = f"MAT | {speed} | nodes / pass | accept @ sensitive | accept @ insensitive | match"
+        out.append(f"| method | {columns} |")
+        out.append("|---|---|---|---|---|---|---|")
+        for name, r in data["methods"].items():
+            value = r.get("projected_speedup") if row.speed == "projected" else r.get("speedup")
+            out.append(
+                f"| {name} | {r['mat']:.2f} | {value:.2f}x | {r['nodes_per_step']:.1f} "
+                f"| {_pct(r['accept_sensitive'])} | {_pct(r['accept_insensitive'])} "
+                f"| {100 * r['match_rate']:.0f}% |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+def coverage_tables() -> str:
+    """At image-sensitive tokens, first and later mentions: positions, covered (by any memory; by a
+    record of this request), drafted there, accepted; TR, RECAP and the paper's per-request scope."""
+    out = [
+        "| run | method | mention | positions | covered | by this request | drafted there | accepted |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for folder in COVERAGE_ROWS:
+        methods = json.loads((RESULTS / folder / "results.json").read_text(encoding="utf-8"))["methods"]
+        for name in ("tr", "recap", "recap-request-context"):
+            breakdown = methods.get(name, {}).get("breakdown")
+            if not breakdown:
+                continue
+            for group in ("sensitive-first", "sensitive-later"):
+                c, n = breakdown[group], breakdown[group]["positions"] or 1
+                own = "-" if name == "tr" else f"{100 * c['covered_this_request'] / n:.0f}%"
+                out.append(
+                    f"| {folder} | {name} | {group.split('-')[1]} | {c['positions']} "
+                    f"| {100 * c['covered'] / n:.0f}% | {own} | {100 * c['drafted'] / n:.0f}% "
+                    f"| {100 * c['accepted'] / n:.0f}% |"
+                )
+    return "\n".join(out) + "\n"
+
+
+BLOCKS = {"runs": full_tables, "coverage": coverage_tables}
+
+
+def replace_block(text: str, name: str, new: str) -> str:
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        raise ValueError(f"no {begin} ... {end} block")
+    return pattern.sub(lambda _: f"{begin}\n{new}{end}", text)
+
+
+def block(text: str, name: str) -> str:
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    return text[text.index(begin) + len(begin) + 1 : text.index(end)]
+
+
 def replace_table(text: str, new: str) -> str:
     pattern = re.compile(re.escape(BEGIN) + r"\n.*?" + re.escape(END), re.S)
     if not pattern.search(text):
@@ -97,7 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     new = table()
     if args.write:
         README.write_text(replace_table(README.read_text(encoding="utf-8"), new), encoding="utf-8")
-        print("README.md table updated", file=sys.stderr)
+        page = RESULTS_PAGE.read_text(encoding="utf-8")
+        for name, make in BLOCKS.items():
+            page = replace_block(page, name, make())
+        RESULTS_PAGE.write_text(page, encoding="utf-8")
+        print("README.md and docs/results.md tables updated", file=sys.stderr)
     else:
         print(new, end="")
     return 0
