@@ -248,12 +248,12 @@ def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
 def compare_tab() -> dict[str, Any]:
     with gr.Column():
         gr.Markdown(
-            "Runs the Run tab's image, prompt and model through **AR, PLD, TR and RECAP** with greedy "
-            "decoding and compares them. **A fair start:** every method begins with empty memories, "
-            "and those that keep memories across requests (TR's matrix, RECAP's memories, "
-            "SuffixDecoding's global tree) are first warmed on the *same* few requests (training "
-            "scenes for the embedded model, the other examples otherwise; never this input). Your "
-            "session's memory is not used."
+            "Runs the Run tab's image, prompt and model through **AR, PLD, TR, SuffixDecoding (where "
+            "installed) and RECAP** with greedy decoding and compares them, timed like the benchmark. "
+            "**A fair start:** every method begins with empty memories, and those that keep memories "
+            "across requests (TR's matrix, RECAP's memories, SuffixDecoding's global tree) are first "
+            "warmed on the *same* few requests (training scenes for the embedded model, the other "
+            "examples otherwise; never this input). Your session's memory is not used."
         )
         with gr.Row():
             budgets = gr.Radio(

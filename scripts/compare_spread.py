@@ -1,0 +1,71 @@
+"""How much the Compare tab's measured speedups move from one click to the next.
+
+Builds the studio in this process (the embedded default model, its first example), runs the Compare
+tab's handler ``--runs`` times with the page's default settings (as a click does), and prints each
+method's timed speedup over AR per run, the median and the largest deviation from it (in % of the
+median).
+
+    python -m scripts.compare_spread --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+from recap.studio import measure
+
+
+def speedups(table) -> dict[str, float]:
+    """Method label -> the table's timed speedup over AR."""
+    rows = table["data"] if isinstance(table, dict) else table
+    column = measure.HEADERS.index("speedup vs AR (timed)")
+    return {row[0]: float(str(row[column]).rstrip("x")) for row in rows if str(row[column]) != "-"}
+
+
+def spread(compare, inputs: list, runs: int) -> dict[str, list[float]]:
+    """Each method's speedup over ``runs`` calls of the tab's handler ``compare`` with ``inputs``."""
+    seen: dict[str, list[float]] = {}
+    for _ in range(runs):
+        *_, final = compare(*inputs)
+        table = next(v for v in final.values() if isinstance(v, list) and v and isinstance(v[0], list))
+        for method, value in speedups(table).items():
+            seen.setdefault(method, []).append(value)
+    return seen
+
+
+def deviation(values: list[float]) -> float:
+    """The largest distance from the median, in % of the median."""
+    median = statistics.median(values)
+    return 100 * max(abs(v - median) for v in values) / median if median else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--budgets", choices=("equal", "device"), default="equal")
+    args = parser.parse_args(argv)
+    import torch
+
+    from recap.studio import build_demo
+    from recap.studio.environment import DEFAULT_MODEL_ID
+    from recap.studio.examples import examples
+
+    torch.set_num_threads(1)
+    image, prompt = examples(DEFAULT_MODEL_ID)[0]
+    demo = build_demo()
+    handler = next(fn for fn in demo.fns.values() if fn.api_name == "compare")
+    values = [component.value for component in handler.inputs]  # the page's defaults
+    values[0], values[1] = {"path": str(image)}, prompt
+    values[-1] = measure.EQUAL if args.budgets == "equal" else measure.DEVICE
+    seen = spread(handler.fn, values, args.runs)
+    for method, values in seen.items():
+        runs = ", ".join(f"{v:.2f}x" for v in values)
+        median = statistics.median(values)
+        print(f"{method}: {runs}; median {median:.2f}x, at most {deviation(values):.0f}% off it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
