@@ -35,7 +35,7 @@ from typing import Any
 
 from recap.bench.coverage import Breakdown, PositionCoverage
 from recap.bench.datasets import Sample
-from recap.bench.sensitivity import AcceptanceSplit, common_prefix, token_sources
+from recap.bench.sensitivity import SensitivitySplit, common_prefix, token_sources
 from recap.models.cost import CostModel, projected_seconds
 from recap.trace import StepRecord
 
@@ -158,7 +158,7 @@ def aggregate(
     method: str,
     runs: Sequence[SampleRun],
     ar_runs: Sequence[SampleRun],
-    split: AcceptanceSplit | None,
+    split: SensitivitySplit | None,
     breakdown: Breakdown | None = None,
     projection: CostModel | None = None,
 ) -> MethodResult:

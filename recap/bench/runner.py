@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 from recap.bench.coverage import Breakdown, CoverageProbe
 from recap.bench.datasets import Sample
 from recap.bench.metrics import BenchmarkResult, SampleRun, aggregate, per_category
-from recap.bench.sensitivity import AcceptanceSplit, common_prefix, sensitive_flags, split_against_reference
+from recap.bench.sensitivity import SensitivitySplit, common_prefix, sensitive_flags, split_against_reference
 from recap.decode import generate
 from recap.drafters import METHODS
 from recap.drafters.recap.config import RecapConfig
@@ -145,7 +145,7 @@ def run_benchmark(
     def seeded(index: int) -> SamplingSettings:
         return sampling if sampling.greedy else replace(sampling, seed=(sampling.seed or 0) + index)
 
-    splits: dict[str, AcceptanceSplit] = {m: AcceptanceSplit(0, 0, 0, 0) for m in methods}
+    splits: dict[str, SensitivitySplit] = {m: SensitivitySplit(0, 0, 0, 0) for m in methods}
     breakdowns: dict[str, Breakdown] = {m: Breakdown() for m in methods}
     notes = []
     bar = tqdm(total=len(samples) * len(methods), desc="bench", unit="req", disable=not progress)

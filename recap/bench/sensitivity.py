@@ -35,7 +35,7 @@ def token_sources(steps: Sequence[StepRecord]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class AcceptanceSplit:
+class SensitivitySplit:
     """Drafted-and-accepted counts at sensitive and insensitive positions."""
 
     sensitive_drafted: int
@@ -51,8 +51,8 @@ class AcceptanceSplit:
     def insensitive_rate(self) -> float | None:
         return self.insensitive_drafted / self.insensitive_total if self.insensitive_total else None
 
-    def __add__(self, other: AcceptanceSplit) -> AcceptanceSplit:
-        return AcceptanceSplit(
+    def __add__(self, other: SensitivitySplit) -> SensitivitySplit:
+        return SensitivitySplit(
             self.sensitive_drafted + other.sensitive_drafted,
             self.sensitive_total + other.sensitive_total,
             self.insensitive_drafted + other.insensitive_drafted,
@@ -60,7 +60,7 @@ class AcceptanceSplit:
         )
 
 
-def acceptance_split(sources: Sequence[str], flags: Sequence[bool]) -> AcceptanceSplit:
+def acceptance_split(sources: Sequence[str], flags: Sequence[bool]) -> SensitivitySplit:
     """Count drafted tokens (source != ``target``) at sensitive / insensitive positions.
 
     The first generated token always comes from the prefill pass (no draft is possible there), so it is
@@ -71,7 +71,7 @@ def acceptance_split(sources: Sequence[str], flags: Sequence[bool]) -> Acceptanc
         base = 0 if sensitive else 2
         counts[base] += source != "target"
         counts[base + 1] += 1
-    return AcceptanceSplit(*counts)
+    return SensitivitySplit(*counts)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -86,7 +86,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 def split_against_reference(
     tokens: Sequence[int], sources: Sequence[str], reference: Sequence[int], flags: Sequence[bool]
-) -> AcceptanceSplit:
+) -> SensitivitySplit:
     """A method's acceptance split, counted only where its output agrees with ``reference``.
 
     ``flags`` mark the positions of ``reference`` (the answer the sensitivity pass forced through the
