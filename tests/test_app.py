@@ -572,7 +572,11 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
     assert "<table>" in strip
     _answer, sens_table, sens_status = client.predict("blank (grey)", api_name="/sensitivity")
     assert "image-sensitive" in sens_status
-    assert len(sens_table["data"] if isinstance(sens_table, dict) else sens_table) == len(compared)
+    sens_rows = sens_table["data"] if isinstance(sens_table, dict) else sens_table
+    assert len(sens_rows) == len(compared)
+    held = {row[0]: row[3] for row in sens_rows}  # the compared runs' coverage, where the method has one
+    assert held["Autoregressive"] == "-" and held["Prompt lookup"] == "-"
+    assert "from this image" in held["RECAP"] and "from this image" in held["Token Recycling"]
 
     final = client.predict(*_args(served.image, max_new=8), api_name="/run")
     trace_file = client.predict(api_name="/download")

@@ -192,7 +192,11 @@ def test_compare_strip():
 def test_sensitivity_rows_and_answer():
     runs = {"recap": _run("recap", [1, 2, 3], ["target", "ctx2", "target"])}
     flags = [True, True, False]
-    assert render.sensitivity_rows(runs, flags) == [["RECAP", "1/1 (100%)", "0/1 (0%)"]]
+    assert render.sensitivity_rows(runs, flags) == [["RECAP", "1/1 (100%)", "0/1 (0%)", "-"]]
+    from recap.bench.coverage import PositionCoverage as At
+
+    held = {"recap": [None, At(("ctx2",), True, True, True), At((), False, True, False)]}
+    assert render.sensitivity_rows(runs, flags, held)[0][3] == "1/1 (100%); 1 from this image"
     spans = render.sensitivity_answer(runs["recap"], flags)
     assert [label for _, label in spans] == [render.SENSITIVE_LABEL, render.SENSITIVE_LABEL, None]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from recap.bench.sensitivity import split_against_reference, token_sources
+from recap.bench.sensitivity import common_prefix, split_against_reference, token_sources
 from recap.studio.explain import explain_step
 from recap.trace import StepRecord, summarize
 from recap.tree import SOURCE_TABLE
@@ -45,7 +45,12 @@ SENSITIVE_LABEL = "image-sensitive"
 SENSITIVE_COLOR = "#EE3377"
 
 STEP_TABLE_HEADERS = ["quantity", "value"]
-SENSITIVITY_HEADERS = ["method", "drafted at image-sensitive", "drafted at insensitive"]
+SENSITIVITY_HEADERS = [
+    "method",
+    "drafted at image-sensitive",
+    "drafted at insensitive",
+    "a memory held it (image-sensitive; of them from this image)",
+]
 
 
 def method_label(method: str) -> str:
@@ -331,8 +336,15 @@ def compare_strip_html(
 
 
 # ---------------------------------------------------------------------------------- sensitivity
-def sensitivity_rows(runs: Mapping[str, Sequence[StepRecord]], flags: Sequence[bool]) -> list[list]:
-    """Per method: drafted/total tokens at image-sensitive and insensitive positions (not the first).
+def sensitivity_rows(
+    runs: Mapping[str, Sequence[StepRecord]],
+    flags: Sequence[bool],
+    coverage: Mapping[str, Sequence] | None = None,
+) -> list[list]:
+    """Per method: drafted/total tokens at image-sensitive and insensitive positions (not the first),
+    and where ``coverage`` says (the Compare tab's probe, `recap.bench.coverage`): at how many
+    image-sensitive positions a memory already held the token, and how many of those a record of
+    this request (this image).
 
     ``flags`` mark the positions of the first run's answer (the reference the sensitivity pass
     forced); a method is counted only where its answer agrees with it (`split_against_reference`).
@@ -342,15 +354,27 @@ def sensitivity_rows(runs: Mapping[str, Sequence[StepRecord]], flags: Sequence[b
     reference = _tokens(next(iter(runs.values())))
     rows = []
     for method, steps in runs.items():
-        split = split_against_reference(_tokens(steps), token_sources(steps), reference, flags)
+        tokens = _tokens(steps)
+        split = split_against_reference(tokens, token_sources(steps), reference, flags)
         rows.append(
             [
                 method_label(method),
                 _rate(split.sensitive_drafted, split.sensitive_total),
                 _rate(split.insensitive_drafted, split.insensitive_total),
+                _held((coverage or {}).get(method), flags, common_prefix(tokens, reference)),
             ]
         )
     return rows
+
+
+def _held(positions: Sequence | None, flags: Sequence[bool], agree: int) -> str:
+    """``held/total (of them from this image)`` at the image-sensitive positions, or ``-``."""
+    if not positions:
+        return "-"
+    here = [p for p, f in zip(positions[:agree], flags[:agree]) if f and p is not None]
+    held = [p for p in here if p.sources]
+    own = sum(p.this_request for p in held)
+    return f"{_rate(len(held), len(here))}; {own} from this image" if here else "0/0 (-)"
 
 
 def _rate(drafted: int, total: int) -> str:

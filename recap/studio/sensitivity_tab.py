@@ -26,9 +26,10 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
             compared = None  # the comparison was made on another input than the last run
         if not (compared or state):
             raise refusal("Run a generation (or a comparison) first.")
+        coverage = None
         if compared:
             runs, image, prompt = compared["runs"], compared["image"], compared["prompt"]
-            model_id = compared["key"][0]
+            model_id, coverage = compared["key"][0], compared.get("coverage")
         else:
             runs = {state["trace"].settings.get("method", "run"): state["trace"].steps}
             image, prompt, model_id = state["image"], state["prompt"], state.get("model")
@@ -45,7 +46,8 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
             mark_steps(steps, flags)
         count = sum(flags)
         status = f"{count} of {len(flags)} tokens are image-sensitive (the first token is not counted below)."
-        return render.sensitivity_answer(reference, flags), render.sensitivity_rows(runs, flags), status
+        rows = render.sensitivity_rows(runs, flags, coverage)
+        return render.sensitivity_answer(reference, flags), rows, status
 
     sens["button"].click(
         sensitivity,
