@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from recap.studio import build_demo
+    from recap.studio.demo import build_demo
     from recap.studio.environment import DEFAULT_MODEL_ID
     from recap.studio.examples import examples
 
