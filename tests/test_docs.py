@@ -30,6 +30,7 @@ def anchors(page: Path) -> set[str]:
 
 def links(page: Path) -> list[str]:
     text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)  # inline code shows links, it does not make them
     return [t for t in LINK.findall(text) if not re.match(r"(https?:|mailto:)", t)]
 
 
@@ -61,6 +62,12 @@ def test_the_readme_results_table_is_exactly_its_runs():
     assert results_table.readme_table(readme) == results_table.table(), stale
     for row in results_table.ROWS:  # every cited run exists, with the table it links to
         assert (results_table.RESULTS / row.folder / "results.md").is_file(), row.folder
+
+
+def test_the_results_page_tables_are_exactly_their_runs():
+    page = results_table.RESULTS_PAGE.read_text(encoding="utf-8")
+    for name, make in results_table.BLOCKS.items():
+        assert results_table.block(page, name) == make(), "run python -m scripts.results_table --write"
 
 
 def test_every_results_folder_is_cited_by_a_page():
