@@ -46,9 +46,11 @@ def remembers(method: str, config) -> bool:
     return bool(MEMORIES & shared_state(method, config))
 
 
-def fairness_note(count: int, source: str) -> str:
+def fairness_note(count: int, source: str, suffix: bool = True) -> str:
+    """``suffix``: SuffixDecoding ran (its package is installed); else it is not named."""
+    warmed = "TR, SuffixDecoding and RECAP" if suffix else "TR and RECAP"
     return (
-        f"TR, SuffixDecoding and RECAP started from empty memories warmed on the same {count} requests "
+        f"{warmed} started from empty memories warmed on the same {count} requests "
         f"({source}, not this input); your session's memory was not used."
     )
 
@@ -61,7 +63,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         runtime, config, prompt, images = studio.prepare(image, prompt, settings)
         max_new, model = settings.max_new_tokens, settings.model
         warmup = studio.warmup_requests(runtime, exclude=(str(path) if path else None, prompt))
-        fair = fairness_note(len(warmup), studio.warmup_source(runtime))
+        fair = fairness_note(len(warmup), studio.warmup_source(runtime), "suffix" in offered_methods())
         first = fresh_drafter(runtime, "ar", config)
         for _ in studio.stream(runtime, model, first, prompt, images, min(4, max_new), "ar"):
             pass
