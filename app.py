@@ -11,16 +11,17 @@ import logging
 
 from recap.drafters.recap.search import compile_kernels
 from recap.studio.demo import build_demo
-from recap.studio.environment import concurrency, launch_kwargs
+from recap.studio.environment import launch_kwargs, queue_kwargs
 
 __all__ = ["build_demo", "launch_kwargs", "main"]
 
 
 def main() -> None:
-    """Serve the studio (address, theme and CSS from `launch_kwargs`)."""
+    """Serve the studio (address, theme and CSS from `launch_kwargs`, the queue's bounds from
+    `queue_kwargs`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     compile_kernels()  # RECAP's compiled search: compiled (or loaded from numba's cache) before any visitor
-    build_demo().queue(default_concurrency_limit=concurrency()).launch(**launch_kwargs())
+    build_demo().queue(**queue_kwargs()).launch(**launch_kwargs())
 
 
 if __name__ == "__main__":

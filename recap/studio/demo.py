@@ -38,7 +38,8 @@ def build_demo(
     ``runtime_factory(model_id) -> Runtime`` replaces the hub/disk loader (tests inject tiny models);
     ``models`` replaces the offered model ids (the first is the default); ``cache`` replaces the
     process's loaded models (a fresh one is a fresh server). The returned Blocks carry
-    ``trace_exports`` (where this demo's downloads are, for tests and operators).
+    ``trace_exports`` (where this demo's downloads are, for tests and operators) and ``studio`` (its
+    `serving.Studio`: the decode slots, the sessions' ledger).
     """
     configure_environment()
     models = models or offered_models()
@@ -77,9 +78,12 @@ def build_demo(
         handlers.wire_memory_view(studio, ui, session, demo)
         wire_examples(ui)  # the examples follow the chosen model
         handlers.wire_download(ui, run_state, exports)
-        handlers.wire_replay(ui, run_state)
+        handlers.wire_replay(studio, ui, run_state)
         wire_compare(studio, ui, cmp, setting_inputs, compare_state)
         wire_sensitivity(studio, ui, sens, run_state, compare_state)
         demo.unload(handlers.forget_exports(exports))
+    studio.sessions.attach(demo, session)  # (the sessions' budget: `recap.studio.sessions`)
     demo.trace_exports = exports
+    demo.studio = studio
     return demo
+
