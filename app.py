@@ -8,19 +8,30 @@ module builds nothing and loads no model; ``python app.py`` builds the Blocks an
 from __future__ import annotations
 
 import logging
+import time
 
 from recap.drafters.recap.search import compile_kernels
 from recap.studio.demo import build_demo
-from recap.studio.environment import concurrency, launch_kwargs
+from recap.studio.environment import launch_kwargs, queue_kwargs
 
 __all__ = ["build_demo", "launch_kwargs", "main"]
 
+log = logging.getLogger("recap.studio")
+
 
 def main() -> None:
-    """Serve the studio (address, theme and CSS from `launch_kwargs`)."""
+    """Serve the studio (address, theme and CSS from `launch_kwargs`, the queue's bounds from
+    `queue_kwargs`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    compile_kernels()  # RECAP's compiled search: compiled (or loaded from numba's cache) before any visitor
-    build_demo().queue(default_concurrency_limit=concurrency()).launch(**launch_kwargs())
+    # RECAP's compiled search: compiled (or loaded from numba's cache) before any visitor
+    log.info(
+        "starting: compiling RECAP's search kernels (first start only: up to a minute on a small CPU; "
+        "later starts load them from numba's cache in seconds)…"
+    )
+    start = time.perf_counter()
+    compile_kernels()
+    log.info("kernels ready in %.1f s; building the studio", time.perf_counter() - start)
+    build_demo().queue(**queue_kwargs()).launch(**launch_kwargs())
 
 
 if __name__ == "__main__":

@@ -76,7 +76,9 @@ def _generate(args: argparse.Namespace) -> int:
     save_memory = memory_file is not None and is_recap_method(args.method)
     memory_note = f"{memory_file} (new)" if memory_file is not None else "empty (cold start)"
     if memory_file is not None and memory_file.exists() and not memory_file.is_file():
-        problems.append(f"--memory {memory_file} is a folder, not a file: nothing was loaded or saved")
+        folder = memory_file.is_dir()
+        kind = "a folder, not a file" if folder else "not a regular file (a device, FIFO, socket)"
+        problems.append(f"--memory {memory_file} is {kind}: nothing was loaded or saved")
         save_memory = False
     elif memory_file is not None and memory_file.exists():
         try:

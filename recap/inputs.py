@@ -99,12 +99,27 @@ def load_image(source: str | Path | Image.Image, max_pixels: int = MAX_IMAGE_PIX
 
 def check_prompt(prompt: str | None, max_chars: int = MAX_PROMPT_CHARS) -> str:
     """Return the prompt exactly as given (a trailing newline changes the model's answer, so nothing
-    is stripped); raise if it is empty, whitespace only, or longer than ``max_chars``."""
+    is stripped); raise if it is empty, whitespace only, longer than ``max_chars`` (`MAX_PROMPT_CHARS`,
+    8000: the bound of the CLI, the studio and the benchmark alike) or not valid Unicode."""
     text = prompt if isinstance(prompt, str) else ""
     if not text.strip():
         raise ValueError("the prompt is empty: type a question or instruction")
     if len(text) > max_chars:
         raise ValueError(f"the prompt is too long ({len(text)} characters; limit {max_chars})")
+    check_unicode("the prompt", text)
+    return text
+
+
+def check_unicode(name: str, text: str) -> str:
+    """``text`` if it is valid Unicode (a JSON request can carry a lone surrogate such as ``"\\ud800"``,
+    which no tokenizer or UTF-8 writer accepts); else a ``ValueError`` naming its position."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{name} is not valid Unicode text (a lone surrogate at character {error.start + 1}): "
+            "retype it or paste it again"
+        ) from None
     return text
 
 

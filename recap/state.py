@@ -59,6 +59,9 @@ class DrafterState:
         if records is not None:
             start = StartingMemory("file", tokens=len(records), k=records.k)
         self.vocab_size, self.start, self.cleared = int(vocab_size), start, cleared
+        #: Why this scope started over, for whoever shows its memory (the studio: a session dropped
+        #: while idle to keep the server within its memory budget); "" when it did not.
+        self.note = ""
         self.suffix_config = suffix_config
         self._memories: dict[tuple[str, int], PersistentMemory] = {}
         self._origins: dict[tuple[str, int], Origin] = {}

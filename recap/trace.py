@@ -141,23 +141,22 @@ class RunTrace:
     def from_json(cls, text: str) -> RunTrace:
         """Parse an exported trace; raises ``ValueError`` with a readable reason if it is not one.
 
-        The text may come from anyone (the studio replays uploads): its shape is checked in full by
-        `check_trace_data` before any record is built.
+        The text may come from anyone (the studio replays uploads): its size and number of values are
+        bounded before it is parsed (`parse_trace`), its shape is checked in full by `check_trace_data`
+        before any record is built.
         """
-        if len(text) > MAX_TRACE_BYTES:
-            raise ValueError(f"the trace is too large (over {MAX_TRACE_BYTES >> 20} MiB)")
-        try:
-            data = json.loads(text, parse_constant=_refuse_constant)
-        except json.JSONDecodeError as error:
-            raise ValueError(
-                f"not a RECAP trace: invalid JSON ({error.msg} at line {error.lineno})"
-            ) from None
-        except RecursionError:
-            raise ValueError("not a RECAP trace: its JSON is nested too deeply") from None
-        except ValueError as error:  # NaN/Infinity, or an integer of thousands of digits
-            raise ValueError(f"not a RECAP trace: {error}") from None
+        return cls.from_data(parse_trace(text))
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> RunTrace:
+        """The trace of parsed JSON ``data`` (checked by `check_trace_data` first). Each step's JSON is
+        dropped from ``data`` once its record is built, so the two never both hold the whole trace."""
         check_trace_data(data)
-        steps = [StepRecord.from_dict(s) for s in data["steps"]]
+        raw = data["steps"]
+        steps = []
+        for index, step in enumerate(raw):
+            steps.append(StepRecord.from_dict(step))
+            raw[index] = None
         return cls(settings=dict(data.get("settings", {})), steps=steps, text=str(data.get("text", "")))
 
     def save(self, path: str | Path) -> None:
@@ -169,15 +168,49 @@ class RunTrace:
         path = Path(path)
         if path.stat().st_size > MAX_TRACE_BYTES:
             raise ValueError(f"the trace is too large (over {MAX_TRACE_BYTES >> 20} MiB)")
-        return cls.from_json(path.read_text(encoding="utf-8"))
+        data = parse_trace(path.read_text(encoding="utf-8"))  # (the text is freed before records are built)
+        return cls.from_data(data)
+
+
+def parse_trace(text: str) -> dict[str, Any]:
+    """The JSON of a trace, parsed; ``ValueError`` when it is over `MAX_TRACE_BYTES`, holds more than
+    `MAX_TRACE_VALUES` values (counted in the text, before parsing: what parsing would allocate), or is
+    not JSON a trace can hold (NaN, Infinity, nesting too deep, an integer of thousands of digits)."""
+    if len(text) > MAX_TRACE_BYTES:
+        raise ValueError(f"the trace is too large (over {MAX_TRACE_BYTES >> 20} MiB)")
+    values = text.count(",") + text.count(":") + text.count("[") + text.count("{")  # >= values - 1
+    if values > MAX_TRACE_VALUES:
+        raise ValueError(
+            f"the trace holds too many values (about {values:,}; the limit is {MAX_TRACE_VALUES:,})"
+        )
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not a RECAP trace: invalid JSON ({error.msg} at line {error.lineno})") from None
+    except RecursionError:
+        raise ValueError("not a RECAP trace: its JSON is nested too deeply") from None
+    except ValueError as error:  # NaN/Infinity, or an integer of thousands of digits
+        raise ValueError(f"not a RECAP trace: {error}") from None
 
 
 # ------------------------------------------------------------------------------- checking a trace's shape
-#: Bounds of a trace read from a file. A studio run writes at most 513 steps of at most 128 + 16 nodes;
-#: a CLI run at most 4097 steps; these leave room for both while keeping one upload cheap to draw.
+#: Bounds of a trace read from a file, by size and by work. A studio run writes at most 512 tokens in at
+#: most 513 steps of at most 128 + 16 nodes, a CLI run at most 4096 tokens in 4097 steps. What a replay
+#: costs grows with the values parsed (memory), the tokens drawn in the answer, the nodes kept for the
+#: step panel: bounded so that the largest trace within them parses and renders in a few seconds and
+#: under 100 MB (`tests/test_space_limits.py`). A studio run of 512 one-token passes with 128-node trees
+#: (~1.8M values, 16 MB) is over `MAX_TRACE_VALUES` (~230 such steps fit); runs that stop at the answer's
+#: end are far under. At most `MAX_TRACE_SETTINGS` settings.
 MAX_TRACE_BYTES = 16 * 1024 * 1024
+MAX_TRACE_VALUES = 800_000
 MAX_TRACE_STEPS = 4097
+MAX_TRACE_TOKENS = 4096
+#: Characters of the committed tokens' texts together (the answer a replay draws; ~50 per token).
+MAX_TRACE_TEXT = 200_000
+#: Drafted nodes, fused entries and sampling draws' tried pairs of all steps together.
+MAX_TRACE_NODES = 100_000
 MAX_NODES_PER_STEP = 8192
+MAX_TRACE_SETTINGS = 256
 MAX_TOKEN_ID = 2**31 - 1
 MAX_TOKEN_TEXT = 1000
 MAX_SETTING_TEXT = 10_000
@@ -244,8 +277,8 @@ def check_trace_data(data: Any) -> None:
     if version > TRACE_VERSION:
         raise ValueError(f"trace version {version} is newer than this RECAP ({TRACE_VERSION})")
     settings = data.get("settings", {})
-    if not isinstance(settings, dict):
-        raise ValueError("not a RECAP trace: 'settings' must be an object")
+    if not isinstance(settings, dict) or len(settings) > MAX_TRACE_SETTINGS:
+        raise ValueError(f"not a RECAP trace: 'settings' must be an object of at most {MAX_TRACE_SETTINGS}")
     for name, value in settings.items():
         if len(name) > 100 or not (value is None or isinstance(value, bool | int | float | str)):
             raise ValueError("not a RECAP trace: 'settings' must map short names to plain values")
@@ -256,8 +289,24 @@ def check_trace_data(data: Any) -> None:
     steps = data["steps"]
     if len(steps) > MAX_TRACE_STEPS:
         raise ValueError(f"the trace has {len(steps)} steps; the limit is {MAX_TRACE_STEPS}")
+    tokens = nodes = chars = 0
     for index, step in enumerate(steps):
         _check_step(step, f"step {index}")
+        tokens += len(step.get("new_tokens", []))
+        chars += sum(map(len, step.get("new_texts", [])))
+        if chars > MAX_TRACE_TEXT:
+            raise ValueError(
+                f"the trace's answer is over {MAX_TRACE_TEXT:,} characters (the limit) by step {index}"
+            )
+        nodes += len(step.get("nodes", [])) + len(step.get("fused_at_root", []))
+        nodes += sum(len(d["tried"]) for d in step.get("draws") or [])
+        if tokens > MAX_TRACE_TOKENS:
+            raise ValueError(f"the trace commits over {MAX_TRACE_TOKENS} tokens (the limit) by step {index}")
+        if nodes > MAX_TRACE_NODES:
+            raise ValueError(
+                f"the trace holds over {MAX_TRACE_NODES:,} drafted nodes (the limit, with the fused entries "
+                f"and sampling draws) by step {index}"
+            )
 
 
 def _check_step(step: Any, where: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -180,12 +181,32 @@ def test_unwritable_output_prints_the_answer_then_one_error_line(
     assert not [p for p in target.parent.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_memory_that_is_not_a_regular_file_is_named_for_what_it_is(
+    capsys, model_dir, image_file, tmp_path, kind
+):
+    # /dev/null or a FIFO is neither loaded (a FIFO would block the read) nor called "a folder"
+    target = Path("/dev/null")
+    if kind == "fifo":
+        target = tmp_path / "pipe"
+        os.mkfifo(target)
+    code, out, err = run(
+        capsys,
+        *("--model", model_dir, "--image", image_file, "--prompt", "hi", "--max-new-tokens", 4),
+        *("--memory", target),
+    )
+    assert code == 2 and out.strip()
+    last = err.strip().splitlines()[-1]
+    assert "not a regular file (a device, FIFO, socket)" in last and "folder" not in last, last
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--image", "missing.png", "--prompt", "hi"], "image file not found"),
         (["--image", "NOTIMAGE", "--prompt", "hi"], "not a readable image"),
         (["--prompt", "   "], "prompt is empty"),
+        (["--prompt", "hi \ud800"], "not valid Unicode"),  # a lone surrogate (e.g. undecodable argv bytes)
         (["--prompt", "hi", "--max-new-tokens", "0"], "max_new_tokens"),
         (["--prompt", "hi", "--budget", "lots"], "budget"),
         (["--prompt", "hi", "--dtype", "float8"], "dtype"),

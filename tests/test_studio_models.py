@@ -9,6 +9,7 @@ the issue's goals (a tree at step 1, at least 1.5 tokens per pass).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -252,6 +253,11 @@ def test_switching_models_keeps_each_models_own_session_memories():
 
 
 # ------------------------------------------------------------------------- the first click (v2)
+async def _updates(stream) -> list:
+    """Every update of an async handler's stream (the Run handler's)."""
+    return [update async for update in stream]
+
+
 def _handler(demo, name: str):
     """The function the browser calls for an event, by its name (the demo's own closure)."""
     return next(fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == name)
@@ -281,7 +287,7 @@ def test_the_first_click_opens_on_v2_and_drafts_at_step_one(monkeypatch):
     assert back[prompt_box]["value"] == first_prompt
     assert follow.fn("not-offered", None, "") == {} and follow.fn(["hostile"], None, "") == {}
     page[run.inputs[-2]] = 0  # no display delay (it only spaces out what the page shows)
-    *_, final = run.fn(*(page[block] for block in run.inputs[:-1]), {})
+    *_, final = asyncio.run(_updates(run.fn(*(page[block] for block in run.inputs[:-1]), {})))
     trace = next(v["trace"] for v in final.values() if isinstance(v, dict) and "trace" in v)
     assert isinstance(trace, RunTrace) and trace.settings["budget_mode"] == "auto"
     assert trace.settings["model"] == EMBEDDED_V2_ID

@@ -61,8 +61,7 @@ class PersistentMemory:
         self.concentrations = np.zeros(vocab_size, dtype=np.float32)
         #: The request that wrote each row (`next_request`), -1 before any write; not saved.
         self.stamps = np.full(vocab_size, -1, dtype=np.int64)
-        #: What the drafters sharing this memory learnt about their candidates' acceptance (not saved).
-        self.acceptance = AcceptanceModel()
+        self._acceptance: AcceptanceModel | None = None  # `acceptance`, made on first use (~2 MB)
         #: Contextual memories kept across requests (``context_scope="stream"``; not saved).
         self.context2 = ContextMemory(2, capacity=STREAM_CONTEXT_CAPACITY)
         self.context3 = ContextMemory(3, capacity=STREAM_CONTEXT_CAPACITY)
@@ -77,6 +76,16 @@ class PersistentMemory:
         self._requests = itertools.count()
         self._table: np.ndarray | None = None  # `table`, built on first use
         self._lock = threading.Lock()
+
+    @property
+    def acceptance(self) -> AcceptanceModel:
+        """What the drafters sharing this memory learnt about their candidates' acceptance (not saved);
+        made on first use, so a memory only read (a scope's starting records) stays small."""
+        if self._acceptance is None:
+            with self._lock:
+                if self._acceptance is None:
+                    self._acceptance = AcceptanceModel()
+        return self._acceptance
 
     @property
     def table(self) -> np.ndarray:
@@ -172,7 +181,8 @@ class PersistentMemory:
             self._table = None
             self.context2.clear()
             self.context3.clear()
-        self.acceptance.reset()
+        if self._acceptance is not None:
+            self._acceptance.reset()
         self.backoff.reset()
         self.suffix_history, self.suffix_request = np.zeros(0, dtype=np.int64), None
 

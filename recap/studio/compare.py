@@ -76,6 +76,7 @@ def budgets(choice: str, config):
 def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, compare_state) -> None:
     def compare(image, prompt, *values):
         *values, choice = values
+        choice = measure.EQUAL if choice is None else choice  # the radio's default, if omitted
         if not isinstance(choice, str) or choice not in measure.BUDGET_CHOICES:
             raise refusal(f"Unknown budget choice {shown(choice)}: choose one from the list.")
         settings = studio.settings(values)

@@ -26,6 +26,29 @@ from recap.studio.validation import setting_names
 
 #: Per-visitor state (memories, the last run) is freed after this long without a change.
 SESSION_TTL_S = 2 * 3600
+#: What the API documents as an example of each file parameter (gradio's own examples are files on
+#: GitHub, which a client offline, or a server without internet, cannot fetch).
+API_FILE_EXAMPLES = {"Image": "scene.png", "File": "recap-run.json"}
+
+
+class StudioBlocks(gr.Blocks):
+    """The studio's Blocks: its API documents file parameters without remote URLs (`get_api_info`)."""
+
+    def get_api_info(self, all_endpoints: bool = False, page: str | None = None):
+        """gradio's API description, where an image parameter defaults to no image (a client passes
+        one with ``handle_file(path)``; gradio would show a picture on GitHub, or a server path) and
+        each file parameter's example is a local file name."""
+        info = super().get_api_info(all_endpoints=all_endpoints, page=page)
+        for endpoint in info.get("named_endpoints", {}).values():
+            for parameter in endpoint.get("parameters", []):
+                name = API_FILE_EXAMPLES.get(parameter.get("component", ""))
+                if name is None:
+                    continue
+                example = {"path": name, "orig_name": name, "meta": {"_type": "gradio.FileData"}}
+                parameter["example_input"] = example
+                if parameter["component"] == "Image":
+                    parameter["parameter_has_default"], parameter["parameter_default"] = True, None
+        return info
 
 
 def build_demo(
@@ -38,7 +61,8 @@ def build_demo(
     ``runtime_factory(model_id) -> Runtime`` replaces the hub/disk loader (tests inject tiny models);
     ``models`` replaces the offered model ids (the first is the default); ``cache`` replaces the
     process's loaded models (a fresh one is a fresh server). The returned Blocks carry
-    ``trace_exports`` (where this demo's downloads are, for tests and operators).
+    ``trace_exports`` (where this demo's downloads are, for tests and operators) and ``studio`` (its
+    `serving.Studio`: the decode slots, the sessions' ledger).
     """
     configure_environment()
     models = models or offered_models()
@@ -50,7 +74,7 @@ def build_demo(
         plan=memory_plan(models),
     )
     # delete_cache: gradio's copies of uploads and downloads older than a day go, checked hourly
-    with gr.Blocks(title="RECAP Studio", delete_cache=(3600, 86400)) as demo:
+    with StudioBlocks(title="RECAP Studio", delete_cache=(3600, 86400)) as demo:
         # Per visitor, freed after SESSION_TTL_S without a change (and an hour after the tab closes).
         session = gr.State({}, time_to_live=SESSION_TTL_S)  # this visitor's memories, by model id
         run_state = gr.State(None, time_to_live=SESSION_TTL_S)  # {"trace": RunTrace, "image", ...}
@@ -77,9 +101,23 @@ def build_demo(
         handlers.wire_memory_view(studio, ui, session, demo)
         wire_examples(ui)  # the examples follow the chosen model
         handlers.wire_download(ui, run_state, exports)
-        handlers.wire_replay(ui, run_state)
+        handlers.wire_replay(studio, ui, run_state)
         wire_compare(studio, ui, cmp, setting_inputs, compare_state)
         wire_sensitivity(studio, ui, sens, run_state, compare_state)
         demo.unload(handlers.forget_exports(exports))
+    # Compare's handler takes the settings as *values: its API parameters are named here, as /run's
+    name_parameters(demo, "compare", ["image", "prompt", *setting_names(), "budgets"])
+    studio.sessions.attach(demo, session)  # (the sessions' budget: `recap.studio.sessions`)
     demo.trace_exports = exports
+    demo.studio = studio
     return demo
+
+
+def name_parameters(demo: gr.Blocks, api_name: str, names: list[str]) -> None:
+    """Give the parameters of the endpoint ``api_name`` the names an API client reads in ``view_api()``
+    (gradio names a ``*values`` handler's ``param_2``, ``param_3``, ...)."""
+    for fn in demo.fns.values():
+        if fn.api_name == api_name:
+            if len(fn.inputs) != len(names):
+                raise ValueError(f"/{api_name} takes {len(fn.inputs)} inputs, not {len(names)}")
+            fn.input_parameter_names = list(names)

@@ -13,6 +13,11 @@ Read here and nowhere else in the studio:
 - ``RECAP_THREADS``: torch CPU threads (default 1: faster than 2 on small shared machines);
 - ``RECAP_CONCURRENCY``: runs served at once per event (default 4; a model still computes one pass at
   a time: the passes of concurrent visitors interleave);
+- ``RECAP_WAITING``: runs that may wait for a decode slot (default 32; beyond, a run is refused with
+  "the studio is busy"); gradio's queue holds at most 8 times as many events of every kind;
+- ``RECAP_SESSIONS_MB`` / ``RECAP_MAX_SESSIONS``: what the server keeps for its sessions (memories,
+  last run, last comparison) in all, and how many sessions (default 128 MB and 1000); the least
+  recently used sessions are dropped beyond either (`recap.studio.sessions`);
 - ``RECAP_SHARED_MEMORY``: if ``1``, visitors may also choose the process-wide persistent memory, which
   every visitor of a model reads and writes (its drafts then show words from other visitors' answers).
   Unset (the default), every browser session has its own memories and nothing else;
@@ -149,7 +154,34 @@ def memory_scopes() -> tuple[str, ...]:
 
 def concurrency() -> int:
     """Runs served at once per decoding event (``RECAP_CONCURRENCY``, default 4)."""
-    return int(os.environ.get("RECAP_CONCURRENCY", "4"))
+    return _positive("RECAP_CONCURRENCY", 4)
+
+
+def waiting() -> int:
+    """Runs that may wait for a decode slot, and queued events per event (``RECAP_WAITING``, 32)."""
+    return _positive("RECAP_WAITING", 32)
+
+
+def session_budget() -> tuple[int, int]:
+    """``(bytes, sessions)`` the sessions may hold together (``RECAP_SESSIONS_MB``, default 128, and
+    ``RECAP_MAX_SESSIONS``, default 1000)."""
+    return _positive("RECAP_SESSIONS_MB", 128) << 20, _positive("RECAP_MAX_SESSIONS", 1000)
+
+
+def queue_kwargs() -> dict[str, Any]:
+    """``Blocks.queue()`` options: `concurrency` per event, a bounded queue (`waiting` per event)."""
+    return {"default_concurrency_limit": concurrency(), "max_size": 8 * waiting()}
+
+
+def _positive(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return value
 
 
 def model_label(model_id: str) -> str:
@@ -166,4 +198,6 @@ def launch_kwargs() -> dict[str, Any]:
         "server_port": int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         # uploads over this are refused by gradio itself (images are capped at 50 MiB, traces at 16 MiB)
         "max_file_size": "50mb",
+        # gradio's own bound on sessions (the studio's `SessionLedger` keeps the same count, and a budget)
+        "state_session_capacity": session_budget()[1],
     }

@@ -10,6 +10,9 @@ them. Per-visitor data lives in ``gr.State``: ``session`` (memories by model id)
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -20,16 +23,23 @@ import gradio as gr
 from recap.inputs import check_integer, shown
 from recap.state import DrafterState
 from recap.studio import figures, render, validation
-from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, concurrency, model_label
+from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, model_label
 from recap.studio.exports import TraceExports, read_trace
 from recap.studio.serving import EMPTIED, Studio, drafter_for
-from recap.studio.validation import display_delay_s, markdown_text, refusal
+from recap.studio.sessions import release_memory
+from recap.studio.slots import Busy, Cancelled, paced
+from recap.studio.validation import display_delay_s, markdown_text, refusal, setting_names
 from recap.trace import RunTrace, StepRecord
 
 log = logging.getLogger("recap.studio")
 
-#: Minimum seconds between two streamed UI updates when no display delay is asked for.
+#: Minimum seconds between two streamed UI updates (all runs together also share `Studio.updates`).
 MIN_UPDATE_INTERVAL = 0.1
+#: What a session whose memories were dropped while idle (`recap.studio.sessions`) is told.
+RESTARTED = (
+    "this session's memories had been dropped while it was idle, to keep the server within its memory "
+    "budget: this run started again from the model's starting memory"
+)
 #: The step panel's components, in the order `step_view` returns their values.
 STEP_PANEL = ("words", "tree", "fused", "step_table")
 #: The outputs /run and /replay share, first in both and in this order: API clients read them by position.
@@ -84,8 +94,8 @@ def memory_state(studio: Studio, model_id: object, scope: object, session: objec
     latest = state.latest() if isinstance(state, DrafterState) else None
     if latest is not None:
         memory, origin = latest
-        note = ""
-        if origin == "empty" and not state.cleared:
+        note = state.note
+        if origin == "empty" and not state.cleared and not note:
             note = start.note or (f"the starting memory has k={start.k}" if start.warm else "")
         return render.MemoryState(scope, len(memory), vocab, origin, note)
     if state == EMPTIED or (isinstance(state, DrafterState) and state.cleared):
@@ -112,7 +122,12 @@ def wire_memory_view(studio: Studio, ui: dict, session, demo) -> None:
 
 
 def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state) -> None:
-    """Run (streamed) and Stop."""
+    """Run (streamed) and Stop.
+
+    A run holds one of the studio's decode slots (`Studio.slots`) while its input is loaded and decoded
+    at full speed, and only then: its steps are paced out to the visitor at the display delay after the
+    slot is free (`recap.studio.slots.paced`). A session has one run at a time (a newer one replaces it).
+    """
     names = (*RESULT_OUTPUTS, "download", "words", "memory")
     outputs = [ui[n] for n in names] + [run_state, session]
 
@@ -126,70 +141,104 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
             session: memories,
         }
 
-    def run(image, prompt, *rest):
-        *values, delay_ms, memories = rest
-        settings = studio.settings(values)
+    def decode(job, image, prompt, settings, memories, state, restarted):
+        """In a decode slot: load, check, decode at full speed; the steps go to the handler."""
+        if studio.cache.loaded(settings.model) is None:
+            warm = studio.plan.warmup_s
+            then = f"; a model with no memory of its own warms it up for up to {warm:.0f} s" if warm else ""
+            job.put("status", f"Loading {model_label(settings.model)} (first use, once per server{then})…")
+        runtime, config, prompt, images = studio.prepare(image, prompt, settings)
+        drafter = drafter_for(runtime, settings, settings.method, config, memories, studio.cache)
+        if restarted and isinstance(memories.get(settings.model), DrafterState):
+            memories[settings.model].note = RESTARTED
+        state["image"] = images[0] if images else None
+        tokens: list[int] = []
+        first, started = True, time.perf_counter()
+        steps = studio.stream(
+            runtime, settings.model, drafter, prompt, images, settings.max_new_tokens, settings.method,
+            settings.sampling(),
+        )  # fmt: skip
+        with contextlib.closing(steps):
+            for record in steps:
+                job.check()  # replaced or stopped: the slot is given back at once
+                if first:
+                    log.info("first token after %.0f ms", 1000 * (time.perf_counter() - started))
+                    first = False
+                tokens += record.new_tokens
+                job.put("step", record)
+        return runtime.target.decode(tokens)
+
+    async def run(
+        image, prompt, model, method, budget_mode, budget, depth, k, use_persistent, use_context, suffix,
+        max_new_tokens, scope, temperature, top_k, top_p, seed=None, delay_ms=0, memories=None,
+        request: gr.Request = None,
+    ):  # fmt: skip
+        """Answer the prompt about the image, streaming every target pass (answer, stats, the step's
+        tree); the settings are the Run tab's (a blank seed draws one), delay_ms paces the display."""
+        values = (model, method, budget_mode, budget, depth, k, use_persistent, use_context, suffix)
+        settings = studio.settings([*values, max_new_tokens, scope, temperature, top_k, top_p, seed])
         try:
             delay_s = display_delay_s(delay_ms)
         except ValueError as error:
             raise refusal(str(error)) from None
         studio.check_request(image, prompt, settings)  # refuse bad input before saying "loading"
         memories = memories if isinstance(memories, dict) else {}
-        if studio.cache.loaded(settings.model) is None:
-            warm = studio.plan.warmup_s
-            then = f"; a model with no memory of its own warms it up for up to {warm:.0f} s" if warm else ""
-            yield {ui["status"]: f"Loading {model_label(settings.model)} (first use, once per server{then})…"}
-        runtime, config, prompt, images = studio.prepare(image, prompt, settings)
-        drafter = drafter_for(runtime, settings, settings.method, config, memories, studio.cache)
+        visitor = request.session_hash if request is not None else None
+        restarted = studio.sessions.restarted(visitor) and settings.model not in memories
+        restarted = restarted and settings.scope == SESSION_SCOPE
+        await asyncio.to_thread(studio.sessions.sweep, visitor)
         steps: list[StepRecord] = []
         trace = RunTrace(settings={**asdict(settings), "prompt": prompt}, steps=steps)
-        state = {
-            "trace": trace,
-            "image": images[0] if images else None,
-            "prompt": prompt,
-            "model": settings.model,
-            "key": input_key(settings.model, prompt, image),
-        }
-        delay_left = validation.MAX_TOTAL_DELAY_S
-        last_update = 0.0
-        started = time.perf_counter()
-        for record in studio.stream(
-            runtime,
-            settings.model,
-            drafter,
-            prompt,
-            images,
-            settings.max_new_tokens,
-            settings.method,
-            settings.sampling(),
-        ):
-            steps.append(record)
-            now = time.perf_counter()
-            pause = min(delay_s, delay_left)
-            if pause or record.finished or now - last_update >= MIN_UPDATE_INTERVAL or len(steps) == 1:
-                if len(steps) == 1:
-                    log.info("first token after %.0f ms", 1000 * (now - started))
-                yield update(steps, f"Generating… step {record.step}", state, memories, settings)
-                last_update = time.perf_counter()
-                if pause:
-                    time.sleep(pause)
-                    delay_left -= pause
-        trace.text = runtime.target.decode(trace.tokens)
+        key = input_key(settings.model, prompt, image)
+        state = {"trace": trace, "image": None, "prompt": prompt, "model": settings.model, "key": key}
+        try:
+            job = studio.slots.submit(
+                lambda job: decode(job, image, prompt, settings, memories, state, restarted)
+            )
+        except Busy as busy:
+            raise refusal(
+                f"The studio is busy ({busy.pending} runs are decoding or waiting): try again in a minute."
+            ) from None
+        studio.jobs.replace(visitor, "run", job)
+        try:
+            cap = validation.MAX_TOTAL_DELAY_S
+            async for shown in paced(job, steps, delay_s, cap, MIN_UPDATE_INTERVAL, studio.updates):
+                if shown.status is not None:
+                    yield {ui["status"]: shown.status}
+                elif not shown.final:
+                    status = f"Generating… step {steps[shown.shown - 1].step}"
+                    view, begun = steps[: shown.shown], time.monotonic()
+                    shown_now = await asyncio.to_thread(update, view, status, state, memories, settings)
+                    studio.updates.spent(time.monotonic() - begun)
+                    yield shown_now
+        except Cancelled as stop:
+            if stop.args and stop.args[0] == "replaced":
+                raise refusal("This run was replaced by a newer run of the same session.") from None
+            raise
+        finally:
+            job.cancel("ended")
+            studio.jobs.finish(visitor, "run", job)
+        trace.text = job.result or ""
         reason = steps[-1].finish_reason if steps else None
         done = f"Done: {len(trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'})."
-        final = update(steps, done, state, memories, settings)
+        if restarted:
+            done += f" {RESTARTED[0].upper()}{RESTARTED[1:]}."
+        final = await asyncio.to_thread(update, steps, done, state, memories, settings)
         final[ui["download"]] = gr.Button(interactive=True)
         final[ui["step"]] = gr.Slider(
             minimum=0, maximum=max(1, len(steps) - 1), value=len(steps) - 1, interactive=True
         )
         yield final
 
+    # the API's parameter names are run's: the settings' must be RunSettings' fields, in order
+    if tuple(inspect.signature(run).parameters)[2:17] != setting_names():
+        raise RuntimeError("run's parameters must be RunSettings' fields, in order")
     event = ui["run"].click(
         run,
         [ui["image"], ui["prompt"], *setting_inputs, ui["delay_ms"], session],
         outputs,
-        concurrency_limit=concurrency(),
-        concurrency_id="decode",
+        # no gradio limit: the handler waits for one of `Studio.slots` (a bounded line) without a thread
+        concurrency_limit=None,
         api_name="run",
         preprocess=False,  # raw values reach the checks above, which answer every bad one clearly
     )
@@ -317,15 +366,23 @@ def replay_status(trace: RunTrace) -> str:
     )
 
 
-def wire_replay(ui: dict, run_state) -> None:
-    def replay(path):
+#: Replays decoded at once (each is bounded by `recap.trace`'s limits: a few seconds, under 100 MB).
+REPLAY_CONCURRENCY = 2
+
+
+def wire_replay(studio: Studio, ui: dict, run_state) -> None:
+    def replay(path, request: gr.Request = None):
+        """Show a downloaded run (its JSON trace) without a model: the answer, stats and last step."""
         if not path:
             return {run_state: gr.skip()}
         try:
             trace = read_trace(path)
         except ValueError as error:
             raise refusal(f"Cannot replay this file: {error}") from None
+        finally:
+            release_memory()  # what parsing allocated goes back to the system, refused or not
         prompt = str(trace.settings.get("prompt", ""))
+        studio.sessions.sweep(request.session_hash if request is not None else None)
         return {
             **panels(ui, trace.steps, scrubbable=True),
             ui["status"]: replay_status(trace),
@@ -342,4 +399,6 @@ def wire_replay(ui: dict, run_state) -> None:
         [*(ui[n] for n in names), run_state],
         api_name="replay",
         show_progress="hidden",
+        concurrency_limit=REPLAY_CONCURRENCY,
+        concurrency_id="replay",
     )

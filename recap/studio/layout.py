@@ -94,7 +94,9 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
                 ui["run"] = gr.Button("Run", variant="primary", elem_id="run-button")
                 ui["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-button")
             ui["memory"] = gr.HTML(
-                render.memory_state_html(render.MemoryState(SESSION_SCOPE)), elem_id="memory-state"
+                render.memory_state_html(render.MemoryState(SESSION_SCOPE)),
+                label="Memory",  # (labels name the API's outputs; none is shown)
+                elem_id="memory-state",
             )
             with gr.Row(elem_id="memory-row"):
                 ui["reset"] = gr.Button(
@@ -103,7 +105,7 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
                 ui["reset_empty"] = gr.Button(
                     "Reset: empty", size="sm", min_width=100, elem_id="reset-empty-button"
                 )
-            ui["status"] = gr.Markdown("", elem_id="status")
+            ui["status"] = gr.Markdown("", label="Status", show_label=False, elem_id="status")
             ui["answer"] = gr.HighlightedText(
                 label="Answer: each token coloured by what proposed it",
                 color_map=render.highlight_color_map(),
@@ -111,7 +113,7 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
                 combine_adjacent=False,
                 elem_id="answer",
             )
-            ui["stats"] = gr.HTML(render.stats_html([]), elem_id="stats")
+            ui["stats"] = gr.HTML(render.stats_html([]), label="Stats", elem_id="stats")
             ui["passes"] = gr.Plot(label="Tokens per target pass", elem_id="passes-plot")
             _examples(ui, models)
             with gr.Accordion("Advanced settings", open=False, elem_id="advanced"):
@@ -119,7 +121,9 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
             with gr.Row():
                 ui["download"] = gr.Button("Download run (JSON)", interactive=False, elem_id="download")
                 # the trace is written on click (it holds the prompt); the browser then fetches it
-                ui["download_file"] = gr.File(visible=False, elem_id="download-file")
+                ui["download_file"] = gr.File(
+                    visible=False, label="Trace", show_label=False, elem_id="download-file"
+                )
                 ui["replay"] = gr.File(
                     label="Replay a run (JSON, no model)",
                     file_types=[".json"],
@@ -132,11 +136,15 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
             ui["step"] = gr.Slider(
                 0, 1, value=0, step=1, label="Step", interactive=False, elem_id="step-slider"
             )
-            ui["words"] = gr.HTML(render.step_words_html(None), elem_id="step-words")
+            ui["words"] = gr.HTML(render.step_words_html(None), label="Step in words", elem_id="step-words")
             ui["tree"] = gr.Plot(label="Candidate tree", elem_id="tree-plot")
             ui["fused"] = gr.Plot(label="Drafter's distribution at the root", elem_id="fused-plot")
             ui["step_table"] = gr.Dataframe(
-                headers=render.STEP_TABLE_HEADERS, interactive=False, elem_id="step-table"
+                headers=render.STEP_TABLE_HEADERS,
+                interactive=False,
+                label="Step table",
+                show_label=False,
+                elem_id="step-table",
             )
     return ui
 
@@ -266,11 +274,20 @@ def compare_tab() -> dict[str, Any]:
                 elem_id="compare-budgets",
             )
             button = gr.Button("Compare methods", variant="primary", elem_id="compare-button")
-        status = gr.Markdown("", elem_id="compare-status")
-        table = gr.Dataframe(headers=measure.HEADERS, interactive=False, elem_id="compare-table", wrap=True)
-        summary = gr.Markdown(measure.held_out_line(DEFAULT_MODEL_ID), elem_id="compare-summary")
-        story = gr.HTML("", elem_id="compare-story")
-        strip = gr.HTML(render.compare_strip_html({}), elem_id="compare-strip")
+        status = gr.Markdown("", label="Status", show_label=False, elem_id="compare-status")
+        table = gr.Dataframe(
+            headers=measure.HEADERS,
+            interactive=False,
+            label="Methods",
+            show_label=False,
+            elem_id="compare-table",
+            wrap=True,
+        )
+        summary = gr.Markdown(
+            measure.held_out_line(DEFAULT_MODEL_ID), label="Held-out summary", elem_id="compare-summary"
+        )
+        story = gr.HTML("", label="Story", elem_id="compare-story")
+        strip = gr.HTML(render.compare_strip_html({}), label="Strip", elem_id="compare-strip")
     return {
         "button": button,
         "budgets": budgets,
@@ -297,7 +314,7 @@ def sensitivity_tab() -> dict[str, Any]:
                 elem_id="other-image",
             )
             button = gr.Button("Find image-sensitive tokens", variant="primary", elem_id="sensitivity-button")
-        status = gr.Markdown("", elem_id="sensitivity-status")
+        status = gr.Markdown("", label="Status", show_label=False, elem_id="sensitivity-status")
         answer = gr.HighlightedText(
             label="Answer: image-sensitive tokens",
             color_map=render.highlight_color_map(sensitivity=True),
@@ -306,6 +323,10 @@ def sensitivity_tab() -> dict[str, Any]:
             elem_id="sensitive-answer",
         )
         table = gr.Dataframe(
-            headers=render.SENSITIVITY_HEADERS, interactive=False, elem_id="sensitivity-table"
+            headers=render.SENSITIVITY_HEADERS,
+            interactive=False,
+            label="Methods",
+            show_label=False,
+            elem_id="sensitivity-table",
         )
     return {"other": other, "button": button, "status": status, "answer": answer, "table": table}

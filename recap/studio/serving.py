@@ -37,14 +37,24 @@ from recap.inputs import check_prompt, shown
 from recap.runtime import Runtime
 from recap.sampling import GREEDY, SamplingSettings
 from recap.state import DrafterState
-from recap.studio.environment import SESSION_SCOPE, MemoryPlan
+from recap.studio.environment import (
+    SESSION_SCOPE,
+    MemoryPlan,
+    concurrency,
+    session_budget,
+    waiting,
+)
 from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
+from recap.studio.sessions import SessionLedger
+from recap.studio.slots import DecodeSlots, RenderBudget, SessionJobs
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
 from recap.trace import StepRecord
 
 log = logging.getLogger("recap.studio")
 
 RuntimeFactory = Callable[[str], Runtime]
+#: The part of one CPU that the paced displays of all runs share for their updates (`RenderBudget`).
+DISPLAY_SHARE = 0.25
 #: ``(model id, loaded runtime) -> where its memories start``.
 StartFactory = Callable[[str, Runtime], StartingMemory]
 
@@ -204,7 +214,10 @@ def fresh_drafter(
 
 class Studio:
     """What every visitor's requests share: the model factory and cache, the offered models and memory
-    scopes, the folders an image may come from. Per-visitor data is in gr.State."""
+    scopes, the folders an image may come from, and the bounds that keep one visitor from taking the
+    server: the decode slots and their line (`slots`), one run per session (`jobs`), the CPU of paced
+    displays (`updates`), the sessions' memory budget (`sessions`; `recap.studio.environment`
+    reads them). Per-visitor data is in gr.State."""
 
     def __init__(
         self,
@@ -221,6 +234,11 @@ class Studio:
         self.plan = plan or MemoryPlan()
         #: Folders an image may come from: gradio's upload cache (set by `build_demo`) and the examples.
         self.upload_roots: list[Path] = list(EXAMPLE_ROOTS)
+        self.slots = DecodeSlots(concurrency(), waiting())
+        self.jobs = SessionJobs()
+        self.updates = RenderBudget(DISPLAY_SHARE)
+        budget, sessions = session_budget()
+        self.sessions = SessionLedger(budget, sessions, busy=self.jobs.active)
 
     def runtime(self, model_id: str) -> Runtime:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ from recap.runtime import parse_budget
 from recap.sampling import SamplingSettings
 from recap.studio.environment import MODEL_ALIASES, SHARED_SCOPE
 from recap.studio.render import visible_token
+
+log = logging.getLogger("recap.studio")
 
 #: Methods offered in the Run tab, in the order of the radio buttons; Compare runs them all.
 METHODS = ("recap", "tr", "pld", "suffix", "ar")
@@ -74,9 +77,13 @@ def without_paths(message: str) -> str:
 
 def refusal(message: str) -> gr.Error:
     """The error a visitor sees for ``message``: without server paths, and HTML-escaped, because gradio
-    renders error toasts as HTML and messages echo values that visitors sent."""
+    renders error toasts as HTML and messages echo values that visitors sent.
+
+    A refusal is the studio answering a request, not a fault: it is logged as one line (``refused:
+    ...``), and gradio is told not to print its traceback."""
     message = without_paths(message.strip()) or "Something went wrong."
-    return gr.Error(html.escape(message, quote=False))
+    log.info("refused: %s", " ".join(message.split())[:300])
+    return gr.Error(html.escape(message, quote=False), print_exception=False)
 
 
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-%'-/:<-@\[-`{-~])")  # ASCII punctuation except & and ;
@@ -200,7 +207,10 @@ def read_image(path: Path | str | None, needs_image: bool) -> Image.Image | None
     """The visitor's image, validated; warns (and continues) when it must be downscaled."""
     if not path:
         if needs_image:
-            raise refusal("This is a vision model: upload an image or pick an example first.")
+            raise refusal(
+                "This is a vision model: upload an image or pick an example first "
+                "(through the API: image=handle_file(path))."
+            )
         return None
     try:
         width, height = image_size(path)

@@ -1,0 +1,195 @@
+"""Issue 26's attacks on a running studio, by hand: how long a visitor waits, what a replay costs, how
+the server's memory grows with sessions. Loopback only.
+
+    GRADIO_SERVER_PORT=7961 RECAP_OFFLINE=1 python app.py &
+    python -m scripts.space_attack delay --pid PID [--visitor-delay 60]
+    python -m scripts.space_attack replay --pid PID [--shape issue|strings|tokens|nodes | --file F]
+    python -m scripts.space_attack sessions --pid PID [-n 1000]
+
+``--pid``: the server's process (its RSS is read from /proc); ``--url`` (default
+http://127.0.0.1:7961/) must be on 127.0.0.1. Every call goes through gradio's plain HTTP API
+(``/gradio_api/call``), one session per call, as a script would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGE = ROOT / "assets" / "examples-v2" / "scene_1.png"
+DETAILED = "Describe the image in detail."
+
+
+class Server:
+    def __init__(self, url: str, pid: int) -> None:
+        if urllib.parse.urlparse(url).hostname != "127.0.0.1":
+            raise SystemExit("only a studio on 127.0.0.1 may be attacked")
+        self.url, self.pid = url.rstrip("/") + "/", pid
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def upload(self, path: Path) -> dict:
+        with open(path, "rb") as handle:
+            response = httpx.post(f"{self.url}gradio_api/upload", files={"files": handle}, timeout=120)
+        response.raise_for_status()
+        return {"path": response.json()[0], "meta": {"_type": "gradio.FileData"}, "orig_name": path.name}
+
+    def call(self, api: str, data: list, timeout: float = 600) -> tuple[float, str, int]:
+        """One call in its own session: ``(seconds, last event, bytes received)``."""
+        start = time.perf_counter()
+        response = httpx.post(f"{self.url}gradio_api/call/{api}", json={"data": data}, timeout=60)
+        response.raise_for_status()
+        kind, size = "", 0
+        with httpx.stream(
+            "GET", f"{self.url}gradio_api/call/{api}/{response.json()['event_id']}", timeout=timeout
+        ) as s:
+            for line in s.iter_lines():
+                size += len(line)
+                if line.startswith("event:"):
+                    kind = line.removeprefix("event: ")
+        return time.perf_counter() - start, kind, size
+
+
+def run_args(image: dict, prompt: str, method: str = "ar", max_new: int = 512, delay: int = 500) -> list:
+    settings = [
+        "embedded-v2",
+        method,
+        "fixed",
+        8,
+        8,
+        8,
+        True,
+        True,
+        True,
+        max_new,
+        "per session",
+        0.0,
+        0,
+        1.0,
+    ]
+    return [image, prompt, *settings, None, delay]
+
+
+def delay_attack(server: Server, visitor_delay: int) -> None:
+    image = server.upload(IMAGE)
+    server.call("run", run_args(image, "Describe the image.", max_new=4, delay=0))  # the model loads
+    results: list = []
+    hostile = [
+        threading.Thread(target=lambda: results.append(server.call("run", run_args(image, DETAILED))))
+        for _ in range(12)
+    ]
+    for thread in hostile:
+        thread.start()
+    time.sleep(5)
+    seconds, kind, _ = server.call(
+        "run", run_args(image, "Describe the image.", max_new=32, delay=visitor_delay)
+    )
+    print(f"visitor's 32-token run (delay {visitor_delay} ms): {seconds:.1f} s ({kind})", flush=True)
+    for thread in hostile:
+        thread.join()
+    print("hostile runs:", sorted(round(s, 1) for s, _, _ in results), sorted({k for _, k, _ in results}))
+
+
+def crafted(path: Path, shape: str) -> Path:
+    """A trace of ``shape``: the issue's (255 steps x 8192 tokens, 15.96 MiB), or one just within the
+    limits of the kind that costs most (``strings``, ``tokens``, ``nodes``)."""
+
+    def node(i, sources=("ctx3",)):
+        return {"id": i, "parent": i - 1, "token": 1, "text": "a", "depth": i + 1, "score": 0.5,
+                "sources": list(sources), "contributions": {}, "accepted": False}  # fmt: skip
+
+    def step(i, **fields):
+        return {"step": i, "committed_len": i, "method": "recap", **fields}
+
+    if shape == "issue":
+        tokens = {"new_tokens": [7] * 8192, "new_texts": [""] * 8192, "new_sources": [""] * 8192}
+        steps = [step(i, **tokens) for i in range(255)]
+    elif shape == "strings":
+        steps = [step(i, nodes=[node(0, [f"{8000 * i + j:x}" for j in range(8000)])]) for i in range(99)]
+    elif shape == "tokens":
+        texts = {"new_tokens": [5] * 16, "new_sources": ["target"] * 16}
+        steps = [step(i, new_texts=["é" * 46 + f"{i:02x}"] * 16, **texts) for i in range(256)]
+    else:
+        steps = [step(i, nodes=[node(j) for j in range(8192)]) for i in range(4)]
+    data = {"version": 1, "settings": {"method": "recap"}, "steps": steps}
+    path.write_text(json.dumps(data, separators=(",", ":"), ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def replay_attack(server: Server, path: Path) -> None:
+    print(f"trace: {path.stat().st_size / 2**20:.2f} MiB")
+    file = server.upload(path)
+    before, peak, done = server.rss_mb(), [0.0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peak[0] = max(peak[0], server.rss_mb())
+            time.sleep(0.02)
+
+    threading.Thread(target=watch, daemon=True).start()
+    seconds, kind, size = server.call("replay", [file])
+    done.set()
+    time.sleep(2)
+    print(
+        f"replay: {seconds:.1f} s, {kind}, answer {size / 1e6:.1f} MB; RSS {before:.0f} MB, "
+        f"peak +{max(peak[0] - before, 0):.0f} MB, 2 s later {server.rss_mb() - before:+.0f} MB"
+    )
+
+
+def sessions_attack(server: Server, n: int) -> None:
+    image = server.upload(IMAGE)
+    for _ in range(3):  # the model loads, lazy imports happen: outside the measure
+        server.call("run", run_args(image, "Describe the image.", method="recap", max_new=1, delay=0))
+    before, start, kinds = server.rss_mb(), time.perf_counter(), {}
+    for i in range(n):
+        _, kind, _ = server.call(
+            "run", run_args(image, "Describe the image.", method="recap", max_new=1, delay=0)
+        )
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if (i + 1) % 100 == 0:
+            print(f"{i + 1} sessions: RSS {server.rss_mb():.0f} MB ({server.rss_mb() - before:+.0f}), "
+                  f"{time.perf_counter() - start:.0f} s", flush=True)  # fmt: skip
+    grown = server.rss_mb() - before
+    print(
+        f"{n} sessions: RSS {before:.0f} -> {server.rss_mb():.0f} MB ({grown / n:+.2f} MB a session) {kinds}"
+    )
+    seconds, kind, _ = server.call("run", run_args(image, "Describe the image.", max_new=32, delay=0))
+    print(f"then a 32-token run: {seconds:.1f} s ({kind})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.space_attack", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("attack", choices=["delay", "replay", "sessions"])
+    parser.add_argument("--url", default="http://127.0.0.1:7961/")
+    parser.add_argument("--pid", type=int, required=True, help="the server's process id (for its RSS)")
+    parser.add_argument("--visitor-delay", type=int, default=0, help="the visitor's display delay (ms)")
+    parser.add_argument("--shape", default="issue", choices=["issue", "strings", "tokens", "nodes"])
+    parser.add_argument("--file", type=Path, default=None, help="replay this trace instead of a crafted one")
+    parser.add_argument("-n", type=int, default=1000, help="sessions")
+    args = parser.parse_args(argv)
+    server = Server(args.url, args.pid)
+    if args.attack == "delay":
+        delay_attack(server, args.visitor_delay)
+    elif args.attack == "replay":
+        replay_attack(server, args.file or crafted(Path(f"/tmp/recap-crafted-{args.shape}.json"), args.shape))
+    else:
+        sessions_attack(server, args.n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
