@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.attack == "delay":
         delay_attack(server, args.visitor_delay)
     elif args.attack == "replay":
-        replay_attack(server, args.file or crafted(Path(f"/tmp/recap-crafted-{args.shape}.json"), args.shape))
+        replay_attack(server, args.file or crafted(Path(tempfile.gettempdir()) / f"recap-crafted-{args.shape}.json", args.shape))
     else:
         sessions_attack(server, args.n)
     return 0
