@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.attack == "delay":
         delay_attack(server, args.visitor_delay)
     elif args.attack == "replay":
-        replay_attack(server, args.file or crafted(Path(tempfile.gettempdir()) / f"recap-crafted-{args.shape}.json", args.shape))
+        target = Path(tempfile.gettempdir()) / f"recap-crafted-{args.shape}.json"
+        replay_attack(server, args.file or crafted(target, args.shape))
     else:
         sessions_attack(server, args.n)
     return 0
