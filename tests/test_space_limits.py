@@ -164,7 +164,7 @@ def test_a_visitor_is_served_while_twelve_sessions_pace_the_slowest_displays(spa
 
 
 def test_a_paced_display_gives_its_slot_back_before_it_is_shown():
-    # Deterministic: the worker puts ten steps at once; the display shows one per 0.2 s. From the second
+    # Deterministic: the worker puts ten steps at once; the display shows one per 0.5 s. From the second
     # update on the slot is free, though eight steps are still to be shown.
     from recap.studio.slots import DecodeSlots, paced
 
@@ -172,7 +172,7 @@ def test_a_paced_display_gives_its_slot_back_before_it_is_shown():
         slots = DecodeSlots(1, 0)
         job = slots.submit(lambda job: [job.put("step", i) for i in range(10)])
         steps, seen = [], []
-        async for update in paced(job, steps, delay_s=0.2, cap_s=30.0, interval_s=0.0):
+        async for update in paced(job, steps, delay_s=0.5, cap_s=30.0, interval_s=0.0):
             seen.append((update.shown, job.ended.is_set(), slots.counts(), update.final))
         slots.shutdown()
         return seen
@@ -342,6 +342,34 @@ def test_work_limits_across_steps(shape, message):
 
 
 # ----------------------------------------------------------------------------------- sessions
+def test_the_ledger_does_not_underestimate_what_a_session_holds():
+    # The ledger's estimate of a recorded trace is at least what reading the trace allocates, and a
+    # drafting state after a RECAP run counts its acceptance model's ~2 MB of tables.
+    from recap.decode import generate
+    from recap.drafters.recap.config import RecapConfig
+    from recap.runtime import Runtime
+    from recap.state import DrafterState
+    from recap.studio.sessions import footprint
+    from recap.trace import RunTrace
+
+    target = tiny("llava")
+    state = DrafterState(target.vocab_size)
+    for budget in (8, 64):
+        drafter = Runtime(target).drafter("recap", config=RecapConfig(budget=budget), state=state)
+        text = (
+            generate(target, drafter, "the cat is", [noise_image(0)], 48).trace({"method": "recap"}).to_json()
+        )
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            trace = RunTrace.from_json(text)
+            allocated = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert footprint(trace) >= allocated, (budget, footprint(trace), allocated)
+    assert footprint(state) > 2_000_000
+
+
 def _rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

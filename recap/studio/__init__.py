@@ -8,6 +8,8 @@ One concern per module (imports point down the list):
 - `environment`: what the operator sets (environment variables, offered models, launch options);
 - `validation`: every value a request carries, checked against the UI's bounds (`RunSettings`);
 - `examples`: the example inputs and the sensitivity tab's replacement images;
+- `slots`: the decode slots and their bounded line, one run per session, paced displays;
+- `sessions`: what the sessions hold, kept within a memory budget (the least recently used dropped);
 - `serving`: the shared runtime cache, the per-pass lock, per-visitor drafting state (`Studio`);
 - `exports`: trace files written on Download and removed with the session;
 - `layout`: the components of each tab, nothing else;

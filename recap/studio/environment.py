@@ -169,7 +169,7 @@ def session_budget() -> tuple[int, int]:
 
 
 def queue_kwargs() -> dict[str, Any]:
-    """``Blocks.queue()`` options: `concurrency` per event, a bounded queue (`waiting` per event)."""
+    """``Blocks.queue()`` options: `concurrency` per event, a queue of at most 8 x `waiting` events."""
     return {"default_concurrency_limit": concurrency(), "max_size": 8 * waiting()}
 
 

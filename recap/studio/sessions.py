@@ -37,9 +37,9 @@ log = logging.getLogger("recap.studio")
 #: What gradio keeps per session whatever it holds (its copy of the page's component configs; measured
 #: ~0.19 MB for the studio's page).
 SESSION_BYTES = 200_000
-#: A trace's Python objects, measured (`tests/test_space_limits.py` checks the constants stay above
-#: what `sys.getsizeof` finds): per step, per drafted node or fused entry, per committed token, per
-#: sampling draw's tried pair.
+#: A trace's Python objects, measured: per step, per drafted node or fused entry, per committed token,
+#: per sampling draw's tried pair (`tests/test_space_limits.py` checks that a recorded trace's estimate
+#: is not below what reading it allocates).
 STEP_BYTES, NODE_BYTES, TOKEN_BYTES, PAIR_BYTES = 1_200, 700, 150, 150
 #: SuffixDecoding's global tree lives in C++ and is not measured: this much is assumed.
 SUFFIX_TREE_BYTES = 4 << 20
