@@ -114,3 +114,17 @@ def test_results_carry_the_breakdown_and_results_md_its_table(bench_dir):  # noq
             assert counts.get("covered", 0) <= counts.get("positions", 0)
     assert "At image-sensitive positions" in (bench_dir / "results.md").read_text()
     assert (bench_dir / "coverage.html").is_file()
+
+
+def test_the_probe_can_be_left_out_of_a_run(tmp_path):
+    from conftest import tiny
+
+    from recap.bench.datasets import load_dataset
+    from recap.bench.runner import run_benchmark
+    from recap.runtime import Runtime
+
+    samples = load_dataset(str(write_image_set(tmp_path)))[:2]
+    runtime = Runtime(tiny("llava"))
+    result = run_benchmark(runtime, samples, "tr", max_new_tokens=6, progress=False, coverage=False)
+    counts = result.methods["tr"].breakdown
+    assert all(c["positions"] == 0 for c in counts.values())  # nothing probed, nothing counted

@@ -73,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--suffix-min-token-prob", type=float, default=defaults.min_token_prob)
     parser.add_argument("--cold", action="store_true", help="reset persistent memories between samples")
     parser.add_argument(
+        "--no-coverage",
+        action="store_true",
+        help="skip the covered/drafted/accepted probe (it reads the memories before each update: "
+        "leave it out when measuring drafting cost)",
+    )
+    parser.add_argument(
         "--memory",
         default=None,
         metavar="FILE",
@@ -174,6 +180,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
         warmup=args.warmup,
         budget=budget,
         cold=args.cold,
+        coverage=not args.no_coverage,
         progress=not args.no_progress,
         settings={
             "dataset": args.dataset,

@@ -106,6 +106,7 @@ def run_benchmark(
     sampling: SamplingSettings = GREEDY,
     start: PersistentMemory | None = None,
     projection: CostModel | None = None,
+    coverage: bool = True,
 ) -> BenchmarkResult:
     """Run every method on every sample (one stream per method) and aggregate the metrics.
 
@@ -118,7 +119,9 @@ def run_benchmark(
     ``start``: a saved persistent memory (of this model, k = ``config.k``) that every measured stream's
     RECAP memory and TR matrix start from (``--memory FILE``); None: a cold start. ``projection``: a
     recorded cost curve (``--cost-curve``) that prices each method's decoding passes (its
-    ``projected_seconds`` and ``projected_speedup``).
+    ``projected_seconds`` and ``projected_speedup``). ``coverage``: probe the drafters' memories at every
+    committed position (`recap.bench.coverage`; untimed, but it reads the memories just before the
+    drafter's update, so a run that measures drafting cost may turn it off).
     """
     from tqdm import tqdm
 
@@ -156,7 +159,9 @@ def run_benchmark(
             if cold:
                 streams[method].reset()
             runs[method].append(
-                _run_one(target, streams[method].drafter, sample, max_new_tokens, method, seeded(index))
+                _run_one(
+                    target, streams[method].drafter, sample, max_new_tokens, method, seeded(index), coverage
+                )
             )
             bar.update()
         ar_tokens = runs["ar"][-1].tokens
@@ -218,9 +223,10 @@ def _run_one(
     max_new_tokens: int,
     method: str,
     sampling: SamplingSettings = GREEDY,
+    coverage: bool = True,
 ) -> SampleRun:
     # The coverage probe looks at the drafter's memories outside the timed phases (`generate_steps`).
-    probe = CoverageProbe(drafter)
+    probe = CoverageProbe(drafter if coverage else None)
     start = time.perf_counter()
     # details=False: no display-only work (token texts, the drafter's root distribution) in the timing.
     result = generate(
