@@ -400,6 +400,26 @@ def test_huge_image_warns_and_continues(monkeypatch, tmp_path):
     assert warnings and "downscaled" in warnings[0]
 
 
+def test_an_upload_still_being_moved_into_place_is_waited_for(monkeypatch, tmp_path):
+    # gradio answers an upload before its background task moves the file into the cache: a run that
+    # arrives first waits for the file (and a file that never arrives is refused as missing)
+    import threading
+
+    from recap.studio import validation
+
+    late = tmp_path / "late.png"
+    noise_image(2).save(tmp_path / "staging.png")
+    mover = threading.Timer(0.3, (tmp_path / "staging.png").rename, args=(late,))
+    mover.start()
+    try:
+        assert validation.read_image(late, needs_image=True).size == noise_image(2).size
+    finally:
+        mover.join()
+    monkeypatch.setattr(validation, "UPLOAD_WAIT_S", 0.1)
+    with pytest.raises(validation.gr.Error, match="image file not found"):
+        validation.read_image(tmp_path / "never.png", needs_image=True)
+
+
 def test_display_delay_is_capped_per_run(served, monkeypatch):
     from recap.studio import validation
     from recap.studio.slots import _due

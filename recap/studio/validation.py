@@ -12,6 +12,7 @@ import dataclasses
 import html
 import logging
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,8 @@ DEPTH_RANGE = (1, 16)
 K_RANGE = (1, 16)
 MAX_NEW_TOKENS_RANGE = (1, 512)
 DELAY_MS_RANGE = (0, 500)
+#: How long a run waits for its uploaded image to be moved into gradio's cache, and how often it looks.
+UPLOAD_WAIT_S, UPLOAD_POLL_S = 5.0, 0.02
 TEMPERATURE_RANGE = (0.0, 2.0)
 TOP_K_RANGE = (0, 1000)
 TOP_P_RANGE = (0.01, 1.0)
@@ -203,6 +206,18 @@ def uploaded_path(value: object, roots: list[Path]) -> Path | None:
     return resolved
 
 
+def _await_upload(path: Path, wait_s: float | None = None) -> None:
+    """Wait up to ``wait_s`` (`UPLOAD_WAIT_S`) seconds for ``path`` to exist.
+
+    Gradio answers an upload with the file's place in its cache and moves the file there in a background
+    task after the answer, so on a busy server a run can arrive before its image does. A file that never
+    arrives is refused by `read_image` as missing.
+    """
+    deadline = time.monotonic() + (UPLOAD_WAIT_S if wait_s is None else wait_s)
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(UPLOAD_POLL_S)
+
+
 def read_image(path: Path | str | None, needs_image: bool) -> Image.Image | None:
     """The visitor's image, validated; warns (and continues) when it must be downscaled."""
     if not path:
@@ -212,6 +227,7 @@ def read_image(path: Path | str | None, needs_image: bool) -> Image.Image | None
                 "(through the API: image=handle_file(path))."
             )
         return None
+    _await_upload(Path(path))
     try:
         width, height = image_size(path)
         if width * height > MAX_IMAGE_PIXELS:
