@@ -85,7 +85,7 @@ def generate_steps(
     k = drafter.record_k
 
     # 1. Prefill: logits at every prompt text position (recycled), the last one gives token 1.
-    start = time.perf_counter()
+    cpu, start = time.thread_time(), time.perf_counter()
     inputs = target.prepare(images, prompt)
     prompt_ids = inputs["input_ids"][0].tolist()
     last = len(prompt_ids) - 1
@@ -103,6 +103,7 @@ def generate_steps(
     drafter.begin(RequestInfo(tuple(prompt_ids), target.excluded_ids, target.vocab_size, target.eos_ids))
     topk_ids, topk_probs = _topk(logits, k)
     drafter.observe(Observation(prompt_ids, np.asarray(keep), DraftTree(), topk_ids, topk_probs))
+    prefill_cpu_ms = (time.thread_time() - cpu) * 1000.0
     context = [*prompt_ids, first]
     finished = first in target.eos_ids or max_new_tokens == 1
     yield StepRecord(
@@ -117,6 +118,7 @@ def generate_steps(
         timing={"draft_ms": 0.0, "verify_ms": verify_ms, "update_ms": _ms_since(start)},
         finished=finished,
         finish_reason=_reason(first, target) if finished else None,
+        cpu_ms=prefill_cpu_ms,
     )
     generated = 1
     pending = [first]
@@ -135,7 +137,7 @@ def generate_steps(
             explain(tree)
 
         # 3. Verify: one pass over pending + nodes; greedy tokens at the root and at every node.
-        start = time.perf_counter()
+        verify_cpu, start = time.thread_time(), time.perf_counter()
         logits = target.forward_tree(state, pending, tree)
         tree_logits = logits[len(pending) - 1 :]
         draws = None
@@ -152,6 +154,7 @@ def generate_steps(
         topk_ids, topk_probs = _topk(logits, k)
         commit_probs = None if rng is None else _commit_probs(logits, topk_ids, sampling)
         verify_ms = _ms_since(start)
+        verify_cpu = time.thread_time() - verify_cpu
         if root_prob is None and topk_probs is not None:
             root_prob = float(topk_probs[len(pending) - 1, 0])  # the greedy token's probability, computed
         elif root_prob is None and details:
@@ -185,6 +188,7 @@ def generate_steps(
         pending = [acceptance.tokens[-1]]
         record.draws = draws
         record.drafter_cpu_ms = drafter_cpu_ms
+        record.cpu_ms = drafter_cpu_ms + verify_cpu * 1000.0
         if finished:
             record.finished = True
             record.finish_reason = _reason(acceptance.tokens[-1], target)
@@ -288,6 +292,7 @@ def _step_record(
             sources=list(tree.sources[i]),
             contributions=dict(tree.contributions[i]),
             accepted=i in accepted,
+            this_request=bool(tree.this_request[i]) if tree.this_request else False,
         )
         for i in range(len(tree))
     ]

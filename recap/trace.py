@@ -31,6 +31,8 @@ class NodeRecord:
     sources: list[str]
     contributions: dict[str, float]
     accepted: bool
+    #: RECAP: a record this request wrote (under its image) proposed the node.
+    this_request: bool = False
 
 
 @dataclass
@@ -74,6 +76,9 @@ class StepRecord:
     #: The drafter's propose + observe in this thread's CPU time, ms (``timing`` holds wall-clock
     #: times, which a busy machine stretches by whatever the scheduler gave to other processes).
     drafter_cpu_ms: float = 0.0
+    #: The whole pass (draft, verify and update) in the decoding thread's CPU time, ms: with torch on
+    #: that one thread, the pass's own compute, whatever else the machine runs.
+    cpu_ms: float = 0.0
 
     @property
     def accepted_len(self) -> int:
@@ -103,10 +108,12 @@ class RunSummary:
     seconds: float
     tokens_per_s: float
     draft_ms_per_step: float
+    cpu_seconds: float = 0.0
 
 
 def summarize(steps: Iterable[StepRecord]) -> RunSummary:
-    """Aggregate step records. Wall time is the sum of each step's draft + verify + update time."""
+    """Aggregate step records. Wall time is the sum of each step's draft + verify + update time;
+    ``cpu_seconds`` the same phases in the decoding thread's CPU time (`StepRecord.cpu_ms`)."""
     steps = list(steps)
     tokens = sum(len(s.new_tokens) for s in steps)
     seconds = sum(sum(s.timing.values()) for s in steps) / 1000.0
@@ -118,6 +125,7 @@ def summarize(steps: Iterable[StepRecord]) -> RunSummary:
         seconds=seconds,
         tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
         draft_ms_per_step=sum(draft_ms) / len(draft_ms) if draft_ms else 0.0,
+        cpu_seconds=sum(s.cpu_ms for s in steps) / 1000.0,
     )
 
 
@@ -228,6 +236,8 @@ _NODE_FIELDS: dict[str, _FieldKind] = {
     "contributions": "shares",
     "accepted": "bool",
 }
+#: Node fields a trace may leave out (traces written before they existed).
+_OPTIONAL_NODE_FIELDS: dict[str, _FieldKind] = {"this_request": "bool"}
 _FUSED_FIELDS: dict[str, _FieldKind] = {
     "token": "token",
     "text": "text",
@@ -251,6 +261,7 @@ _STEP_FIELDS: dict[str, tuple[_FieldKind, bool]] = {
     "finish_reason": ("text", True),
     "image_sensitive": ("bools", True),
     "drafter_cpu_ms": ("number", False),
+    "cpu_ms": ("number", False),
 }
 _REQUIRED_STEP_FIELDS = ("step", "committed_len", "method")
 _LIST_ITEMS: dict[str, _FieldKind] = {"texts": "text", "ints": "token", "bools": "bool"}
@@ -329,6 +340,9 @@ def _check_step(step: Any, where: str) -> None:
     depths: list[int] = []
     for i, node in enumerate(nodes):
         _check_record(node, _NODE_FIELDS, f"{where}, node {i}")
+        for name, kind in _OPTIONAL_NODE_FIELDS.items():
+            if name in node:
+                _check_value(node[name], kind, f"{where}, node {i}, {name!r}")
         if node["id"] != i:
             raise ValueError(
                 f"not a RECAP trace: {where}, node {i} has id {node['id']} (ids must be 0, 1, …)"

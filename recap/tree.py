@@ -90,6 +90,9 @@ class DraftTree:
     contributions: list[dict[str, float]] = field(default_factory=list)
     #: What the drafter believed at the root (for display); empty when it has no distribution.
     root_candidates: list[FusedCandidate] = field(default_factory=list)
+    #: For display: per node, whether a record this request wrote (under its image) proposed it; empty
+    #: when the drafter does not say.
+    this_request: list[bool] = field(default_factory=list)
 
     # Children index: (parent, token) -> node id, kept in sync by `add`.
     _child: dict[tuple[int, int], int] = field(default_factory=dict, repr=False, compare=False)

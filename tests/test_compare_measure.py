@@ -71,6 +71,31 @@ def test_the_timing_note_names_what_was_timed_and_what_was_projected():
     assert "Projected" not in measure.timing_note(None, measure.DEVICE)
 
 
+def test_the_clock_is_the_decoding_threads_cpu_time_where_torch_computes_on_that_thread():
+    assert measure.clock("cpu", 1) == "cpu"
+    assert measure.clock("cpu", 2) == "wall" and measure.clock("cuda", 1) == "wall"
+    steps = _run("recap", [(80, [2, 3])])
+    steps[0].cpu_ms, steps[1].cpu_ms = 5.0, 7.0
+    assert measure.timed_seconds(steps, "cpu") == pytest.approx(0.012)
+    assert measure.timed_seconds(steps, "wall") == pytest.approx((20.0 + 11.5) / 1000)
+    assert "CPU time" in measure.timing_note(None, measure.EQUAL, "cpu")
+    assert "wall-clock" in measure.timing_note(None, measure.EQUAL, "wall")
+
+
+def test_a_pass_records_its_cpu_time_in_its_own_thread():
+    # what the CPU clock sums: every pass's draft, verify and update in the decoding thread's CPU time
+    from conftest import noise_image, tiny
+
+    from recap.decode import generate
+    from recap.runtime import Runtime
+
+    target = tiny("llava")
+    drafter = Runtime(target).drafter("recap", budget=8)
+    steps = generate(target, drafter, "the cat is", [noise_image(0)], 8).steps
+    assert all(s.cpu_ms > 0 for s in steps)
+    assert all(s.cpu_ms >= s.drafter_cpu_ms for s in steps[1:])  # the drafter's share, in one clock
+
+
 def test_the_summary_line_says_where_its_numbers_come_from():
     summary = {
         "samples": 40,

@@ -188,3 +188,25 @@ def test_too_many_steps_and_too_many_bytes_are_refused(tmp_path):
     big.write_text('{"steps": [], "text": "' + "x" * MAX_TRACE_BYTES + '"}')
     with pytest.raises(ValueError, match="too large"):
         RunTrace.load(big)
+
+
+def test_nodes_say_whether_this_requests_records_proposed_them():
+    # The node tooltip's "from this image's own records": in the stream's first request every record is
+    # this request's; in the next one, some nodes come from the first request's records (another image)
+    target = tiny("llava")
+    drafter = Runtime(target).drafter("recap", config=RecapConfig(budget=8, suffix=False))
+    first = generate(target, drafter, "the cat is the cat is", [noise_image(0)], 24, method="recap")
+    remembered = [n for s in first.steps for n in s.nodes if n.contributions]
+    assert remembered and all(n.this_request for n in remembered)
+    second = generate(target, drafter, "a dog", [noise_image(1)], 24, method="recap")
+    flags = {n.this_request for s in second.steps for n in s.nodes if n.contributions}
+    assert flags == {True, False}
+    # older traces have no such field: they load, the flag reads False
+    data = json.loads(second.trace({"method": "recap"}).to_json())
+    for step in data["steps"]:
+        for node in step["nodes"]:
+            del node["this_request"]
+    assert not any(n.this_request for s in RunTrace.from_json(json.dumps(data)).steps for n in s.nodes)
+    data["steps"][1]["nodes"][0]["this_request"] = "yes"
+    with pytest.raises(ValueError, match="this_request"):
+        check_trace_data(data)

@@ -67,6 +67,11 @@ def test_tree_figure_draws_every_node_coloured_by_its_main_source():
     assert suffix.marker.color == render.SOURCE_COLORS["suffix"]
     assert suffix.marker.opacity[0] < 1  # rejected: faded
     assert "suffix: 100%" in suffix.hovertext[0] and "rejected" in suffix.hovertext[0]
+    assert not any("this image's own records" in h for t in traces for h in t.hovertext)
+    step = _steps()[1]
+    step.nodes[0].this_request = True  # a record this request wrote proposed node 0
+    hover = next(t for t in _node_traces(figures.tree_figure(step)) if t.name == "ctx3").hovertext[0]
+    assert "from this image's own records" in hover
 
 
 def test_tree_figure_highlights_the_accepted_path_and_the_bonus_token():

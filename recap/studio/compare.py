@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import gradio as gr
+import torch
 
 from recap.bench.coverage import CoverageProbe
 from recap.bench.sensitivity import sensitive_flags
@@ -36,7 +37,7 @@ from recap.studio.examples import BLANK_IMAGE, other_image
 from recap.studio.handlers import input_key
 from recap.studio.serving import Studio, fresh_drafter
 from recap.studio.validation import offered_methods, refusal
-from recap.trace import StepRecord, summarize
+from recap.trace import StepRecord
 
 #: The methods compared, in the table's order (AR first: it is the reference); SuffixDecoding where
 #: its package is installed.
@@ -89,6 +90,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         methods = [m for m in COMPARED if m in offered_methods()]
         fair = fairness_note(len(warmup), studio.warmup_source(runtime), methods)
         projection = measure.projection_for(runtime.target.name, runtime.target.device.type)
+        which = measure.clock(runtime.target.device.type, torch.get_num_threads())
         first = fresh_drafter(runtime, "ar", config)
         for _ in studio.stream(runtime, model, first, prompt, images, min(4, max_new), "ar"):
             pass
@@ -117,7 +119,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
                 steps = list(
                     studio.stream(runtime, model, drafter, prompt, images, max_new, method, probe=probe)
                 )
-                times[method].append(summarize(steps).seconds)
+                times[method].append(measure.timed_seconds(steps, which))
                 if probe is not None:  # every repeat drafts the same trees; the first is shown
                     runs[method] = steps
                     if probe.coverage is not None:
@@ -125,7 +127,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         runs = {m: runs[m] for m in methods}
         line = _story(studio, runtime, model, runs, images, prompt, coverage)
         yield {
-            cmp["status"]: f"Done. {measure.timing_note(projection, choice)} {fair}{note}",
+            cmp["status"]: f"Done. {measure.timing_note(projection, choice, which)} {fair}{note}",
             cmp["table"]: measure.rows(runs, times, projection),
             cmp["story"]: story.story_html(line),
             cmp["strip"]: render.compare_strip_html(runs),

@@ -78,6 +78,8 @@ def _node_hover(node: NodeRecord) -> str:
         f"depth {node.depth} · score {node.score:.3g}",
         "sources: " + ", ".join(plot_name(s) for s in node.sources or ["?"]),
     ]
+    if node.this_request:
+        lines.append("from this image's own records (computed in this request)")
     if total > 0:
         lines += [
             f"{plot_name(src)}: {100 * v / total:.0f}%"

@@ -4,7 +4,9 @@ benchmark's held-out picture beside the one input.
 - **Timed like the benchmark**: a run's time is the sum of its passes' draft, verify and update phases
   (`recap.trace.summarize`); display work (token texts, the fused distribution, node contributions) is
   done outside them. Each method runs `REPEATS` times, interleaved; the table shows the median and the
-  range, and speedups are medians over AR's median.
+  range, and speedups are medians over AR's median. The clock (`clock`): on a CPU where torch computes
+  on the decoding thread alone, that thread's CPU time (``cpu_seconds``), which leaves out whatever time
+  the machine gave to other processes and visitors; elsewhere wall-clock time.
 - **Equal budgets by default** (`EQUAL`): every tree method grows `EQUAL_NODES` nodes a pass (RECAP's
   budget, SuffixDecoding's ``max_spec_tokens``; Token Recycling's template has that many); `DEVICE`:
   as each method would choose on this device (RECAP ``auto``, TR its template, SuffixDecoding its
@@ -89,6 +91,26 @@ def projection_for(model_name: str, device_type: str) -> Projection | None:
     return Projection(curve, f"the H200 curve recorded with {source} (same architecture, not this model)")
 
 
+#: The clocks a Compare run can be timed with (`clock`), and how the tab names each.
+CLOCKS = {
+    "cpu": "in the decoding thread's CPU time (torch computes on that one thread here, so time the "
+    "machine gave to other processes is left out)",
+    "wall": "in wall-clock time",
+}
+
+
+def clock(device_type: str, threads: int) -> str:
+    """``"cpu"`` on a CPU with torch on one thread (the decoding thread does all the compute), else
+    ``"wall"`` (a GPU computes outside the thread; several torch threads share the work)."""
+    return "cpu" if device_type == "cpu" and threads == 1 else "wall"
+
+
+def timed_seconds(steps: Sequence[StepRecord], which: str) -> float:
+    """A run's timed phases by the ``which`` clock (`clock`)."""
+    summary = summarize(steps)
+    return summary.cpu_seconds if which == "cpu" else summary.seconds
+
+
 def projected(steps: Sequence[StepRecord], projection: Projection) -> float:
     """A run's decoding passes on the projection's device (`recap.models.cost.projected_seconds`)."""
     decoding = steps[1:]
@@ -146,11 +168,12 @@ def _tokens(steps: Sequence[StepRecord]) -> list[int]:
     return [t for s in steps for t in s.new_tokens]
 
 
-def timing_note(projection: Projection | None, choice: str) -> str:
-    """What the table's numbers measured, in one paragraph."""
+def timing_note(projection: Projection | None, choice: str, which: str = "wall") -> str:
+    """What the table's numbers measured, in one paragraph (``which``: the clock, `clock`)."""
     note = (
-        f"Timed: the draft, verify and update phases of every pass (display work excluded), each method "
-        f"run {REPEATS} times, interleaved, after an untimed warm-up; budgets: {choice}."
+        f"Timed: the draft, verify and update phases of every pass (display work excluded), "
+        f"{CLOCKS[which]}, each method run {REPEATS} times, interleaved, after an untimed warm-up; "
+        f"budgets: {choice}."
     )
     if projection is not None:
         note += (

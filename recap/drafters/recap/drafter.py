@@ -341,14 +341,28 @@ class RecapDrafter:
 
     def explain(self, tree: DraftTree) -> None:
         """Fill the display-only fields of the last proposed ``tree``: the fused distribution at the
-        root (``root_candidates``) and each node's per-memory contributions (``share * record prob``).
+        root (``root_candidates``), each node's per-memory contributions (``share * record prob``) and
+        whether a record this request wrote proposed it (``this_request``).
 
         Call it after `propose` and before `observe` (the studio does; a benchmark does not).
         """
         tree.root_candidates = self.root_candidates()
         if tree is self._proposed and self._growth is not None and self._kept == len(tree):
-            for node, column in enumerate(self._growth.parts[: len(tree)].tolist()):
+            parts = self._growth.parts[: len(tree)]
+            for node, column in enumerate(parts.tolist()):
                 tree.contributions[node] = {name: part for name, part in zip(MEMORIES, column) if part > 0}
+            fresh = self._lookup(self._parent_tails(tree)).fresh.T  # (N, 3): at each node's context
+            tree.this_request = ((parts > 0) & fresh).any(axis=1).tolist()
+
+    def _parent_tails(self, tree: DraftTree) -> np.ndarray:
+        """The last three tokens of each node's context (its parent's path; -1 before the start)."""
+        root = [-1 if t is None else t for t in self._root_tail or (None, None, None)]
+        tails = np.empty((len(tree), 3), dtype=np.int64)
+        own = np.empty((len(tree), 3), dtype=np.int64)  # each node's own tail: its parent's, then it
+        for node, (parent, token) in enumerate(zip(tree.parents, tree.tokens)):
+            tails[node] = root if parent == ROOT else own[parent]
+            own[node] = (tails[node, 1], tails[node, 2], token)
+        return tails
 
     def _backoff(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The back-off record's ``(ids, probs)`` for the search (`recap.memory.backoff`), None when off."""
