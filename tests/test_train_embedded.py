@@ -300,6 +300,7 @@ def test_a_clock_limit_stops_the_run_annealed():
         ({"hidden": 30}, "divisible"),
         ({"world": "v2", "extra_phrasing_share": 1.5}, "in \\[0, 1\\]"),
         ({"world": "v1", "extra_phrasing_share": 0.5}, "world v2 only"),
+        ({"world": "v2", "phrasings": "sentences"}, "phrasings must be one of"),
         ({"init": "/nonexistent/model"}, "folder with a saved model"),
     ],
 )

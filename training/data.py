@@ -22,7 +22,7 @@ import torch
 
 from recap.embedded import scenes, scenes2
 from training.bpe import train_byte_level_bpe
-from training.phrasings import ask_in_extra_phrasing
+from training.phrasing_families import ask_in_family
 
 PAD, BOS, EOS, IMAGE = "<pad>", "<s>", "</s>", "<image>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, IMAGE)  # ids 0..3, in this order
@@ -59,9 +59,11 @@ class World:
     vocab_size: int
     #: How often each question type is asked in training.
     qtype_weights: dict[str, float] = field(default_factory=dict)
-    #: Extra training phrasings per question type (v2 only, e.g. `training.phrasings`), and the
-    #: share of that type's questions asked with one of them instead of a `TRAINING_QUESTIONS` phrasing.
-    extra_questions: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Extra training phrasings per question type (v2 only): groups of phrasings, a draw picks a group
+    #: and then one of its phrasings (`training.phrasing_families.training_groups`: one group per family
+    #: and register; `training.phrasings`: one group). ``extra_share`` is the share of that type's
+    #: questions asked with one of them instead of a `TRAINING_QUESTIONS` phrasing.
+    extra_questions: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
     extra_share: float = 0.0
 
     @property
@@ -87,15 +89,16 @@ class World:
         extra = self.extra_questions.get(qtype, ())
         # (rng.random() is drawn only when extras exist, so a world without them keeps its stream.)
         if extra and self.extra_share > 0 and rng.random() < self.extra_share:
-            question, answer, spans = ask_in_extra_phrasing(self.scenes, scene, qtype, extra, rng)
+            question, answer, spans = ask_in_family(self.scenes, scene, qtype, extra, rng)
         else:
             question, answer, spans = self.scenes.make_question_with_spans(scene, qtype, rng)
         if scope == "asked" and qtype not in self.scenes.ONE_SHAPE_TYPES:
             spans = []
         return question, answer, spans
 
-    def with_extra_questions(self, extra: dict[str, tuple[str, ...]], share: float) -> World:
-        """This world asking ``share`` of each type's training questions with ``extra``'s phrasings."""
+    def with_extra_questions(self, extra: dict[str, tuple], share: float) -> World:
+        """This world asking ``share`` of each type's training questions with ``extra``'s phrasings: per
+        type a tuple of phrasings (one group) or of groups of phrasings."""
         if not 0.0 <= share <= 1.0:
             raise ValueError(f"the share of extra phrasings must be in [0, 1], not {share}")
         if share > 0 and not hasattr(self.scenes, "answer_with_spans"):
@@ -103,7 +106,13 @@ class World:
         unknown = set(extra) - set(self.qtype_weights)
         if unknown:
             raise ValueError(f"no question type {sorted(unknown)} in world {self.name!r}")
-        return replace(self, extra_questions=dict(extra), extra_share=share)
+        groups = {
+            q: (tuple(v),) if all(isinstance(t, str) for t in v) else tuple(map(tuple, v))
+            for q, v in extra.items()
+        }
+        if any(not g for gs in groups.values() for g in gs):
+            raise ValueError("an extra phrasing group is empty")
+        return replace(self, extra_questions=groups, extra_share=share)
 
 
 WORLDS = {

@@ -48,9 +48,13 @@ from training.data import (
     to_torch,
 )
 from training.evaluate import evaluate, folder_size, load, world_of, write_examples
+from training.phrasing_families import training_groups
 from training.phrasings import EXTRA_TRAINING_QUESTIONS
 
 logger = logging.getLogger(__name__)
+
+#: The generators of extra training phrasings (``--phrasings``).
+PHRASINGS = {"frames": lambda: EXTRA_TRAINING_QUESTIONS, "families": training_groups}
 
 
 @dataclass(frozen=True)
@@ -85,9 +89,11 @@ class TrainConfig:
     # Fine-tuning: start from the model saved in this folder (its sizes and tokenizer; the size fields
     # above are then ignored) instead of a random initialisation. The per-patch head starts afresh.
     init: str = ""
-    # Share of relation and position questions asked with a generated phrasing (training.phrasings),
-    # v2 only.
+    # Share of each type's questions asked with a generated phrasing instead of a TRAINING_QUESTIONS
+    # one, v2 only; ``phrasings`` says which generator: "frames" (training.phrasings, 230 phrasings) or
+    # "families" (the training families of training.phrasing_families).
     extra_phrasing_share: float = 0.0
+    phrasings: str = "frames"
     # Keep the vision tower and projector as they are (train the language model only); the per-patch
     # loss, which only trains the vision side, is then skipped.
     freeze_vision: bool = False
@@ -103,6 +109,8 @@ class TrainConfig:
             raise ValueError(f"binding layers {self.attn_layers} need more than {self.layers} layers")
         if not 0.0 <= self.extra_phrasing_share <= 1.0:
             raise ValueError(f"extra_phrasing_share must be in [0, 1], not {self.extra_phrasing_share}")
+        if self.phrasings not in PHRASINGS:
+            raise ValueError(f"phrasings must be one of {sorted(PHRASINGS)}, not {self.phrasings!r}")
         if self.extra_phrasing_share > 0 and self.world != "v2":
             raise ValueError("extra phrasings exist for world v2 only")
         if self.init and not (Path(self.init) / "config.json").is_file():
@@ -264,7 +272,7 @@ def train(out_dir: Path, cfg: TrainConfig) -> dict:
     torch.set_num_threads(cfg.threads)
     world = WORLDS[cfg.world]
     if cfg.extra_phrasing_share > 0:
-        world = world.with_extra_questions(EXTRA_TRAINING_QUESTIONS, cfg.extra_phrasing_share)
+        world = world.with_extra_questions(PHRASINGS[cfg.phrasings](), cfg.extra_phrasing_share)
     processor, model = initial_model(cfg, world)
     builder = SequenceBuilder(processor.tokenizer, world.num_image_tokens)
     # Batch workers start before CUDA is initialised in this process.
@@ -384,7 +392,14 @@ def _parser() -> argparse.ArgumentParser:
         "--extra-phrasing-share",
         type=float,
         default=d.extra_phrasing_share,
-        help="share of relation and position questions asked with phrasings of training/phrasings.py",
+        help="share of each type's questions asked with generated phrasings (see --phrasings)",
+    )
+    parser.add_argument(
+        "--phrasings",
+        choices=sorted(PHRASINGS),
+        default=d.phrasings,
+        help="generator of the extra phrasings: frames (training/phrasings.py) or families "
+        "(the training families of training/phrasing_families.py)",
     )
     parser.add_argument(
         "--freeze-vision",

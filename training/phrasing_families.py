@@ -1,0 +1,452 @@
+"""Phrasing *families* of the v2 questions, generated from parts; whole families kept for evaluation only.
+
+`training.phrasings` gave the embedded model v2 230 extra training phrasings, relation question frames
+crossed with reference cues. Held-out phrasings drawn from the same frames and cues were answered well,
+but a visitor's own wording was not: "compare where the two shapes are and how big they are" got a
+relation of one shape with itself, "describe every shape carefully" a broken description. This module
+composes phrasings from more parts, so that the wording itself says less about the question type:
+
+- a **family** is one way of asking a question type: a few *frames* (sentence skeletons) whose words
+  vary by inline alternatives ``(a|b|)`` and named synonym slots (``<image>``: image, picture, scene,
+  drawing; ``<shapes>``; ``<colour>``; ``<place>`` ...). A family names the subject first or last,
+  asks or commands, and may combine several requests in one sentence (where a shape is *and* how big
+  it is compared with another is a relation question about the shape named as the subject; a thorough
+  or complete description is a detailed description);
+- a **register** wraps a frame: plain, casual ("Hey, ...", lower case without the question mark),
+  polite ("Please ...", "Could you ...?"); one register, the first-person one ("I'd like ..."), is
+  kept for the held-out families only;
+- families are split whole: the training families (`TRAINING_FAMILIES`) are what fine-tuning asks
+  (``--phrasings families``), the held-out families (`HELDOUT_FAMILIES`) are never trained on and are
+  what `training.evaluate_families` scores. No held-out frame is a training frame
+  (tests/test_phrasing_families.py checks frames, synonyms mapped back, and that no held-out phrasing
+  contains a training one).
+
+Placeholders: ``{kind}`` is the asked shape, the subject of a relation answer wherever the phrasing
+names it; ``{other}`` the reference shape of a relation. The answer never names one shape as both: the
+two are different shapes of the scene (`ask_in_family`).
+
+The training families were written from the questions' meaning and avoid the words and word triples of
+`REPHRASED_QUESTIONS` that the original training phrasings do not have (the test lists the rule), so
+that older held-out set stays a test of unseen wording.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from types import ModuleType
+
+import numpy as np
+
+from recap.embedded.scenes2_questions import TRAINING_QUESTIONS
+from training import phrasings as frames_v1
+
+#: Named synonym slots, ``<name>`` in a frame.
+SLOTS: dict[str, str] = {
+    "image": "image|picture|scene|drawing",
+    "shapes": "shapes|figures|objects|items",
+    "shape": "shape|figure|object|item",
+    "colour": "colour|color",
+    "place": "position|location|place",
+    "bigger": "bigger|larger",
+    "big": "big|large",
+}
+
+_SLOT_RE = re.compile(r"<([a-z]+)>")
+
+
+def expand(pattern: str) -> tuple[str, ...]:
+    """Every string ``pattern`` stands for: ``<slot>`` becomes that slot's alternatives, ``(a|b|)``
+    one of ``a``, ``b`` or nothing (groups may nest); spaces are tidied. In a fixed order, no repeats."""
+    text = _SLOT_RE.sub(lambda m: "(" + SLOTS[m.group(1)] + ")", pattern)
+    return tuple(dict.fromkeys(_tidy(s) for s in _alternatives(text)))
+
+
+def _alternatives(text: str) -> list[str]:
+    start = text.find("(")
+    if start < 0:
+        if ")" in text or "|" in text:
+            raise ValueError(f"unbalanced alternatives in {text!r}")
+        return [text]
+    depth, parts, begin = 0, [], start + 1
+    for j in range(start, len(text)):
+        c = text[j]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                parts.append(text[begin:j])
+                end = j
+                break
+        elif c == "|" and depth == 1:
+            parts.append(text[begin:j])
+            begin = j + 1
+    else:
+        raise ValueError(f"unbalanced alternatives in {text!r}")
+    head, tails = text[:start], _alternatives(text[end + 1 :])
+    return [head + a + t for p in parts for a in _alternatives(p) for t in tails]
+
+
+def _tidy(text: str) -> str:
+    text = re.sub(r"\s+", " ", text).strip()
+    return re.sub(r" ([?.,:!]|'s\b)", r"\1", text)  # no space before punctuation or "'s"
+
+
+# ------------------------------------------------------------------------------------------ registers
+@dataclass(frozen=True)
+class Register:
+    """Ways to wrap a frame. In ``questions`` (for a frame ending in "?") and ``commands`` (any other),
+    ``{Q}`` is the frame as written, ``{q}`` the frame with a lower-case first letter and ``{bare}``
+    that without its final punctuation."""
+
+    name: str
+    questions: tuple[str, ...]
+    commands: tuple[str, ...]
+    heldout: bool = False
+
+    def wrap(self, core: str) -> tuple[str, ...]:
+        """``core`` in each of this register's wrappers that fit it: a question's by the end of its first
+        sentence; no wrapper makes a question of a command of several sentences, or says please twice."""
+        first = core.split(" ", 1)[0]
+        lower = core if first == "I" or first.startswith("I'") else core[:1].lower() + core[1:]
+        bare = lower.rstrip("?.!")
+        sentences = re.split(r"(?<=[.?:!]) ", core)
+        question = sentences[0].endswith("?")
+        wrappers = [
+            w
+            for w in (self.questions if question else self.commands)
+            if not (len(sentences) > 1 and not question and w.endswith("?"))
+            and not ("please" in w and "please" in core.lower())
+        ]
+        return tuple(w.format(Q=core, q=lower, bare=bare) for w in wrappers)
+
+
+REGISTERS: tuple[Register, ...] = (
+    Register("plain", ("{Q}",), ("{Q}",)),
+    Register(
+        "casual",
+        ("Hey, {q}", "So, {q}", "Quick question: {q}", "{bare}", "ok, {bare}?"),
+        ("Hey, {q}", "{bare}, thanks.", "{bare}", "ok, {bare}."),
+    ),
+    Register(
+        "polite",
+        ("Excuse me, {q}", "One question, please: {q}", "{bare}, please?"),
+        ("Kindly {q}", "Could you kindly {bare}?", "{bare}, please.", "If possible, {q}"),
+    ),
+    Register(
+        "first-person",
+        ("I'd like to know: {q}", "I'm curious, {q}", "I was wondering: {q}"),
+        ("I'd like you to {q}", "I want you to {q}", "Would you {bare}?"),
+        heldout=True,
+    ),
+)
+
+
+# ------------------------------------------------------------------------------------------ families
+@dataclass(frozen=True)
+class Family:
+    """One way of asking question type ``qtype``: ``frames`` (patterns for `expand`) wrapped in every
+    register its split may use. ``checks`` are the fact types an answer must get right (``qtype``'s by
+    default; a combined request names several, e.g. colour and position)."""
+
+    name: str
+    qtype: str
+    frames: tuple[str, ...]
+    heldout: bool = False
+    checks: tuple[str, ...] = ()
+
+    @property
+    def facts(self) -> tuple[str, ...]:
+        return self.checks or (self.qtype,)
+
+    def cores(self) -> tuple[str, ...]:
+        """The frames' expansions, unwrapped, without repeats and without `TRAINING_QUESTIONS` strings."""
+        original = {q.lower() for qs in TRAINING_QUESTIONS.values() for q in qs}
+        expanded = (s for frame in self.frames for s in expand(frame))
+        return tuple(s for s in dict.fromkeys(expanded) if s.lower() not in original)
+
+    def registers(self) -> tuple[Register, ...]:
+        return tuple(r for r in REGISTERS if self.heldout or not r.heldout)
+
+    def by_register(self) -> dict[str, tuple[str, ...]]:
+        """The family's phrasings per register name."""
+        cores = self.cores()
+        return {r.name: tuple(dict.fromkeys(p for c in cores for p in r.wrap(c))) for r in self.registers()}
+
+    def phrasings(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p for ps in self.by_register().values() for p in ps))
+
+
+def _cue_frames() -> tuple[str, ...]:
+    cues = "|".join((*frames_v1.REFERENCE_CUES, "beside", "against", "alongside"))
+    ref = f" ({cues}) the {{other}}"
+    return tuple(f.format(kind="{kind}", ref=ref) for f in frames_v1.SUBJECT_FIRST_FRAMES)
+
+
+FAMILIES: tuple[Family, ...] = (
+    # ---------------------------------------------------------------- describe (a short description)
+    Family("describe/what-is-shown", "describe", (
+        "What('s| is) (drawn|depicted) (in the <image>|here|on the <image>)?",
+        "What's shown here?",
+        "What does (the|this) <image> (show|depict|hold)?",
+        "What can be seen (in the <image>|here)?",
+    )),
+    Family("describe/brief-summary", "describe", (
+        "Give a (brief|quick) (summary|overview|description) of the <image>.",
+        "Give a short (summary|overview) of the <image>.",
+        "(Describe|Summarise|Sum up) the <image> (briefly|in a few words|in one sentence|in short).",
+        "(Quickly|Briefly) (summarise|sum up|go over) (the|this) <image>.",
+    )),
+    Family("describe/list-contents", "describe", (
+        "List the <shapes> (in|on) the <image>.",
+        "Which <shapes> are (in|on) the <image>?",
+        "(What|Which) <shapes> appear in the <image>?",
+        "(Tell me|Say) which <shapes> the <image> shows.",
+    )),
+    Family("describe/caption", "describe", (
+        "(Write|Give|Suggest) a (caption|one-line caption|short caption) for (the|this) <image>.",
+        "Caption (the|this) <image>.",
+        "How could (the|this) <image> be captioned in a sentence?",
+    )),
+    Family("describe/make-up", "describe", (
+        "What <shapes> make up (the|this) <image>?",
+        "Which <shapes> is this <image> made of?",
+        "Tell me what this <image> is made of.",
+    ), heldout=True),
+    Family("describe/gist", "describe", (
+        "What is the gist of this <image>?",
+        "Give me the gist of the <image>.",
+        "In a nutshell, what is on the <image>?",
+    ), heldout=True),
+    Family("describe/looking-at", "describe", (
+        "What am I looking at here?",
+        "What is going on in this <image>?",
+        "Take a look at the <image> and tell me what is there.",
+    ), heldout=True),
+    # ---------------------------------------------------------------------------------- colour
+    Family("colour/what-colour", "colour", (
+        "What <colour> (is the {kind}|does the {kind} have)?",
+        "Which <colour> is the {kind} (drawn in|painted in|shown in)?",
+        "What <colour> was the {kind} given?",
+    )),
+    Family("colour/say-the-colour", "colour", (
+        "(Tell me|Say|Give|State|Report|Identify) the <colour> of the {kind}.",
+        "Say which <colour> belongs to the {kind}.",
+    )),
+    Family("colour/shade", "colour", (
+        "What (shade|hue) is the {kind}?",
+        "In (which|what) (shade|hue) is the {kind} (drawn|painted|shown)?",
+        "Give the (shade|hue) of the {kind}.",
+    )),
+    Family("colour/colour-and-place", "colour", (
+        "What <colour> is the {kind}, and where is it?",
+        "(Give|State|Tell me) the <colour> and the <place> of the {kind}.",
+        "Which <colour> is the {kind} and (where does it appear|in which part is it)?",
+    ), checks=("colour", "position")),
+    Family("colour/paint", "colour", (
+        "What paint was used for the {kind}?",
+        "Which paint colour went into the {kind}?",
+        "The {kind} is painted in what?",
+    ), heldout=True),
+    Family("colour/subject-first", "colour", (
+        "About the {kind}: which <colour> does it come in?",
+        "The {kind}, what <colour> is that?",
+        "Look at the {kind}. Its <colour>?",
+    ), heldout=True),
+    Family("colour/place-then-colour", "colour", (
+        "Where's the {kind}, and what <colour> is it?",
+        "Tell me where the {kind} is located and what its <colour> is.",
+    ), heldout=True, checks=("colour", "position")),
+    # ----------------------------------------------------------------------------------- count
+    Family("count/how-many", "count", (
+        "How many <shapes> (are there|can be seen|appear|are visible) (in the <image>|here|)?",
+        "How many <shapes> does (the|this) <image> (show|hold)?",
+        "How many <shapes> do you count?",
+    )),
+    Family("count/number-of", "count", (
+        "What is the (total number|count) of (shapes|figures|items) (in the <image>|here)?",
+        "(Give|Tell me|State|Report) the (total number|count) of (shapes|figures|items)( in the <image>|).",
+        "Say how many <shapes> there are( in the <image>|).",
+    )),
+    Family("count/count-them", "count", (
+        "Count (the|all the) <shapes>( in the <image>|).",
+        "Count up the <shapes>( in the <image>|) and give the total.",
+    )),
+    Family("count/in-total", "count", (
+        "(Shapes|Figures|Objects|Items) in total?",
+        "Total number of (shapes|figures|items)?",
+        "How many (in total|altogether)?",
+    )),
+    Family("count/quantity", "count", (
+        "What quantity of <shapes> does the <image> hold?",
+        "How big is the number of <shapes> in this <image>?",
+    ), heldout=True),
+    Family("count/tally", "count", (
+        "Tally up the <shapes>.",
+        "Do a quick tally of the <shapes> in the <image>.",
+        "What's the tally of <shapes>?",
+    ), heldout=True),
+    Family("count/one-or-several", "count", (
+        "Is there just one <shape> or are there several? How many?",
+        "Are there many <shapes> here, and if so how many?",
+    ), heldout=True),
+    # -------------------------------------------------------------------------------- position
+    Family("position/where", "position", (
+        "Where (is|'s) the {kind} (drawn|shown|found|placed|)( in the <image>|)?",
+        "Where (can|do) (we|you) (find|see) the {kind}( in the <image>|)?",
+    )),
+    Family("position/which-part", "position", (
+        "Which (part|area|section|side) of the <image> (holds|shows) the {kind}?",
+        "What (area|section) of the <image> holds the {kind}?",
+        "In which (area|section) of the <image> (lies the {kind}|can the {kind} be found)?",
+        "On which side of the <image> lies the {kind}?",
+    )),
+    Family("position/say-the-place", "position", (
+        "(Tell me|State|Give|Report|Describe) the <place> of the {kind}.",
+        "Point out the {kind}'s <place>.",
+        "Find the {kind} (in|on) the <image>.",
+    )),
+    Family("position/grid-cell", "position", (
+        "Which (grid cell|cell of the grid|cell) is the {kind} in?",
+        "What cell does the {kind} (occupy|take up)?",
+        "In which row and column is the {kind}?",
+    )),
+    Family("position/frames", "position", (
+        *(f.format(kind="{kind}", ref="") for f in frames_v1.SUBJECT_FIRST_FRAMES),
+        *frames_v1.POSITION_QUESTIONS,
+    )),
+    Family("position/whereabouts", "position", (
+        "What are the whereabouts of the {kind}?",
+        "Whereabouts is the {kind}?",
+        "Whereabouts in the <image> does the {kind} show up?",
+    ), heldout=True),
+    Family("position/where-to-look", "position", (
+        "Help me spot the {kind}: where should I look?",
+        "If I want to find the {kind}, where do I look?",
+    ), heldout=True),
+    Family("position/what-spot", "position", (
+        "At what spot of the <image> does the {kind} appear?",
+        "What spot does the {kind} sit at?",
+    ), heldout=True),
+    # -------------------------------------------------------------------------------- relation
+    Family("relation/cue-frames", "relation", _cue_frames()),
+    Family("relation/reference-first", "relation", (
+        *frames_v1.SUBJECT_LAST_FRAMES,
+        "From the {other}'s point of view, where is the {kind}?",
+        "Using the {other} as the reference point, how is the {kind} placed and how <big> is it?",
+        "Against the {other}, where does the {kind} stand, and is it <bigger>?",
+        "Take the {other}: is the {kind} left or right of it, above or below it, <bigger> or smaller?",
+    )),
+    Family("relation/either-or", "relation", (
+        *frames_v1.WHOLE_QUESTIONS,
+        "Is the {kind} (to the left|left) or (to the right|right) of the {other}? Is it higher or lower?"
+        " Is it <bigger> or smaller?",
+        "On which side of the {other} is the {kind}, and which of the two is <bigger>?",
+    )),
+    Family("relation/place-and-size", "relation", (
+        "Compare the {kind} (with|to|and) the {other} (by|in) (<place> and size|where they are and how"
+        " <big> they are).",
+        "Compare the (<place>s|places) and sizes of the {kind} and the {other}.",
+        "How do the {kind} and the {other} compare in (<place> and size|where they are and how <big> they"
+        " are)?",
+        "Where are the {kind} and the {other}, and which (one|of the two) is <bigger>?",
+        "Give the <place> of the {kind} (compared with|relative to) the {other}, and say which is <bigger>.",
+        "Say in which direction the {kind} lies from the {other}, and how <big> it is.",
+    )),
+    Family("relation/arrangement", "relation", (
+        "How are the {kind} and the {other} (arranged|placed|laid out)?",
+        "How is the {kind} (arranged|placed|set) (beside|alongside|by) the {other}, and which is <bigger>?",
+        "Explain the arrangement of the {kind} and the {other}, and how their sizes compare.",
+    )),
+    Family("relation/casual", "relation", (
+        "{kind} vs {other}: where and how <big>?",
+        "The {kind} and the {other}, which is where and which is <bigger>?",
+        "{kind} versus {other}? Direction and size, please.",
+    )),
+    Family("relation/relationship", "relation", (
+        "What is the spatial relationship between the {kind} and the {other}?",
+        "Describe the relationship between the {kind} and the {other} in space and size.",
+        "How are the {kind} and the {other} related to each other?",
+    ), heldout=True),
+    Family("relation/contrast", "relation", (
+        "Contrast the {kind} with the {other}: where is it and how large is it by comparison?",
+        "In terms of placement and size, how does the {kind} differ from the {other}?",
+    ), heldout=True),
+    Family("relation/direction-from", "relation", (
+        "Starting from the {other}, which direction leads to the {kind}, and which of them is larger?",
+        "Looking from the {other}, in what direction do I find the {kind}?",
+    ), heldout=True),
+    Family("relation/next-to", "relation", (
+        "Explain how the {kind} sits next to the {other} and which one is bigger.",
+        "Where is the {kind} when you put it next to the {other}, and how do their sizes differ?",
+    ), heldout=True),
+    # ---------------------------------------------------------------------------------- detail
+    Family("detail/in-detail", "detail", (
+        "(Describe|Explain) the <image> in (full detail|depth|great detail).",
+        "Give a (detailed|thorough|complete|full|careful) description of the <image>.",
+        "Give a (thorough|complete|full|careful) account of the <image>.",
+        "(Write|Provide) a (long|detailed|complete) description of the <image>.",
+    )),
+    Family("detail/shape-by-shape", "detail", (
+        "Describe each <shape> in the <image>: its size, <colour>, <place> and how it relates to the others.",
+        "Go through the <shapes> one by one (and describe each|in detail).",
+        "Describe all the <shapes>, their sizes, <colour>s, <place>s and relations to each other.",
+    )),
+    Family("detail/thorough", "detail", (
+        "Describe the <image> (thoroughly|carefully|completely|in depth).",
+        "Leave nothing out: describe the <image>.",
+        "Be thorough: what is in the <image>?",
+        "(Describe|Explain) the <image> thoroughly, including how the <shapes> are placed relative to each"
+        " other.",
+    )),
+    Family("detail/everything", "detail", (
+        "Tell me all about (the|this) <image>.",
+        "What is there to say about (the|this) <image>? Include all the details.",
+        "Give me all the details of the <image>.",
+    )),
+    Family("detail/comprehensive", "detail", (
+        "Provide a comprehensive description of the <image>.",
+        "Give me an exhaustive account of this <image>.",
+    ), heldout=True),
+    Family("detail/every-shape", "detail", (
+        "Go over every <shape> carefully and describe them all, with how they relate.",
+        "Describe every shape in the <image>: where it is, how big it is, and where it is relative to the"
+        " others.",
+    ), heldout=True),
+    Family("detail/spare-nothing", "detail", (
+        "Spare no detail in describing this <image>.",
+        "Tell me absolutely everything about the <image>.",
+    ), heldout=True),
+)  # fmt: skip
+
+TRAINING_FAMILIES = tuple(f for f in FAMILIES if not f.heldout)
+HELDOUT_FAMILIES = tuple(f for f in FAMILIES if f.heldout)
+
+
+def training_groups(
+    families: tuple[Family, ...] = TRAINING_FAMILIES,
+) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """Per question type, one group of phrasings per (family, register): a draw picks a group, then a
+    phrasing (`ask_in_family`), so every family and register is asked as often whatever its size."""
+    groups: dict[str, list[tuple[str, ...]]] = {}
+    for family in families:
+        for phrasings in family.by_register().values():
+            groups.setdefault(family.qtype, []).append(phrasings)
+    return {qtype: tuple(gs) for qtype, gs in groups.items()}
+
+
+def ask_in_family(
+    scenes: ModuleType, scene, qtype: str, groups: tuple[tuple[str, ...], ...], rng: np.random.Generator
+) -> tuple[str, str, list[tuple[int, int, int]]]:
+    """(question, reference answer, its shape spans) with a phrasing drawn from ``groups`` (a group,
+    then one of its phrasings). ``{kind}`` is the first asked shape, the answer's subject, wherever the
+    phrasing names it; ``{other}`` a different shape of the scene (relation)."""
+    # One group draws no group index, so `training.phrasings`' single list keeps its random stream.
+    group = groups[int(rng.integers(len(groups)))] if len(groups) > 1 else groups[0]
+    template = group[int(rng.integers(len(group)))]
+    n_asked = 2 if qtype in scenes.TWO_SHAPE_TYPES else 1
+    picked = rng.choice(scene.count, size=n_asked, replace=False)  # distinct shapes
+    targets = tuple(scene.shapes[int(i)].kind for i in picked)
+    answer, spans = scenes.answer_with_spans(scene, qtype, targets)
+    return template.format(kind=targets[0], other=targets[-1]), answer, spans
