@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from recap.embedded import scenes2
 from training.data import WORLDS, World
 
 #: Generation length per question type. Detailed descriptions run up to 150 tokens; a short description
@@ -22,6 +24,26 @@ from training.data import WORLDS, World
 #: once finished rather than counted wrong for being cut off. The other answers are short (<= 40 tokens).
 MAX_NEW_TOKENS = {"detail": 200, "describe": 200}
 DEFAULT_MAX_NEW_TOKENS = 80
+
+
+def _alternation(words) -> str:
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+
+
+#: A statement relating two shapes in a v2 answer: "the (colour) kind is <relation> the (colour) kind".
+_RELATION_WORDS = (
+    "left of", "right of", "in the same column as", "above", "below", "in the same row as",
+    "larger than", "smaller than", "the same size as",
+)  # fmt: skip
+_SHAPE = rf"the (?:(?:{_alternation(scenes2.COLOURS)}) )?({_alternation(scenes2.KINDS)})"
+_RELATION_RE = re.compile(rf"\b{_SHAPE} is (?:{_alternation(_RELATION_WORDS)}) {_SHAPE}\b")
+
+
+def self_relations(answer: str) -> int:
+    """How many statements of ``answer`` relate a shape to itself ("The star is left of the star", "the
+    red star is the same size as the red star"): the same kind on both sides, and kinds are distinct
+    within a scene."""
+    return sum(m.group(1) == m.group(2) for m in _RELATION_RE.finditer(answer.lower()))
 
 
 def folder_size(path: Path) -> int:
@@ -148,7 +170,8 @@ def evaluate(
 ) -> dict:
     """Held-out accuracy per question type with training phrasings (``real``), held-out phrasings
     (``rephrased``, v2 only) and shuffled images; greedy tokens/s on one CPU thread (a 60-token short
-    description and, v2, a detailed one); folder size. ``failures`` wrong answers per type are kept."""
+    description and, v2, a detailed one); folder size; ``self_relations``: per set (shuffled images
+    aside), the answers that relate a shape to itself. ``failures`` wrong answers per type are kept."""
     if device == "cpu":
         torch.set_num_threads(1)
     processor, model = load(model_dir, device)
@@ -163,8 +186,11 @@ def evaluate(
             False,
         )
     wrong: dict[str, list] = {}
+    report["self_relations"] = {}
     for name, (its, shuffle) in sets.items():
         judged = judge(processor, model, its, shuffle, batch_size, world)
+        if not shuffle:
+            report["self_relations"][name] = sum(self_relations(ans) > 0 for _, ans, _ in judged)
         by_type: dict[str, list[bool]] = {}
         for it, ans, ok in judged:
             by_type.setdefault(it["qtype"], []).append(ok)

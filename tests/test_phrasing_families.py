@@ -1,0 +1,276 @@
+"""The phrasing families of the v2 questions (training/phrasing_families.py) and their held-out
+evaluation (training/evaluate_families.py): the generator's parts, the split of whole families, the
+training families' distance from the older held-out phrasings, and answers that never relate a shape
+to itself. No model runs here except one small check of the evaluation on the shipped model."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recap.embedded import scenes2
+from training import data as ed
+from training import evaluate_families as ef
+from training import phrasing_families as pf
+from training.evaluate import self_relations
+from training.phrasings import EXTRA_TRAINING_QUESTIONS, ask_in_extra_phrasing
+
+V2 = ed.WORLDS["v2"]
+MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-scenes-llava-v2"
+NEEDS = {"colour": (1, 0), "position": (1, 0), "relation": (1, 1)}  # ({kind}, {other}) per phrasing
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\{kind\}|\{other\}|[a-z']+", text.lower())
+
+
+def _trigrams(text: str) -> set[tuple[str, ...]]:
+    w = _words(text)
+    return {tuple(w[i : i + 3]) for i in range(len(w) - 2)}
+
+
+def _frame_key(core: str) -> tuple[str, ...]:
+    """A core's words with every synonym mapped to its slot name: the frame it was made from."""
+    slot_of = {w: name for name, alts in pf.SLOTS.items() for w in alts.split("|")}
+    return tuple(slot_of.get(w, w) for w in _words(core))
+
+
+def test_expand_crosses_alternatives_and_slots():
+    assert pf.expand("Where (is|'s) the {kind}( drawn|)?") == (
+        "Where is the {kind} drawn?",
+        "Where is the {kind}?",
+        "Where's the {kind} drawn?",
+        "Where's the {kind}?",
+    )
+    assert pf.expand("a (b (c|d)|e) f") == ("a b c f", "a b d f", "a e f")
+    assert pf.expand("the <colour>") == ("the colour", "the color")
+    for bad in ("a (b|c", "a b|c", "a b)"):
+        with pytest.raises(ValueError, match="unbalanced"):
+            pf.expand(bad)
+
+
+def test_registers_wrap_questions_and_commands_that_fit():
+    casual, polite, first = (
+        next(r for r in pf.REGISTERS if r.name == n) for n in ("casual", "polite", "first-person")
+    )
+    assert "Hey, where is the {kind}?" in casual.wrap("Where is the {kind}?")
+    assert "where is the {kind}" in casual.wrap("Where is the {kind}?")
+    assert "Could you kindly count the shapes?" in polite.wrap("Count the shapes.")
+    several = polite.wrap("Leave nothing out: describe the image.")
+    assert several and not any(w.endswith("?") for w in several)  # a command of two sentences stays one
+    assert not any(w.count("please") > 1 for w in polite.wrap("Direction and size, please."))
+    assert "I'd like to know: I see what?" in first.wrap("I see what?")  # "I" keeps its capital
+    assert first.heldout and not casual.heldout and not polite.heldout
+
+
+def test_every_family_asks_its_type_about_the_right_shapes():
+    names = [f.name for f in pf.FAMILIES]
+    assert len(set(names)) == len(names)
+    words_outside = re.compile(rf"\b({'|'.join((*scenes2.KINDS, *scenes2.COLOURS))})s?\b")
+    for family in pf.FAMILIES:
+        assert family.qtype in scenes2.QUESTION_TYPES and family.name.startswith(family.qtype + "/")
+        assert set(family.facts) <= set(scenes2.QUESTION_TYPES)
+        kinds, others = NEEDS.get(family.qtype, (0, 0))
+        for p in family.phrasings():
+            assert p.count("{kind}") == kinds and p.count("{other}") == others, p
+            assert not words_outside.search(p.replace("{kind}", "").replace("{other}", "")), p
+            assert p.format(kind="star", other="ring")  # nothing else to fill
+    for qtype in scenes2.QUESTION_TYPES:
+        assert sum(f.qtype == qtype for f in pf.TRAINING_FAMILIES) >= 4, qtype
+        assert sum(f.qtype == qtype for f in pf.HELDOUT_FAMILIES) >= 3, qtype
+    relation = [p for f in pf.TRAINING_FAMILIES if f.qtype == "relation" for p in f.phrasings()]
+    assert any(p.index("{other}") < p.index("{kind}") for p in relation)  # the subject named last, too
+    assert sum(len(f.phrasings()) for f in pf.TRAINING_FAMILIES) >= 10 * sum(
+        map(len, EXTRA_TRAINING_QUESTIONS.values())
+    )
+
+
+def test_heldout_families_share_no_frame_with_the_training_families():
+    """Whole families are held out: no held-out frame (synonyms mapped back to their slots) is a training
+    frame, no held-out phrasing is or contains a training phrasing (TRAINING_QUESTIONS, training.phrasings
+    and the training families, unwrapped), and the held-out register wraps held-out families only."""
+    train_cores = {c for f in pf.TRAINING_FAMILIES for c in f.cores()}
+    train_cores |= {t for ts in scenes2.TRAINING_QUESTIONS.values() for t in ts}
+    train_cores |= {t for ts in EXTRA_TRAINING_QUESTIONS.values() for t in ts}
+    held_cores = {c for f in pf.HELDOUT_FAMILIES for c in f.cores()}
+    assert not {_frame_key(c) for c in held_cores} & {_frame_key(c) for c in train_cores}
+    lowered = [t.lower() for t in train_cores]
+    for core in held_cores:
+        low = core.lower()
+        assert not any(t in low for t in lowered), core
+    train_phrasings = {p for f in pf.TRAINING_FAMILIES for p in f.phrasings()}
+    held_phrasings = {p for f in pf.HELDOUT_FAMILIES for p in f.phrasings()}
+    assert not train_phrasings & held_phrasings
+    for family in pf.TRAINING_FAMILIES:
+        assert not any(r.heldout for r in family.registers())
+    assert all(any(r.heldout for r in f.registers()) for f in pf.HELDOUT_FAMILIES)
+    grouped = {p for gs in pf.training_groups().values() for g in gs for p in g}
+    assert grouped == train_phrasings
+
+
+#: Words that carry no wording of their own: a word triple of these (and the placeholders) alone, such
+#: as "the {kind} and", is not a phrasing borrowed from the held-out set.
+FUNCTION_WORDS = {"the", "a", "an", "and", "of", "to", "is", "it", "in", "on", "with", "or", "this", "are"}
+
+
+def test_training_families_borrow_nothing_from_the_older_heldout_phrasings():
+    """`REPHRASED_QUESTIONS` stays a test of unseen wording: no training-family phrasing has the words of
+    a held-out phrasing, or has its words inside one, or contains one; none uses a word only held-out
+    phrasings use; and any word triple it shares with a held-out phrasing, unless made of function words
+    and placeholders only, was in the original training phrasings already."""
+    train = [t for ts in scenes2.TRAINING_QUESTIONS.values() for t in ts]
+    held = [t for ts in scenes2.REPHRASED_QUESTIONS.values() for t in ts]
+    held_only_words = {w for t in held for w in _words(t)} - {w for t in train for w in _words(t)}
+    train_trigrams = set().union(*map(_trigrams, train))
+    held_trigrams = set().union(*map(_trigrams, held))
+    held_seqs = [" " + " ".join(_words(h)) + " " for h in held]
+    for family in pf.TRAINING_FAMILIES:
+        for p in family.phrasings():
+            seq = " " + " ".join(_words(p)) + " "
+            assert not any(seq in h or h in seq for h in held_seqs), p
+            assert not set(_words(p)) & held_only_words, p
+            borrowed = {
+                t for t in _trigrams(p) & held_trigrams - train_trigrams
+                if not all(w in FUNCTION_WORDS or w.startswith("{") for w in t)
+            }  # fmt: skip
+            assert not borrowed, (p, borrowed)
+
+
+def test_asked_shapes_are_two_different_shapes_and_the_answer_is_about_the_subject():
+    scene = scenes2.scene_from_seed(1)
+    groups = (("Seen from the {other}, where is the {kind}?",), ("Compare the {kind} and the {other}.",))
+    for seed in range(40):
+        question, answer, spans = pf.ask_in_family(
+            scenes2, scene, "relation", groups, np.random.default_rng(seed)
+        )
+        named = scenes2.question_targets(question)
+        assert len(named) == 2 and named[0] != named[1]
+        subject = named[1] if question.startswith("Seen") else named[0]
+        other = next(k for k in named if k != subject)
+        assert (answer, spans) == scenes2.answer_with_spans(scene, "relation", (subject, other))
+        assert answer.startswith(f"The {subject} is ") and self_relations(answer) == 0
+
+
+def test_one_group_keeps_the_random_stream_of_the_older_phrasings():
+    """`training.phrasings` asks through `ask_in_family` now: the stage-2 command draws what it drew."""
+    scene = scenes2.scene_from_seed(4)
+    for qtype, seed in itertools.product(("relation", "position", "count"), range(5)):
+        extra = EXTRA_TRAINING_QUESTIONS[qtype]
+        a, b = np.random.default_rng(seed), np.random.default_rng(seed)
+        assert pf.ask_in_family(scenes2, scene, qtype, (extra,), a) == ask_in_extra_phrasing(
+            scenes2, scene, qtype, extra, b
+        )
+        assert a.random() == b.random()
+    world = V2.with_extra_questions(EXTRA_TRAINING_QUESTIONS, 0.5)
+    assert all(len(gs) == 1 for gs in world.extra_questions.values())
+    with pytest.raises(ValueError, match="empty"):
+        V2.with_extra_questions({"count": ((), ("How many?",))}, 0.5)
+
+
+def test_training_answers_never_relate_a_shape_to_itself():
+    """Every relation and detailed answer training asks for, with every training family, relates two
+    different shapes (and the checker does find a shape related to itself)."""
+    world = V2.with_extra_questions(pf.training_groups(), 1.0)
+    plain = V2
+    relations = 0
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        scene = scenes2.sample_scene(rng, min_shapes=2)
+        for w, qtype in itertools.product((world, plain), ("relation", "detail")):
+            _, answer, _ = w.question(scene, qtype, rng, "mentions")
+            assert self_relations(answer) == 0, answer
+            relations += answer.count(" is ")
+    assert relations > 1000
+    assert (
+        self_relations("The star is left of the star and above it. The red star is larger than the red star.")
+        == 2
+    )
+    assert self_relations("The red star is right of the blue ring, below it and larger.") == 0
+
+
+def test_family_items_are_heldout_scenes_asked_in_their_family():
+    items = ef.family_items(pf.HELDOUT_FAMILIES, 4, 3)
+    assert len(items) == 3 * len(pf.HELDOUT_FAMILIES)
+    again = ef.family_items(pf.HELDOUT_FAMILIES, 4, 3)
+    assert [(it["prompt"], it["seed"]) for it in items] == [(it["prompt"], it["seed"]) for it in again]
+    assert min(it["seed"] for it in items) >= scenes2.HELDOUT_SEED_START + 4 * scenes2.HELDOUT_STRIDE
+    held_phrasings = {f.name: set(f.phrasings()) for f in pf.HELDOUT_FAMILIES}
+    for it in items:
+        targets = it["targets"]
+        assert len(set(targets)) == len(targets) == (2 if it["qtype"] == "relation" else 1)
+        template = it["prompt"]
+        if it["qtype"] in NEEDS:
+            for kind, slot in zip(targets, ("{kind}", "{other}")):
+                template = re.sub(rf"\b{kind}\b", slot, template)
+        assert template in held_phrasings[it["family"]], it["prompt"]
+        assert ef.is_right(it, it["answer"])  # the reference answer is right
+    other_set = ef.family_items(pf.HELDOUT_FAMILIES, 5, 3)
+    assert not {it["seed"] for it in items} & {it["seed"] for it in other_set}
+
+
+def test_a_combined_request_needs_every_fact():
+    family = next(f for f in pf.HELDOUT_FAMILIES if f.facts == ("colour", "position"))
+    item = next(it for it in ef.family_items((family,), 4, 10) if it["scene"].count >= 2)
+    scene, kind = item["scene"], item["targets"][0]
+    shape = scene.shape_of_kind(kind)
+    other = next(s for s in scene.shapes if s.kind != kind)
+    assert ef.is_right(item, scenes2.reference_answer(scene, "position", kind))  # either format states both
+    assert ef.is_right(item, scenes2.reference_answer(scene, "colour", kind))
+    wrong_place = f"The {kind} is {shape.colour}. It is in the {other.position} of the image."
+    wrong_colour = f"The {kind} is in the {shape.position} of the image. It is {other.colour}."
+    assert not ef.is_right(item, wrong_place) and not ef.is_right(item, wrong_colour)
+
+
+def test_a_relation_is_judged_about_the_subject_whatever_the_order():
+    family = next(f for f in pf.HELDOUT_FAMILIES if f.name == "relation/direction-from")
+    item = ef.family_items((family,), 4, 1)[0]
+    subject, other = item["targets"]
+    assert item["prompt"].index(other) < item["prompt"].index(subject)  # the subject is named last
+    assert ef.is_right(item, item["answer"])
+    swapped = scenes2.reference_answer(item["scene"], "relation", (other, subject))
+    assert not ef.is_right(item, swapped)
+
+
+def test_summary_counts_types_families_and_self_relations():
+    items = ef.family_items(pf.HELDOUT_FAMILIES[:2], 4, 2)
+    judged = [(it, it["answer"], True) for it in items[:3]] + [
+        (items[3], "The star is left of the star and above it.", False)
+    ]
+    report = ef.summarise(judged, failures=1)
+    assert report["n"] == 4 and report["self_relations"] == 1
+    assert report["by_family"] == {pf.HELDOUT_FAMILIES[0].name: 1.0, pf.HELDOUT_FAMILIES[1].name: 0.5}
+    assert report["failures"][pf.HELDOUT_FAMILIES[1].name][0]["got"].startswith("The star")
+
+
+@pytest.mark.slow
+def test_the_family_evaluation_runs_on_the_shipped_model():
+    report = ef.evaluate_families(MODEL_DIR, (4,), 1)
+    result = report["sets"]["4"]
+    assert result["n"] == len(pf.HELDOUT_FAMILIES)
+    assert set(result["by_type"]) == set(scenes2.QUESTION_TYPES)
+    assert set(result["by_family"]) == {f.name for f in pf.HELDOUT_FAMILIES}
+
+
+def test_training_with_the_families_builds_the_same_batches_in_workers(tmp_path):
+    """``--phrasings families`` trains (a tiny model, two steps), and batch workers get the groups."""
+    from training import train as te
+    from training.batch_stream import BatchStream
+
+    world = V2.with_extra_questions(pf.training_groups(), 0.6)
+    builder = ed.SequenceBuilder(ed.build_tokenizer(V2), V2.num_image_tokens)
+    streams = [
+        BatchStream(np.random.default_rng(3), world, builder, 3, "mentions", workers=w) for w in (0, 1)
+    ]
+    try:
+        a, b = (next(s) for s in streams)
+        assert np.array_equal(a["input_ids"], b["input_ids"]) and np.array_equal(a["labels"], b["labels"])
+    finally:
+        for s in streams:
+            s.close()
+    tiny = {"world": "v2", "hidden": 64, "mlp": 128, "vision_hidden": 32, "warmup": 1, "batch": 3}
+    cfg = te.TrainConfig(steps=2, extra_phrasing_share=1.0, phrasings="families", **tiny)
+    assert te.train(tmp_path, cfg)["steps_done"] == 2
