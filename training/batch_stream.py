@@ -12,6 +12,7 @@ import multiprocessing
 import os
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import replace
 
 import torch
 
@@ -20,11 +21,9 @@ from training.data import WORLDS, SequenceBuilder, World, batch_from_seeds, draw
 _WORKER: dict = {}
 
 
-def _worker_init(
-    world_name: str, extra: dict, extra_share: float, tokenizer, num_image_tokens: int, attn_scope: str
-) -> None:
+def _worker_init(world_name: str, overrides: dict, tokenizer, num_image_tokens: int, attn_scope: str) -> None:
     torch.set_num_threads(1)
-    world = WORLDS[world_name].with_extra_questions(extra, extra_share)
+    world = replace(WORLDS[world_name], **overrides)  # the run's world: its phrasings, noise and mix
     _WORKER.update(world=world, builder=SequenceBuilder(tokenizer, num_image_tokens), scope=attn_scope)
 
 
@@ -66,7 +65,7 @@ class BatchStream:
         if workers > 0:
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
             ctx = multiprocessing.get_context("spawn")
-            init = (world.name, world.extra_questions, world.extra_share, builder.tok)
+            init = (world.name, world.overrides(), builder.tok)
             init += (builder.num_image_tokens, attn_scope)
             for _ in range(workers):
                 here, there = ctx.Pipe()

@@ -22,7 +22,7 @@ import torch
 
 from recap.embedded import scenes, scenes2
 from training.bpe import train_byte_level_bpe
-from training.phrasing_families import ask_in_family
+from training.phrasing_families import add_noise, ask_in_family
 
 PAD, BOS, EOS, IMAGE = "<pad>", "<s>", "</s>", "<image>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, IMAGE)  # ids 0..3, in this order
@@ -65,6 +65,9 @@ class World:
     #: questions asked with one of them instead of a `TRAINING_QUESTIONS` phrasing.
     extra_questions: dict[str, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
     extra_share: float = 0.0
+    #: Share of training questions (any phrasing) with one or two filler or made-up words inserted
+    #: (`training.phrasing_families.add_noise`), so that a word the model never saw is not a cue.
+    question_noise: float = 0.0
 
     @property
     def image_size(self) -> int:
@@ -94,6 +97,9 @@ class World:
             question, answer, spans = self.scenes.make_question_with_spans(scene, qtype, rng)
         if scope == "asked" and qtype not in self.scenes.ONE_SHAPE_TYPES:
             spans = []
+        # (Drawn only with noise, so a world without it keeps its stream.)
+        if self.question_noise > 0 and rng.random() < self.question_noise:
+            question = add_noise(question, rng)
         return question, answer, spans
 
     def with_extra_questions(self, extra: dict[str, tuple], share: float) -> World:
@@ -113,6 +119,24 @@ class World:
         if any(not g for gs in groups.values() for g in gs):
             raise ValueError("an extra phrasing group is empty")
         return replace(self, extra_questions=groups, extra_share=share)
+
+    def with_training_mix(self, qtype_weights: dict[str, float] | None = None, noise: float = 0.0) -> World:
+        """This world asking its question types in proportion to ``qtype_weights`` (every type of the
+        world, normalised; None keeps the world's) and ``noise`` of its questions with inserted words."""
+        if not 0.0 <= noise <= 1.0:
+            raise ValueError(f"the question noise must be in [0, 1], not {noise}")
+        weights = self.qtype_weights
+        if qtype_weights is not None:
+            if set(qtype_weights) != set(self.qtype_weights) or min(qtype_weights.values()) <= 0:
+                raise ValueError(f"give a positive weight to each of {sorted(self.qtype_weights)}")
+            total = sum(qtype_weights.values())
+            weights = {q: qtype_weights[q] / total for q in self.qtype_weights}  # the world's order
+        return replace(self, qtype_weights=weights, question_noise=noise)
+
+    def overrides(self) -> dict:
+        """What a training run changed of its `WORLDS` entry (for batch workers to rebuild it)."""
+        names = ("qtype_weights", "extra_questions", "extra_share", "question_noise")
+        return {name: getattr(self, name) for name in names}
 
 
 WORLDS = {

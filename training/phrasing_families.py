@@ -244,6 +244,11 @@ FAMILIES: tuple[Family, ...] = (
         "(Give|State|Tell me) the <colour> and the <place> of the {kind}.",
         "Which <colour> is the {kind} and (where does it appear|in which part is it)?",
     ), checks=("colour", "position")),
+    Family("colour/as-for", "colour", (
+        "(Regarding|Concerning|As for) the {kind}, (what|which) <colour> does it (have|show)?",
+        "The {kind}'s <colour>?",
+        "{kind}: (what|which) <colour>?",
+    )),
     Family("colour/paint", "colour", (
         "What paint was used for the {kind}?",
         "Which paint colour went into the {kind}?",
@@ -316,6 +321,12 @@ FAMILIES: tuple[Family, ...] = (
         *(f.format(kind="{kind}", ref="") for f in frames_v1.SUBJECT_FIRST_FRAMES),
         *frames_v1.POSITION_QUESTIONS,
     )),
+    Family("position/as-for", "position", (
+        "(Regarding|Concerning|As for) the {kind}, where (is it|does it appear|can it be found)?",
+        "The {kind}'s <place>?",
+        "{kind}: where?",
+        "(Looking for|Searching for|Hunting for) the {kind}: where is it( in the <image>|)?",
+    )),
     Family("position/whereabouts", "position", (
         "What are the whereabouts of the {kind}?",
         "Whereabouts is the {kind}?",
@@ -364,6 +375,33 @@ FAMILIES: tuple[Family, ...] = (
         "The {kind} and the {other}, which is where and which is <bigger>?",
         "{kind} versus {other}? Direction and size, please.",
     )),
+    Family("relation/pair-request", "relation", (
+        "(Compare|Describe|Relate|Explain|Tell me about) the {kind} (and|with|versus|against) the {other} (in"
+        " (<place> and size|size and <place>)|by where they are and how <big> they are).",
+        "(Describe|Relate|Explain|Tell me about) the {kind} (and|with|versus|against) the {other}.",
+        "How do the {kind} and the {other} (compare|relate|line up)( in <place> and size|)?",
+        "The {kind} and the {other}: how do the two compare( in <place> and size|)?",
+    )),
+    Family("relation/reference-marked", "relation", (
+        "(From|Measured from|Relative to|In comparison with|With respect to) the {other}, (where is the {kind}|"
+        "which way is the {kind}|how is the {kind} placed|where does the {kind} lie), and (is it <bigger>|which"
+        " is <bigger>|how <big> is it)?",
+        "With the {other} as the (anchor|origin|starting point|reference), (where|which way) is the {kind}, and"
+        " is it <bigger>?",
+        "Go from the {other} to the {kind}: which way, and which is <bigger>?",
+    )),
+    Family("relation/size-then-place", "relation", (
+        "(Which|What) is <bigger>, the {kind} or the {other}? And where is the {kind} (relative to|compared"
+        " with) it?",
+        "Is the {kind} <bigger> or smaller than the {other}, and (which way|where) is it from the {other}?",
+        "(Bigger|Larger) or smaller, and (left or right|which side): the {kind} against the {other}?",
+    )),
+    Family("relation/mutual", "relation", (
+        "(Where|How) are the {kind} and the {other} (placed|located|set out) (relative to|with respect to)"
+        " each other?",
+        "Say how the two <shapes>, the {kind} and the {other}, are placed and sized.",
+        "Put the {kind} against the {other}: which side, above or below, and <bigger> or smaller?",
+    )),
     Family("relation/relationship", "relation", (
         "What is the spatial relationship between the {kind} and the {other}?",
         "Describe the relationship between the {kind} and the {other} in space and size.",
@@ -405,6 +443,18 @@ FAMILIES: tuple[Family, ...] = (
         "What is there to say about (the|this) <image>? Include all the details.",
         "Give me all the details of the <image>.",
     )),
+    Family("detail/facts-list", "detail", (
+        "(Describe|Cover|Go over|Walk through|Explain) (each of the|all the) <shapes>( in the <image>|),"
+        " (with|including|giving) (their sizes, <colour>s and <place>s|where each is and how <big> it is|their"
+        " <place>s relative to each other|how they relate to each other).",
+        "For each <shape>, (give|state|say) its size, <colour> and <place>, and how it relates to the others.",
+    )),
+    Family("detail/long-form", "detail", (
+        "Describe the <image> (meticulously|at length|in full|precisely|with care|step by step).",
+        "(A|The) long (version|answer|description), please: (what is in the <image>|describe the <image>)?",
+        "Describe the <image> in as much detail as possible.",
+        "What is in the <image>? (Mention|Include) all the <shapes> and where they are relative to one another.",
+    )),
     Family("detail/comprehensive", "detail", (
         "Provide a comprehensive description of the <image>.",
         "Give me an exhaustive account of this <image>.",
@@ -422,6 +472,40 @@ FAMILIES: tuple[Family, ...] = (
 
 TRAINING_FAMILIES = tuple(f for f in FAMILIES if not f.heldout)
 HELDOUT_FAMILIES = tuple(f for f in FAMILIES if f.heldout)
+
+
+# ------------------------------------------------------------------------------------- word noise
+#: Words that add nothing to a question, for `add_noise`.
+FILLERS = (
+    "just", "now", "then", "also", "actually", "really", "maybe", "perhaps", "again", "simply", "well",
+    "okay", "basically", "quite", "still", "today", "so", "oh", "hmm", "um",
+)  # fmt: skip
+#: Words a made-up word must not be: the shapes, colours and the words of positions and relations.
+_MEANINGFUL = {
+    "circle", "square", "triangle", "star", "diamond", "cross", "ring", "heart",
+    "red", "orange", "yellow", "lime", "green", "cyan", "blue", "purple", "pink", "brown", "grey", "black",
+    "left", "right", "above", "below", "top", "bottom", "middle", "center", "centre", "same", "size",
+    "row", "column", "larger", "smaller", "bigger", "detail", "many", "colour", "color",
+}  # fmt: skip
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def made_up_word(rng: np.random.Generator) -> str:
+    """A random lower-case string of 4-9 letters that is none of the words that carry a fact."""
+    while True:
+        word = "".join(_LETTERS[int(i)] for i in rng.integers(len(_LETTERS), size=int(rng.integers(4, 10))))
+        if word not in _MEANINGFUL:
+            return word
+
+
+def add_noise(question: str, rng: np.random.Generator) -> str:
+    """``question`` with one or two words inserted between its words: a filler ("just", "actually")
+    or a made-up word (half each). The asked shapes and every other word stay as they were."""
+    words = question.split(" ")
+    for _ in range(int(rng.integers(1, 3))):
+        word = FILLERS[int(rng.integers(len(FILLERS)))] if rng.random() < 0.5 else made_up_word(rng)
+        words.insert(int(rng.integers(len(words) + 1)), word)
+    return " ".join(words)
 
 
 def training_groups(

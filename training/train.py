@@ -53,6 +53,18 @@ from training.phrasings import EXTRA_TRAINING_QUESTIONS
 
 logger = logging.getLogger(__name__)
 
+
+def parse_weights(text: str) -> dict[str, float]:
+    """``"relation=0.3,detail=0.2,..."`` as a dict; ValueError if malformed."""
+    weights = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"question weights are type=weight pairs, not {part!r}")
+        weights[name.strip()] = float(value)
+    return weights
+
+
 #: The generators of extra training phrasings (``--phrasings``).
 PHRASINGS = {"frames": lambda: EXTRA_TRAINING_QUESTIONS, "families": training_groups}
 
@@ -94,6 +106,10 @@ class TrainConfig:
     # "families" (the training families of training.phrasing_families).
     extra_phrasing_share: float = 0.0
     phrasings: str = "frames"
+    # Share of training questions with filler or made-up words inserted (v2 only; 0 = none).
+    question_noise: float = 0.0
+    # "type=weight,..." for every question type: how often each is asked ("" = the world's mix).
+    qtype_weights: str = ""
     # Keep the vision tower and projector as they are (train the language model only); the per-patch
     # loss, which only trains the vision side, is then skipped.
     freeze_vision: bool = False
@@ -111,6 +127,11 @@ class TrainConfig:
             raise ValueError(f"extra_phrasing_share must be in [0, 1], not {self.extra_phrasing_share}")
         if self.phrasings not in PHRASINGS:
             raise ValueError(f"phrasings must be one of {sorted(PHRASINGS)}, not {self.phrasings!r}")
+        if (self.question_noise > 0 or self.qtype_weights) and self.world != "v2":
+            raise ValueError("question noise and a question mix are for world v2 only")
+        if self.question_noise > 0 or self.qtype_weights:  # raises ValueError if out of range
+            weights = parse_weights(self.qtype_weights) if self.qtype_weights else None
+            WORLDS[self.world].with_training_mix(weights, self.question_noise)
         if self.extra_phrasing_share > 0 and self.world != "v2":
             raise ValueError("extra phrasings exist for world v2 only")
         if self.init and not (Path(self.init) / "config.json").is_file():
@@ -273,6 +294,9 @@ def train(out_dir: Path, cfg: TrainConfig) -> dict:
     world = WORLDS[cfg.world]
     if cfg.extra_phrasing_share > 0:
         world = world.with_extra_questions(PHRASINGS[cfg.phrasings](), cfg.extra_phrasing_share)
+    if cfg.question_noise > 0 or cfg.qtype_weights:
+        weights = parse_weights(cfg.qtype_weights) if cfg.qtype_weights else None
+        world = world.with_training_mix(weights, cfg.question_noise)
     processor, model = initial_model(cfg, world)
     builder = SequenceBuilder(processor.tokenizer, world.num_image_tokens)
     # Batch workers start before CUDA is initialised in this process.
@@ -400,6 +424,17 @@ def _parser() -> argparse.ArgumentParser:
         default=d.phrasings,
         help="generator of the extra phrasings: frames (training/phrasings.py) or families "
         "(the training families of training/phrasing_families.py)",
+    )
+    parser.add_argument(
+        "--question-noise",
+        type=float,
+        default=d.question_noise,
+        help="share of training questions with a filler or made-up word or two inserted (v2)",
+    )
+    parser.add_argument(
+        "--qtype-weights",
+        default=d.qtype_weights,
+        help="how often each question type is asked: describe=0.1,colour=0.2,... (v2; default: the world's)",
     )
     parser.add_argument(
         "--freeze-vision",
