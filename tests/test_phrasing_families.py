@@ -274,3 +274,63 @@ def test_training_with_the_families_builds_the_same_batches_in_workers(tmp_path)
     tiny = {"world": "v2", "hidden": 64, "mlp": 128, "vision_hidden": 32, "warmup": 1, "batch": 3}
     cfg = te.TrainConfig(steps=2, extra_phrasing_share=1.0, phrasings="families", **tiny)
     assert te.train(tmp_path, cfg)["steps_done"] == 2
+
+
+def test_noise_inserts_one_or_two_words_and_keeps_every_other():
+    question = "Where is the star relative to the ring?"
+    inserted = 0
+    for seed in range(200):
+        noisy = pf.add_noise(question, np.random.default_rng(seed))
+        words, original = noisy.split(" "), question.split(" ")
+        extra = len(words) - len(original)
+        assert extra in (1, 2)
+        rest = list(words)
+        for w in original:  # the original words, in order, once the inserted ones are left out
+            rest = rest[rest.index(w) + 1 :]
+        assert scenes2.question_targets(noisy) == ("star", "ring")
+        assert (
+            scenes2.extract_fact("colour", noisy) is None and scenes2.extract_fact("position", noisy) is None
+        )
+        inserted += extra
+    assert inserted > 250
+    made_up = {pf.made_up_word(np.random.default_rng(s)) for s in range(300)}
+    assert len(made_up) > 250 and all(4 <= len(w) <= 9 and w.isalpha() for w in made_up)
+
+
+def test_a_mix_and_noise_change_the_questions_only_as_asked():
+    seeds = ed.draw_seeds(np.random.default_rng(8), 6)
+    builder = ed.SequenceBuilder(ed.build_tokenizer(V2), V2.num_image_tokens)
+    plain = ed.batch_from_seeds(seeds, V2, builder, "mentions")
+    same = ed.batch_from_seeds(seeds, V2.with_training_mix(None, 0.0), builder, "mentions")
+    assert np.array_equal(plain["input_ids"], same["input_ids"])  # neither given: the same stream
+    noisy = V2.with_training_mix(None, 1.0)
+    scene = scenes2.scene_from_seed(1)
+    for seed in range(10):
+        asked, answer, spans = noisy.question(scene, "relation", np.random.default_rng(seed), "mentions")
+        assert len(asked.split()) > 6 and (answer, spans) == scenes2.answer_with_spans(
+            scene, "relation", scenes2.question_targets(asked)
+        )
+    only_relation = V2.with_training_mix({q: 1.0 if q == "relation" else 1e-9 for q in V2.qtype_weights})
+    assert list(only_relation.qtype_weights) == list(V2.qtype_weights)
+    assert abs(sum(only_relation.qtype_weights.values()) - 1) < 1e-9
+    batch = ed.batch_from_seeds(
+        ed.draw_seeds(np.random.default_rng(2), 8), only_relation, builder, "mentions"
+    )
+    text = builder.tok.decode(batch["input_ids"][0])
+    assert " is " in text and any(k in text for k in scenes2.KINDS)
+    for bad in ({"relation": 1.0}, {**V2.qtype_weights, "relation": 0.0}):
+        with pytest.raises(ValueError, match="positive weight"):
+            V2.with_training_mix(bad)
+    with pytest.raises(ValueError, match="noise"):
+        V2.with_training_mix(None, 1.5)
+    from training import train as te
+
+    assert te.parse_weights("relation=0.3, detail=0.2") == {"relation": 0.3, "detail": 0.2}
+    for fields, message in (
+        ({"world": "v2", "qtype_weights": "relation"}, "type=weight"),
+        ({"world": "v2", "qtype_weights": "relation=1"}, "positive weight"),
+        ({"world": "v1", "question_noise": 0.2}, "v2 only"),
+        ({"world": "v2", "question_noise": 2.0}, "noise"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            te.TrainConfig(**fields)

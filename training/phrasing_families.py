@@ -104,6 +104,8 @@ class Register:
     questions: tuple[str, ...]
     commands: tuple[str, ...]
     heldout: bool = False
+    #: First words of the commands this register leaves unwrapped.
+    avoid: tuple[str, ...] = ()
 
     def wrap(self, core: str) -> tuple[str, ...]:
         """``core`` in each of this register's wrappers that fit it: a question's by the end of its first
@@ -118,6 +120,7 @@ class Register:
             for w in (self.questions if question else self.commands)
             if not (len(sentences) > 1 and not question and w.endswith("?"))
             and not ("please" in w and "please" in core.lower())
+            and not (not question and first.lower() in self.avoid)
         ]
         return tuple(w.format(Q=core, q=lower, bare=bare) for w in wrappers)
 
@@ -133,6 +136,13 @@ REGISTERS: tuple[Register, ...] = (
         "polite",
         ("Excuse me, {q}", "One question, please: {q}", "{bare}, please?"),
         ("Kindly {q}", "Could you kindly {bare}?", "{bare}, please.", "If possible, {q}"),
+    ),
+    # "Can you compare / tell / give / count ..." is how REPHRASED_QUESTIONS asks: left to them.
+    Register(
+        "can-you",
+        ("Can you answer this: {q}",),
+        ("Can you {bare}?",),
+        avoid=("compare", "tell", "give", "count", "name"),
     ),
     Register(
         "first-person",
@@ -170,9 +180,12 @@ class Family:
         return tuple(r for r in REGISTERS if self.heldout or not r.heldout)
 
     def by_register(self) -> dict[str, tuple[str, ...]]:
-        """The family's phrasings per register name."""
+        """The family's phrasings per register name (a register that fits none of its frames left out)."""
         cores = self.cores()
-        return {r.name: tuple(dict.fromkeys(p for c in cores for p in r.wrap(c))) for r in self.registers()}
+        wrapped = {
+            r.name: tuple(dict.fromkeys(p for c in cores for p in r.wrap(c))) for r in self.registers()
+        }
+        return {name: phrasings for name, phrasings in wrapped.items() if phrasings}
 
     def phrasings(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(p for ps in self.by_register().values() for p in ps))
@@ -327,6 +340,11 @@ FAMILIES: tuple[Family, ...] = (
         "{kind}: where?",
         "(Looking for|Searching for|Hunting for) the {kind}: where is it( in the <image>|)?",
     )),
+    Family("position/lead-clause", "position", (
+        "(When|If) (we|you) (look|search) for the {kind}, where (is it|does it appear)?",
+        "(Looking|Searching) for the {kind}, which part of the <image> shows it?",
+        "Now the {kind}: which part of the <image> (shows it|holds it)?",
+    )),
     Family("position/whereabouts", "position", (
         "What are the whereabouts of the {kind}?",
         "Whereabouts is the {kind}?",
@@ -383,11 +401,11 @@ FAMILIES: tuple[Family, ...] = (
         "The {kind} and the {other}: how do the two compare( in <place> and size|)?",
     )),
     Family("relation/reference-marked", "relation", (
-        "(From|Measured from|Relative to|In comparison with|With respect to) the {other}, (where is the {kind}|"
-        "which way is the {kind}|how is the {kind} placed|where does the {kind} lie), and (is it <bigger>|which"
-        " is <bigger>|how <big> is it)?",
-        "With the {other} as the (anchor|origin|starting point|reference), (where|which way) is the {kind}, and"
-        " is it <bigger>?",
+        "(From|Measured from|Relative to|In comparison with|With respect to) the {other}, (where is the"
+        " {kind}|which way is the {kind}|how is the {kind} placed|where does the {kind} lie), and (is it"
+        " <bigger>|which is <bigger>|how <big> is it)?",
+        "With the {other} as the (anchor|origin|starting point|reference), (where|which way) is the {kind},"
+        " and is it <bigger>?",
         "Go from the {other} to the {kind}: which way, and which is <bigger>?",
     )),
     Family("relation/size-then-place", "relation", (
@@ -401,6 +419,31 @@ FAMILIES: tuple[Family, ...] = (
         " each other?",
         "Say how the two <shapes>, the {kind} and the {other}, are placed and sized.",
         "Put the {kind} against the {other}: which side, above or below, and <bigger> or smaller?",
+    )),
+    Family("relation/viewpoint", "relation", (
+        "(Viewed|Seen|Judged|Measured) from the {other}, (where|which way|in which direction) is the {kind}("
+        " located|)(, and is it <bigger>|, and how <big> is it|)?",
+        "(Standing|Beginning|Waiting) at the {other}, (where|which way) is the {kind}(, and is it"
+        " <bigger>|)?",
+        "If you (stand|begin|are) at the {other}, (where|which way) is the {kind}(, and is it <bigger>|)?",
+        "Taking the {other} as the (centre|start|fixed point|origin), (locate|place|describe) the {kind} and"
+        " (compare|give) its size.",
+    )),
+    Family("relation/measured-against", "relation", (
+        "(Measure|Judge|Rate|Size up) the {kind} against the {other}: (which side|where), and (how <big>|"
+        "<bigger> or smaller)?",
+        "How does the {kind} (stand|fare|look) (against|beside|alongside) the {other} in <place> and size?",
+        "Where does the {kind} stand (against|beside) the {other}, and what about their sizes?",
+        "What can you say about the {kind} (compared with|versus|against) the {other}: (<place> and"
+        " size|where and how <big>)?",
+        "The {kind} (against|versus|beside) the {other}: (give|describe) (the|their) (<place>s|layout) and"
+        " sizes.",
+    )),
+    Family("relation/both-named", "relation", (
+        "(There is|Take) a {kind} and a {other}. Where is the {kind}, and is it <bigger>?",
+        "Two <shapes>, the {kind} and the {other}: (where|which way) is the {kind} from the {other}, and"
+        " which is <bigger>?",
+        "About the {kind} and the {other}: which is where, and which is <bigger>?",
     )),
     Family("relation/relationship", "relation", (
         "What is the spatial relationship between the {kind} and the {other}?",
@@ -445,15 +488,17 @@ FAMILIES: tuple[Family, ...] = (
     )),
     Family("detail/facts-list", "detail", (
         "(Describe|Cover|Go over|Walk through|Explain) (each of the|all the) <shapes>( in the <image>|),"
-        " (with|including|giving) (their sizes, <colour>s and <place>s|where each is and how <big> it is|their"
-        " <place>s relative to each other|how they relate to each other).",
-        "For each <shape>, (give|state|say) its size, <colour> and <place>, and how it relates to the others.",
+        " (with|including|giving) (their sizes, <colour>s and <place>s|where each is and how <big> it"
+        " is|their <place>s relative to each other|how they relate to each other).",
+        "For each <shape>, (give|state|say) its size, <colour> and <place>, and how it relates to the"
+        " others.",
     )),
     Family("detail/long-form", "detail", (
         "Describe the <image> (meticulously|at length|in full|precisely|with care|step by step).",
         "(A|The) long (version|answer|description), please: (what is in the <image>|describe the <image>)?",
         "Describe the <image> in as much detail as possible.",
-        "What is in the <image>? (Mention|Include) all the <shapes> and where they are relative to one another.",
+        "What is in the <image>? (Mention|Include) all the <shapes> and where they are relative to one"
+        " another.",
     )),
     Family("detail/comprehensive", "detail", (
         "Provide a comprehensive description of the <image>.",
