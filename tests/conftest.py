@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -25,6 +26,13 @@ from recap.tree import DraftTree  # noqa: E402
 def tiny(arch: str, attn: str = "sdpa"):
     """A cached tiny model (building one costs ~0.1 s; tests must not mutate it)."""
     return build(arch, attn)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a test's own studio server)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def noise_image(seed: int, size: tuple[int, int] = (40, 52)) -> Image.Image:

@@ -9,7 +9,6 @@ in-process tiny LLaVA, and driven through `gradio_client` like an API user, or t
 from __future__ import annotations
 
 import json
-import socket
 import struct
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from conftest import noise_image, tiny
+from conftest import free_port, noise_image, tiny
 
 from recap.drafters.suffix_decoding import suffix_decoding_available
 from recap.studio import measure
@@ -50,12 +49,6 @@ def test_import_builds_nothing_and_loads_no_model():
     assert result.stdout.strip().endswith("ok")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _factory(model_id: str):
     from recap.runtime import Runtime
 
@@ -82,7 +75,7 @@ def served(tmp_path_factory, own_gradio_folder):
     import app
 
     demo = app.build_demo(runtime_factory=_factory, models=[TINY, MISSING])
-    port = _free_port()
+    port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     folder = tmp_path_factory.mktemp("inputs")
     image = folder / "noise.png"
@@ -532,7 +525,7 @@ def test_an_api_clients_trace_goes_after_the_age_limit(monkeypatch, tmp_path):
 
     monkeypatch.setattr(exports, "TRACE_MAX_AGE_S", 1)
     demo = app.build_demo(runtime_factory=_factory, models=[TINY])
-    port = _free_port()
+    port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
         image = tmp_path / "noise.png"

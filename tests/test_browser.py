@@ -13,12 +13,11 @@ import json
 import os
 import re
 import shutil
-import socket
 import time
 from pathlib import Path
 
 import pytest
-from conftest import tiny
+from conftest import free_port, tiny
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -41,12 +40,6 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def studio():
     """``(url, demo)`` of a running studio: the embedded model when it ships, else the tiny LLaVA."""
@@ -61,7 +54,7 @@ def studio():
 
     embedded = (EMBEDDED_MODEL / "config.json").is_file()
     demo = app.build_demo(runtime_factory=factory, models=_embedded_models() if embedded else ["tiny-llava"])
-    port = _free_port()
+    port = free_port()
     kwargs = {**app.launch_kwargs(), "server_name": "127.0.0.1", "server_port": port}
     demo.queue().launch(**kwargs, prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/", demo
@@ -108,7 +101,7 @@ def fresh_studio():
     if not (EMBEDDED_MODEL / "config.json").is_file():
         pytest.skip("the embedded model is not in assets/ yet")
     demo = app.build_demo(models=_embedded_models(), cache=RuntimeCache())
-    port = _free_port()
+    port = free_port()
     kwargs = {**app.launch_kwargs(), "server_name": "127.0.0.1", "server_port": port}
     demo.queue().launch(**kwargs, prevent_thread_lock=True, quiet=True)
     yield f"http://127.0.0.1:{port}/"

@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,7 +33,7 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from conftest import noise_image, tiny
+from conftest import free_port, noise_image, tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "tiny-llava"
@@ -56,12 +55,6 @@ def hard_timeout():
     signal.signal(signal.SIGALRM, previous)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _factory(model_id: str):
     from recap.runtime import Runtime
 
@@ -79,7 +72,7 @@ def space(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio")))
         demo = app.build_demo(runtime_factory=_factory, models=[TINY])
-        port = _free_port()
+        port = free_port()
         demo.queue(**queue_kwargs()).launch(
             server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True
         )
@@ -486,7 +479,7 @@ def test_the_prompt_bound_is_8000_characters():
 
 
 def test_the_first_start_says_it_is_compiling_before_the_url(tmp_path):
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "GRADIO_SERVER_PORT": str(port),

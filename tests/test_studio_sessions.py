@@ -9,12 +9,11 @@ visitors reached its memories. A control with the shared scope shows that the ch
 
 from __future__ import annotations
 
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import noise_image, tiny
+from conftest import free_port, noise_image, tiny
 
 from recap.studio import render
 from recap.trace import RunTrace
@@ -28,12 +27,6 @@ MAX_NEW = 20
 CANCELLED = (0, 1)  # (client, run): this run is cancelled mid-stream
 CANCELLED_MAX_NEW = 64  # the cancelled run is longer and slowed down (300 ms per step), to be caught
 # before it ends: seconds are left for the cancel to arrive, even on a busy CPU
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _factory(model_id: str):
@@ -52,7 +45,7 @@ def server(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RECAP_SHARED_MEMORY", "1")
         demo = app.build_demo(runtime_factory=_factory, models=[TINY, SHARED])
-    port = _free_port()
+    port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     folder = tmp_path_factory.mktemp("visitors")
     for client in range(CLIENTS):
