@@ -24,14 +24,24 @@ def speedups(table) -> dict[str, float]:
     return {row[0]: float(str(row[column]).rstrip("x")) for row in rows if str(row[column]) != "-"}
 
 
-def spread(compare, inputs: list, runs: int) -> dict[str, list[float]]:
-    """Each method's speedup over ``runs`` calls of the tab's handler ``compare`` with ``inputs``."""
+def nodes(table) -> dict[str, str]:
+    """Method label -> the table's nodes per pass."""
+    rows = table["data"] if isinstance(table, dict) else table
+    column = measure.HEADERS.index("nodes / pass")
+    return {row[0]: str(row[column]) for row in rows}
+
+
+def spread(compare, inputs: list, runs: int, shown: dict | None = None) -> dict[str, list[float]]:
+    """Each method's speedup over ``runs`` calls of the tab's handler ``compare`` with ``inputs``
+    (``shown``, if given, receives the last table's nodes per pass)."""
     seen: dict[str, list[float]] = {}
     for _ in range(runs):
         *_, final = compare(*inputs)
         table = next(v for v in final.values() if isinstance(v, list) and v and isinstance(v[0], list))
         for method, value in speedups(table).items():
             seen.setdefault(method, []).append(value)
+        if shown is not None:
+            shown.update(nodes(table))
     return seen
 
 
@@ -59,11 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     values = [component.value for component in handler.inputs]  # the page's defaults
     values[0], values[1] = {"path": str(image)}, prompt
     values[-1] = measure.EQUAL if args.budgets == "equal" else measure.DEVICE
-    seen = spread(handler.fn, values, args.runs)
+    shown: dict[str, str] = {}
+    seen = spread(handler.fn, values, args.runs, shown)
     for method, values in seen.items():
         runs = ", ".join(f"{v:.2f}x" for v in values)
         median = statistics.median(values)
-        print(f"{method}: {runs}; median {median:.2f}x, at most {deviation(values):.0f}% off it")
+        print(
+            f"{method} ({shown.get(method, '-')} nodes / pass): {runs}; median {median:.2f}x,"
+            f" at most {deviation(values):.0f}% off it"
+        )
     return 0
 
 
