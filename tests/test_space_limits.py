@@ -130,36 +130,41 @@ def _wait(condition, seconds: float, what: str) -> None:
 
 # ------------------------------------------------------------------------------ decode slots
 def test_a_visitor_is_served_while_twelve_sessions_pace_the_slowest_displays(space, monkeypatch):
-    # Twelve sessions each ask for 128 tokens at the slowest display (500 ms a step). Before: each held one
-    # of the 4 decode slots for its whole display, so the visitor waited behind three rounds of them. Now a
-    # slot holds a run while it decodes (a fraction of a second on the tiny model), the displays are paced
-    # outside the slots, and the visitor's short run ends while they are still being shown.
-    # Timing-robust: the displays are paced for 64 s here (the cap raised from 20 s), far longer than the
-    # decodes take even on a crowded CPU, and before, the visitor would have waited 3 x 64 s.
+    # Twelve sessions each ask for 128 tokens at a slow display. Before: each held one of the 4 decode slots
+    # for its whole display, so the visitor waited behind three rounds of them. Now a slot holds a run while
+    # it decodes (a fraction of a second on the tiny model), the displays are paced outside the slots, and
+    # the visitor's short run ends while they are still being shown.
+    # Timing-robust: inside this test a display step may take 2 s (the slider stops at 500 ms) and a run's
+    # display may last 300 s (the cap is 20 s), so the displays last 256 s: far longer than the decodes and
+    # the visitor's run take even on a crowded CPU; before, the visitor would have waited 3 x 256 s.
     from gradio_client import Client
 
     from recap.studio import validation
 
     monkeypatch.setattr(validation, "MAX_TOTAL_DELAY_S", 300.0)
+    monkeypatch.setattr(validation, "DELAY_MS_RANGE", (0, 2000))
     hostile = [Client(space.url, verbose=False) for _ in range(12)]
     visitor = Client(space.url, verbose=False)
+    jobs = []
     try:
-        jobs = [c.submit(*_args(space.image, max_new=128, delay_ms=500), api_name="/run") for c in hostile]
+        jobs += [c.submit(*_args(space.image, max_new=128, delay_ms=2000), api_name="/run") for c in hostile]
         _wait(lambda: all(j.outputs() for j in jobs), 120, "every hostile display to start")
         start = time.monotonic()
         final = visitor.predict(*_args(space.image, prompt="a visitor", max_new=32), api_name="/run")
         served_s = time.monotonic() - start
         assert final[STATUS].startswith("Done: 32 tokens"), final[STATUS]
         assert not any(j.done() for j in jobs), "the visitor was served after a hostile display ended"
-        assert served_s < 60, f"the visitor waited {served_s:.1f} s (the displays are paced for 64 s)"
+        assert served_s < 120, f"the visitor waited {served_s:.1f} s (the displays are paced for 256 s)"
         # the mechanism: once the last hostile decodes end (the visitor's shorter run can finish before
         # the three that took slots just before it), no slot is held while the displays are still paced
-        _wait(lambda: space.studio.slots.counts() == (0, 0), 60, "the hostile decodes to end")
+        _wait(lambda: space.studio.slots.counts() == (0, 0), 120, "the hostile decodes to end")
         assert len(space.studio.jobs) > 0 and not all(j.done() for j in jobs)
     finally:
+        for job in jobs:
+            job.cancel()  # the server stops a cancelled run's display at its next update (2 s here)
         for client in (*hostile, visitor):
-            client.close()  # (closing a client cancels its run)
-    _wait(lambda: len(space.studio.jobs) == 0, 60, "the cancelled displays to end")
+            client.close()
+    _wait(lambda: len(space.studio.jobs) == 0, 120, "the cancelled displays to end")
 
 
 def test_a_paced_display_gives_its_slot_back_before_it_is_shown():
