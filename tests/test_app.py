@@ -581,7 +581,7 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
     assert 0.75 * measure.EQUAL_NODES <= nodes["Token Recycling"] <= measure.EQUAL_NODES
     assert 0 < nodes["RECAP"] <= measure.EQUAL_NODES
     assert "draft, verify and update phases" in status and f"{measure.REPEATS} times" in status
-    assert all(" (" in r[measure.HEADERS.index(measure.HEADERS[5])] for r in rows)  # median (range)
+    assert all(" (" in r[measure.HEADERS.index(measure.HEADERS[5])] for r in rows)  # fastest (range)
     assert "<table>" in strip
     _answer, sens_table, sens_status = client.predict("blank (grey)", api_name="/sensitivity")
     assert "image-sensitive" in sens_status
@@ -598,16 +598,17 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
 
 
 def _timed(cell: str) -> tuple[float, float, float]:
-    """A timed cell "median (low-high)" as numbers."""
-    median, spread = cell.split(" (")
+    """A timed cell "fastest (low-high)" as numbers."""
+    fastest, spread = cell.split(" (")
     low, high = spread.rstrip(")").split("-")
-    return float(median), float(low), float(high)
+    return float(fastest), float(low), float(high)
 
 
 def test_five_compare_clicks_on_one_input_draft_the_same_and_time_the_same_phases(served):
     # The Compare tab's goal is five clicks on one input. What every method drafts and accepts must be the
-    # same on each click (each run starts from the same warmed memory); the timed cells are a median and
-    # its range over the repeats, and the speedup is AR's median over the method's. How far the timed
+    # same on each click (each run starts from the same warmed memory); the timed cells are the sum of
+    # each pass's fastest repeat and the range of the repeats' totals (no total is faster than the sum
+    # of fastest passes), and the speedup is AR's time over the method's. How far the timed
     # speedups move between clicks depends on the machine, not on the code, so no test asserts it:
     # `python -m scripts.compare_spread --runs 5` measures it and the README reports its output.
     compare_args = [*_args(served.image, max_new=12)[:-1], measure.EQUAL]
@@ -618,13 +619,13 @@ def test_five_compare_clicks_on_one_input_draft_the_same_and_time_the_same_phase
         rows = table["data"] if isinstance(table, dict) else table
         counted.append([row[:5] for row in rows])  # method, nodes / pass, passes, tokens, MAT
         timed = {row[0]: _timed(row[column]) for row in rows}
-        for median, low, high in timed.values():
-            assert 0 < low <= median <= high
+        for fastest, low, high in timed.values():
+            assert 0 < fastest <= low + 0.0005 and low <= high  # (cells are rounded to 3 decimals)
         ar, half = timed["Autoregressive"][0], 0.0005  # (seconds are shown to 3 decimals, speedups to 2)
         for row in rows:
-            median = timed[row[0]][0]
+            seconds = timed[row[0]][0]
             shown = float(row[measure.HEADERS.index("speedup vs AR (timed)")].rstrip("x"))
-            low, high = (ar - half) / (median + half), (ar + half) / (median - half)
+            low, high = (ar - half) / (seconds + half), (ar + half) / (seconds - half)
             assert low - 0.005 <= shown <= high + 0.005, row
     assert all(run == counted[0] for run in counted[1:])
 

@@ -136,7 +136,7 @@ def _first_run_at_step_one(page) -> tuple[float, int | None, str]:
 
 
 def test_first_click_on_a_fresh_server_drafts_at_step_one_with_v2(
-    fresh_studio, tmp_path
+    fresh_studio, tmp_path, idle_cost_curve
 ):
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
     from recap.studio.examples import examples
@@ -163,7 +163,9 @@ def test_first_click_on_a_fresh_server_drafts_at_step_one_with_v2(
 
 
 @pytest.mark.parametrize("width", [1500, 390])
-def test_choosing_v1_shows_its_examples_and_its_first_click_drafts_at_step_one(fresh_studio, tmp_path, width):
+def test_choosing_v1_shows_its_examples_and_its_first_click_drafts_at_step_one(
+    fresh_studio, tmp_path, width, idle_cost_curve
+):
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
     from recap.runtime import EMBEDDED_MODEL_V1
     from recap.studio.examples import examples

@@ -31,16 +31,20 @@ def _run(method: str, passes: list[tuple[int, list[int]]]) -> list[StepRecord]:
 FLAT = measure.Projection(CostModel([(1, 0.003), (64, 0.003)]), "a flat test curve")
 
 
-def test_rows_show_nodes_medians_ranges_speedups_and_the_projection():
+def test_rows_show_nodes_fastest_passes_ranges_speedups_and_the_projection():
     runs = {
         "ar": _run("ar", [(0, [2]), (0, [3]), (0, [4])]),
         "recap": _run("recap", [(80, [2, 3]), (80, [4])]),
     }
-    times = {"ar": [0.30, 0.10, 0.20], "recap": [0.12, 0.10, 0.08]}
+    # each repeat's pass times: AR's fastest passes are 0.10 + 0.05 + 0.05, RECAP's 0.02 + 0.03
+    times = {
+        "ar": [[0.10, 0.10, 0.10], [0.10, 0.05, 0.15], [0.20, 0.10, 0.05]],
+        "recap": [[0.02, 0.06], [0.05, 0.03], [0.04, 0.04]],
+    }
     ar, recap = measure.rows(runs, times, FLAT)
     assert recap[:5] == ["RECAP", "80.0", 3, 4, "1.33"]  # nodes per decoding pass; 4 tokens / 3 passes
-    assert recap[5] == "0.100 (0.080-0.120)" and ar[5] == "0.200 (0.100-0.300)"
-    assert recap[6] == "2.00x" and ar[6] == "1.00x"  # median over median
+    assert recap[5] == "0.050 (0.080-0.080)" and ar[5] == "0.200 (0.300-0.350)"
+    assert recap[6] == "4.00x" and ar[6] == "1.00x"  # AR's time over the method's
     # projected: decoding passes at 3 ms each plus the drafting measured here (1.5 ms a pass)
     assert recap[7] == f"0.009 s ({3 * 0.0045 / (2 * 0.0045):.2f}x)"
     assert recap[8] == ar[8] == "yes"
@@ -78,6 +82,14 @@ def test_the_clock_is_the_decoding_threads_cpu_time_where_torch_computes_on_that
     steps[0].cpu_ms, steps[1].cpu_ms = 5.0, 7.0
     assert measure.timed_seconds(steps, "cpu") == pytest.approx(0.012)
     assert measure.timed_seconds(steps, "wall") == pytest.approx((20.0 + 11.5) / 1000)
+    assert measure.pass_seconds(steps, "cpu") == pytest.approx([0.005, 0.007])
+    assert sum(measure.pass_seconds(steps, "wall")) == pytest.approx(measure.timed_seconds(steps, "wall"))
+
+
+def test_a_run_counts_each_pass_at_its_fastest_repeat():
+    assert measure.fastest_total([[1.0, 5.0], [2.0, 3.0]]) == 4.0
+    assert measure.fastest_total([[1.0, 5.0], [2.0]]) == 2.0  # pass counts differ: the fastest total
+    assert measure.fastest_total([]) == 0.0
     assert "CPU time" in measure.timing_note(None, measure.EQUAL, "cpu")
     assert "wall-clock" in measure.timing_note(None, measure.EQUAL, "wall")
 
@@ -116,8 +128,8 @@ def test_the_summary_line_says_where_its_numbers_come_from():
 def test_the_spread_script_reads_the_tables_speedups_and_their_deviation():
     from scripts import compare_spread
 
-    row = ["RECAP", "80.0", 8, 29, "3.62", "0.141 (0.135-0.394)", "2.09x", "0.031 s (2.90x)", "yes"]
-    ar = ["Autoregressive", "0.0", 29, 29, "1.00", "0.296 (0.137-0.491)", "1.00x", "-", "yes"]
+    row = ["RECAP", "80.0", 8, 29, "3.62", "0.131 (0.135-0.394)", "2.09x", "0.031 s (2.90x)", "yes"]
+    ar = ["Autoregressive", "0.0", 29, 29, "1.00", "0.274 (0.297-0.491)", "1.00x", "-", "yes"]
     assert compare_spread.speedups([ar, row]) == {"Autoregressive": 1.0, "RECAP": 2.09}
     assert compare_spread.nodes({"data": [ar, row]}) == {"Autoregressive": "0.0", "RECAP": "80.0"}
     assert compare_spread.deviation([2.0, 2.2, 1.9, 2.0, 2.1]) == pytest.approx(10.0)

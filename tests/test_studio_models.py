@@ -18,7 +18,6 @@ import pytest
 from recap.embedded import embedded_world, scenes2, training_requests
 from recap.hotstart import shipped_memory_for, starting_memory
 from recap.memory.fingerprint import model_fingerprint
-from recap.models.cost import CostModel
 from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2, Runtime
 from recap.studio import environment
 from recap.studio.environment import (
@@ -43,23 +42,6 @@ from recap.studio.examples import (
 from recap.studio.serving import RuntimeCache, Studio
 from recap.trace import RunTrace, summarize
 
-IDLE_CPU_CURVE = CostModel(
-    (t, ms / 1e3)
-    for t, ms in [
-        (1, 2.207),
-        (2, 2.799),
-        (3, 2.602),
-        (4, 2.435),
-        (6, 3.03),
-        (8, 3.309),
-        (12, 3.468),
-        (16, 3.487),
-        (24, 4.314),
-        (32, 5.197),
-        (48, 6.655),
-        (64, 7.879),
-    ]
-)
 BOTH = (EMBEDDED_MODEL_V1 / "config.json").is_file() and (EMBEDDED_MODEL_V2 / "config.json").is_file()
 needs_both = pytest.mark.skipif(not BOTH, reason="the embedded models are not both in assets/models")
 
@@ -282,16 +264,12 @@ def _handler(demo, name: str):
 
 
 @needs_both
-def test_the_first_click_opens_on_v2_and_drafts_at_step_one(monkeypatch):
+def test_the_first_click_opens_on_v2_and_drafts_at_step_one(monkeypatch, idle_cost_curve):
     import app
 
     monkeypatch.delenv("RECAP_MODEL", raising=False)
     monkeypatch.delenv("RECAP_MODELS", raising=False)
-    # The auto budget sizes trees from the device's measured cost curve, and a curve measured beside
-    # other CPU-bound work can say that no node pays for itself. This test is about the page and the
-    # drafter, not the machine's load: it uses v2's curve recorded on an idle 2-core CPU
-    # (docs/results/v2-scenes2-auto/results.json, settings.cost_curve_ms.measured).
-    monkeypatch.setattr(Runtime, "cost_model", lambda self: IDLE_CPU_CURVE)
+    # (`idle_cost_curve`: the auto budget sizes trees from a curve recorded on an idle CPU, see conftest)
     demo = app.build_demo(cache=RuntimeCache())  # a fresh server offering the studio's own models
     run = _handler(demo, "run")
     follow = _handler(demo, "follow")

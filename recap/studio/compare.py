@@ -96,7 +96,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
             pass
         runs: dict[str, list[StepRecord]] = {}
         coverage: dict[str, list] = {}  # what each method's memories held at every token (TR, RECAP)
-        times: dict[str, list[float]] = {m: [] for m in methods}
+        times: dict[str, list[list[float]]] = {m: [] for m in methods}  # each repeat's pass times
         for repeat in range(measure.REPEATS):
             shift = repeat % len(methods)  # interleaved: each repeat starts with another method
             for method in methods[shift:] + methods[:shift]:
@@ -119,7 +119,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
                 steps = list(
                     studio.stream(runtime, model, drafter, prompt, images, max_new, method, probe=probe)
                 )
-                times[method].append(measure.timed_seconds(steps, which))
+                times[method].append(measure.pass_seconds(steps, which))
                 if probe is not None:  # every repeat drafts the same trees; the first is shown
                     runs[method] = steps
                     if probe.coverage is not None:
