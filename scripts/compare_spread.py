@@ -17,18 +17,21 @@ import sys
 from recap.studio import measure
 
 
+def _rows(table) -> list:
+    """The table's rows (gradio gives a dict with ``data``, or the list itself)."""
+    return table["data"] if isinstance(table, dict) else table
+
+
 def speedups(table) -> dict[str, float]:
     """Method label -> the table's timed speedup over AR."""
-    rows = table["data"] if isinstance(table, dict) else table
     column = measure.HEADERS.index("speedup vs AR (timed)")
-    return {row[0]: float(str(row[column]).rstrip("x")) for row in rows if str(row[column]) != "-"}
+    return {row[0]: float(str(row[column]).rstrip("x")) for row in _rows(table) if str(row[column]) != "-"}
 
 
 def nodes(table) -> dict[str, str]:
     """Method label -> the table's nodes per pass."""
-    rows = table["data"] if isinstance(table, dict) else table
     column = measure.HEADERS.index("nodes / pass")
-    return {row[0]: str(row[column]) for row in rows}
+    return {row[0]: str(row[column]) for row in _rows(table)}
 
 
 def spread(compare, inputs: list, runs: int, shown: dict | None = None) -> dict[str, list[float]]:

@@ -107,17 +107,17 @@ def clock(device_type: str, threads: int) -> str:
     return "cpu" if device_type == "cpu" and threads == 1 else "wall"
 
 
-def timed_seconds(steps: Sequence[StepRecord], which: str) -> float:
-    """A run's timed phases by the ``which`` clock (`clock`)."""
-    summary = summarize(steps)
-    return summary.cpu_seconds if which == "cpu" else summary.seconds
-
-
 def pass_seconds(steps: Sequence[StepRecord], which: str) -> list[float]:
-    """Each pass's timed phases (the prefill's first) by the ``which`` clock; they sum to `timed_seconds`."""
+    """Each pass's timed phases (the prefill's first) by the ``which`` clock (`clock`): its CPU time
+    (`StepRecord.cpu_ms`) or the sum of its timed phases (``timing``), as `recap.trace.summarize` counts."""
     if which == "cpu":
         return [s.cpu_ms / 1000.0 for s in steps]
     return [sum(s.timing.values()) / 1000.0 for s in steps]
+
+
+def timed_seconds(steps: Sequence[StepRecord], which: str) -> float:
+    """A run's timed phases by the ``which`` clock: the sum of its `pass_seconds`."""
+    return sum(pass_seconds(steps, which))
 
 
 def fastest_total(repeats: Sequence[Sequence[float]]) -> float:
