@@ -3,9 +3,9 @@
 Builds the studio in this process (the embedded default model, its first example), runs the Compare
 tab's handler ``--runs`` times with the page's default settings (as a click does), and prints each
 method's timed speedup over AR per run, the median and the largest deviation from it (in % of the
-median).
+median), then each method's timed seconds per run (which side of a ratio moved: AR's or the method's).
 
-    python -m scripts.compare_spread --runs 5
+    python -m scripts.compare_spread --runs 5 [--repeats 3]
 """
 
 from __future__ import annotations
@@ -28,15 +28,24 @@ def speedups(table) -> dict[str, float]:
     return {row[0]: float(str(row[column]).rstrip("x")) for row in _rows(table) if str(row[column]) != "-"}
 
 
+def seconds(table) -> dict[str, float]:
+    """Method label -> the table's timed seconds (the fastest-pass total, without the range)."""
+    column = next(i for i, h in enumerate(measure.HEADERS) if h.startswith("timed s"))
+    return {row[0]: float(str(row[column]).split()[0]) for row in _rows(table) if str(row[column]) != "-"}
+
+
 def nodes(table) -> dict[str, str]:
     """Method label -> the table's nodes per pass."""
     column = measure.HEADERS.index("nodes / pass")
     return {row[0]: str(row[column]) for row in _rows(table)}
 
 
-def spread(compare, inputs: list, runs: int, shown: dict | None = None) -> dict[str, list[float]]:
+def spread(
+    compare, inputs: list, runs: int, shown: dict | None = None, timed: dict | None = None
+) -> dict[str, list[float]]:
     """Each method's speedup over ``runs`` calls of the tab's handler ``compare`` with ``inputs``
-    (``shown``, if given, receives the last table's nodes per pass)."""
+    (``shown``, if given, receives the last table's nodes per pass; ``timed``, each method's timed
+    seconds per call)."""
     seen: dict[str, list[float]] = {}
     for _ in range(runs):
         *_, final = compare(*inputs)
@@ -45,6 +54,9 @@ def spread(compare, inputs: list, runs: int, shown: dict | None = None) -> dict[
             seen.setdefault(method, []).append(value)
         if shown is not None:
             shown.update(nodes(table))
+        if timed is not None:
+            for method, value in seconds(table).items():
+                timed.setdefault(method, []).append(value)
     return seen
 
 
@@ -58,7 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--budgets", choices=("equal", "device"), default="equal")
+    parser.add_argument(
+        "--repeats", type=int, default=measure.REPEATS, help="timed repeats per method and click"
+    )
     args = parser.parse_args(argv)
+    if args.runs < 1 or args.repeats < 1:
+        parser.error("--runs and --repeats must be 1 or more")
+    measure.REPEATS = args.repeats  # read by the tab's handler at every click
     import torch
 
     from recap.studio.demo import build_demo
@@ -73,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     values[0], values[1] = {"path": str(image)}, prompt
     values[-1] = measure.EQUAL if args.budgets == "equal" else measure.DEVICE
     shown: dict[str, str] = {}
-    seen = spread(handler.fn, values, args.runs, shown)
+    timed: dict[str, list[float]] = {}
+    seen = spread(handler.fn, values, args.runs, shown, timed)
     for method, values in seen.items():
         runs = ", ".join(f"{v:.2f}x" for v in values)
         median = statistics.median(values)
@@ -81,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{method} ({shown.get(method, '-')} nodes / pass): {runs}; median {median:.2f}x,"
             f" at most {deviation(values):.0f}% off it"
         )
+    for method, values in timed.items():
+        runs = ", ".join(f"{v:.3f}" for v in values)
+        print(f"{method} timed s: {runs}; at most {deviation(values):.0f}% off their median")
     return 0
 
 

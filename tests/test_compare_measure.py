@@ -132,4 +132,5 @@ def test_the_spread_script_reads_the_tables_speedups_and_their_deviation():
     ar = ["Autoregressive", "0.0", 29, 29, "1.00", "0.274 (0.297-0.491)", "1.00x", "-", "yes"]
     assert compare_spread.speedups([ar, row]) == {"Autoregressive": 1.0, "RECAP": 2.09}
     assert compare_spread.nodes({"data": [ar, row]}) == {"Autoregressive": "0.0", "RECAP": "80.0"}
+    assert compare_spread.seconds([ar, row]) == {"Autoregressive": 0.274, "RECAP": 0.131}
     assert compare_spread.deviation([2.0, 2.2, 1.9, 2.0, 2.1]) == pytest.approx(10.0)
