@@ -112,6 +112,23 @@ def test_heldout_families_share_no_frame_with_the_training_families():
     assert grouped == train_phrasings
 
 
+def test_the_mixed_generator_is_the_families_plus_the_frames_as_one_more_group():
+    """``--phrasings mixed``: every training family's groups, and per type the frames' phrasings as one
+    extra group; no held-out family's phrasing among them."""
+    from training.config import PHRASINGS
+
+    families, mixed = pf.training_groups(), PHRASINGS["mixed"]()
+    assert set(mixed) == set(families) | set(EXTRA_TRAINING_QUESTIONS)
+    for qtype, groups in mixed.items():
+        frames = EXTRA_TRAINING_QUESTIONS.get(qtype)
+        expected = (*families.get(qtype, ()), *((tuple(frames),) if frames else ()))
+        assert groups == expected, qtype
+    held = {p for f in pf.HELDOUT_FAMILIES for p in f.phrasings()}
+    assert not held & {p for gs in mixed.values() for g in gs for p in g}
+    world = V2.with_extra_questions(mixed, 0.5)  # a world asks with it as with the families
+    assert world.extra_questions["relation"][-1] == tuple(EXTRA_TRAINING_QUESTIONS["relation"])
+
+
 #: Words that carry no wording of their own: a word triple of these (and the placeholders) alone, such
 #: as "the {kind} and", is not a phrasing borrowed from the held-out set.
 FUNCTION_WORDS = {"the", "a", "an", "and", "of", "to", "is", "it", "in", "on", "with", "or", "this", "are"}

@@ -22,8 +22,17 @@ def parse_weights(text: str) -> dict[str, float]:
     return weights
 
 
+def mixed_groups() -> dict[str, tuple[tuple[str, ...], ...]]:
+    """The training families' groups plus, per type, the frames' phrasings as one more group: a
+    fine-tuning on the families that keeps asking what the shipped weights learnt from the frames."""
+    groups = dict(training_groups())
+    for qtype, phrasings in EXTRA_TRAINING_QUESTIONS.items():
+        groups[qtype] = (*groups.get(qtype, ()), tuple(phrasings))
+    return groups
+
+
 #: The generators of extra training phrasings (``--phrasings``).
-PHRASINGS = {"frames": lambda: EXTRA_TRAINING_QUESTIONS, "families": training_groups}
+PHRASINGS = {"frames": lambda: EXTRA_TRAINING_QUESTIONS, "families": training_groups, "mixed": mixed_groups}
 
 
 @dataclass(frozen=True)

@@ -332,8 +332,8 @@ def _parser() -> argparse.ArgumentParser:
         "--phrasings",
         choices=sorted(PHRASINGS),
         default=d.phrasings,
-        help="generator of the extra phrasings: frames (training/phrasings.py) or families "
-        "(the training families of training/phrasing_families.py)",
+        help="generator of the extra phrasings: frames (training/phrasings.py), families "
+        "(the training families of training/phrasing_families.py) or mixed (both)",
     )
     parser.add_argument(
         "--question-noise",
