@@ -124,8 +124,8 @@ def tiny_model():
 #: v2's tree-cost curve (T nodes, ms a pass) recorded on an idle 2-core CPU
 #: (docs/results/v2-scenes2-auto/results.json, ``settings.cost_curve_ms.measured``).
 IDLE_CPU_CURVE_MS = (
-    (1, 2.207), (2, 2.799), (3, 2.602), (4, 2.435), (6, 3.03), (8, 3.309), (12, 3.468), (16, 3.487),
-    (24, 4.314), (32, 5.197), (48, 6.655), (64, 7.879),
+    (1, 2.063), (2, 2.167), (3, 2.185), (4, 1.947), (6, 2.31), (8, 2.355), (12, 2.8), (16, 2.986),
+    (24, 3.894), (32, 4.588), (48, 6.181), (64, 7.584),
 )  # fmt: skip
 
 
