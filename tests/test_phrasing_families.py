@@ -22,6 +22,9 @@ from training.phrasings import EXTRA_TRAINING_QUESTIONS, ask_in_extra_phrasing
 V2 = ed.WORLDS["v2"]
 MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-scenes-llava-v2"
 NEEDS = {"colour": (1, 0), "position": (1, 0), "relation": (1, 1)}  # named ({kind}, {other}) or not
+#: Every family training may ask (``--phrasings mixed-plus`` adds `EXTRA_FAMILIES`), and every family.
+TRAINING = pf.TRAINING_FAMILIES + pf.EXTRA_FAMILIES
+EVERY = pf.FAMILIES + pf.EXTRA_FAMILIES
 
 
 def _words(text: str) -> list[str]:
@@ -68,10 +71,11 @@ def test_registers_wrap_questions_and_commands_that_fit():
 
 
 def test_every_family_asks_its_type_about_the_right_shapes():
-    names = [f.name for f in pf.FAMILIES]
+    names = [f.name for f in EVERY]
     assert len(set(names)) == len(names)
     words_outside = re.compile(rf"\b({'|'.join((*scenes2.KINDS, *scenes2.COLOURS))})s?\b")
-    for family in pf.FAMILIES:
+    assert not any(f.heldout for f in pf.EXTRA_FAMILIES)
+    for family in EVERY:
         assert family.qtype in scenes2.QUESTION_TYPES and family.name.startswith(family.qtype + "/")
         assert set(family.facts) <= set(scenes2.QUESTION_TYPES)
         kinds, others = NEEDS.get(family.qtype, (0, 0))
@@ -93,7 +97,7 @@ def test_heldout_families_share_no_frame_with_the_training_families():
     """Whole families are held out: no held-out frame (synonyms mapped back to their slots) is a training
     frame, no held-out phrasing is or contains a training phrasing (TRAINING_QUESTIONS, training.phrasings
     and the training families, unwrapped), and the held-out register wraps held-out families only."""
-    train_cores = {c for f in pf.TRAINING_FAMILIES for c in f.cores()}
+    train_cores = {c for f in TRAINING for c in f.cores()}
     train_cores |= {t for ts in scenes2.TRAINING_QUESTIONS.values() for t in ts}
     train_cores |= {t for ts in EXTRA_TRAINING_QUESTIONS.values() for t in ts}
     held_cores = {c for f in pf.HELDOUT_FAMILIES for c in f.cores()}
@@ -104,8 +108,8 @@ def test_heldout_families_share_no_frame_with_the_training_families():
         assert not any(t in low for t in lowered), core
     train_phrasings = {p for f in pf.TRAINING_FAMILIES for p in f.phrasings()}
     held_phrasings = {p for f in pf.HELDOUT_FAMILIES for p in f.phrasings()}
-    assert not train_phrasings & held_phrasings
-    for family in pf.TRAINING_FAMILIES:
+    assert not {p for f in TRAINING for p in f.phrasings()} & held_phrasings
+    for family in TRAINING:
         assert not any(r.heldout for r in family.registers())
     assert all(any(r.heldout for r in f.registers()) for f in pf.HELDOUT_FAMILIES)
     grouped = {p for gs in pf.training_groups().values() for g in gs for p in g}
@@ -129,6 +133,21 @@ def test_the_mixed_generator_is_the_families_plus_the_frames_as_one_more_group()
     assert world.extra_questions["relation"][-1] == tuple(EXTRA_TRAINING_QUESTIONS["relation"])
 
 
+def test_mixed_plus_adds_the_extra_families_after_the_relation_families_and_leaves_mixed_as_it_was():
+    """``--phrasings mixed-plus``: mixed's groups with the extra families' groups after the other relation
+    families (before the frames' group); ``mixed`` and ``families`` never see the extra families."""
+    from training.config import PHRASINGS
+
+    plus, mixed = PHRASINGS["mixed-plus"](), PHRASINGS["mixed"]()
+    extra = pf.training_groups(pf.EXTRA_FAMILIES)
+    assert set(extra) == {"relation"} and set(plus) == set(mixed)
+    assert plus["relation"] == (*mixed["relation"][:-1], *extra["relation"], mixed["relation"][-1])
+    assert all(plus[q] == mixed[q] for q in mixed if q != "relation")
+    added = {p for g in extra["relation"] for p in g}
+    assert not added & {p for gs in mixed.values() for g in gs for p in g}
+    assert not added & {p for gs in PHRASINGS["families"]().values() for g in gs for p in g}
+
+
 #: Words that carry no wording of their own: a word triple of these (and the placeholders) alone, such
 #: as "the {kind} and", is not a phrasing borrowed from the held-out set.
 FUNCTION_WORDS = {"the", "a", "an", "and", "of", "to", "is", "it", "in", "on", "with", "or", "this", "are"}
@@ -145,7 +164,7 @@ def test_training_families_borrow_nothing_from_the_older_heldout_phrasings():
     train_trigrams = set().union(*map(_trigrams, train))
     held_trigrams = set().union(*map(_trigrams, held))
     held_seqs = [" " + " ".join(_words(h)) + " " for h in held]
-    for family in pf.TRAINING_FAMILIES:
+    for family in TRAINING:
         for p in family.phrasings():
             seq = " " + " ".join(_words(p)) + " "
             assert not any(seq in h or h in seq for h in held_seqs), p
@@ -261,6 +280,19 @@ def test_summary_counts_types_families_and_self_relations():
     assert report["n"] == 4 and report["self_relations"] == 1
     assert report["by_family"] == {pf.HELDOUT_FAMILIES[0].name: 1.0, pf.HELDOUT_FAMILIES[1].name: 0.5}
     assert report["failures"][pf.HELDOUT_FAMILIES[1].name][0]["got"].startswith("The star")
+
+
+def test_a_relation_answered_about_the_reference_is_wrong_and_counted_as_swapped():
+    family = next(f for f in pf.HELDOUT_FAMILIES if f.name == "relation/direction-from")
+    right, swapped, other = ef.family_items((family,), 4, 3)
+    subject, reference = swapped["targets"]
+    flipped = scenes2.reference_answer(swapped["scene"], "relation", (reference, subject))
+    assert ef.roles_swapped(swapped, flipped) and not ef.roles_swapped(right, right["answer"])
+    self_relating = f"The {subject} is left of the {subject} and above it."
+    assert not ef.roles_swapped(other, self_relating)
+    judged = [(right, right["answer"], True), (swapped, flipped, False), (other, self_relating, False)]
+    report = ef.summarise(judged)
+    assert report["by_type"] == {"relation": 1 / 3} and report["roles_swapped"] == {"relation": 1}
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.data import ATTN_SCOPES, WORLDS
-from training.phrasing_families import training_groups
+from training.phrasing_families import EXTRA_FAMILIES, TRAINING_FAMILIES, Family, training_groups
 from training.phrasings import EXTRA_TRAINING_QUESTIONS
 
 
@@ -22,17 +22,22 @@ def parse_weights(text: str) -> dict[str, float]:
     return weights
 
 
-def mixed_groups() -> dict[str, tuple[tuple[str, ...], ...]]:
+def mixed_groups(families: tuple[Family, ...] = TRAINING_FAMILIES) -> dict[str, tuple[tuple[str, ...], ...]]:
     """The training families' groups plus, per type, the frames' phrasings as one more group: a
     fine-tuning on the families that keeps asking what the shipped weights learnt from the frames."""
-    groups = dict(training_groups())
+    groups = dict(training_groups(families))
     for qtype, phrasings in EXTRA_TRAINING_QUESTIONS.items():
         groups[qtype] = (*groups.get(qtype, ()), tuple(phrasings))
     return groups
 
 
 #: The generators of extra training phrasings (``--phrasings``).
-PHRASINGS = {"frames": lambda: EXTRA_TRAINING_QUESTIONS, "families": training_groups, "mixed": mixed_groups}
+PHRASINGS = {
+    "frames": lambda: EXTRA_TRAINING_QUESTIONS,
+    "families": training_groups,
+    "mixed": mixed_groups,
+    "mixed-plus": lambda: mixed_groups(TRAINING_FAMILIES + EXTRA_FAMILIES),
+}
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,8 @@ class TrainConfig:
     init: str = ""
     # Share of each type's questions asked with a generated phrasing instead of a TRAINING_QUESTIONS
     # one, v2 only; ``phrasings`` says which generator: "frames" (training.phrasings, 230 phrasings) or
-    # "families" (the training families of training.phrasing_families).
+    # "families" (the training families of training.phrasing_families), "mixed" (both) or
+    # "mixed-plus" (mixed and `EXTRA_FAMILIES`).
     extra_phrasing_share: float = 0.0
     phrasings: str = "frames"
     # Share of training questions with filler or made-up words inserted (v2 only; 0 = none).

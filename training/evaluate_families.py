@@ -95,16 +95,28 @@ def judge_items(processor, model, items: list[dict], batch_size: int = 50) -> li
     return [(it, ans, is_right(it, ans)) for it, ans in zip(items, answers, strict=True)]
 
 
+def roles_swapped(item: dict, answer: str) -> bool:
+    """Whether a wrong ``answer`` to a two-shape question states its facts with the roles swapped: about
+    the reference shape, relative to the asked subject ("The Y is right of the X" for "where is the X
+    from the Y"). Still wrong (the question named the subject); counted to tell such answers apart."""
+    targets = item["targets"]
+    return len(targets) == 2 and is_right({**item, "targets": targets[::-1]}, answer)
+
+
 def summarise(judged: list[tuple[dict, str, bool]], failures: int = 0) -> dict:
-    """Accuracy per question type and per family, the self-relation count and up to ``failures`` wrong
+    """Accuracy per question type and per family, the self-relation count, the wrong answers per type
+    that only swapped the subject and the reference (`roles_swapped`) and up to ``failures`` wrong
     answers per family."""
     by_type: dict[str, list[bool]] = {}
     by_family: dict[str, list[bool]] = {}
     wrong: dict[str, list[dict]] = {}
+    swapped: dict[str, int] = {}
     selfish = []
     for it, ans, ok in judged:
         by_type.setdefault(it["qtype"], []).append(ok)
         by_family.setdefault(it["family"], []).append(ok)
+        if not ok and roles_swapped(it, ans):
+            swapped[it["qtype"]] = swapped.get(it["qtype"], 0) + 1
         if self_relations(ans):
             selfish.append({"q": it["prompt"], "got": ans})
         if not ok and len(wrong.setdefault(it["family"], [])) < failures:
@@ -114,6 +126,7 @@ def summarise(judged: list[tuple[dict, str, bool]], failures: int = 0) -> dict:
         "by_type": {k: float(np.mean(v)) for k, v in by_type.items()},
         "by_family": {k: float(np.mean(v)) for k, v in by_family.items()},
         "self_relations": len(selfish),
+        "roles_swapped": swapped,
     }
     if failures:
         report["failures"] = {k: v for k, v in wrong.items() if v}
@@ -138,7 +151,8 @@ def evaluate_families(
     for seed in seeds:
         judged = judge_items(processor, model, family_items(families, seed, n_per_family))
         report["sets"][str(seed)] = summarise(judged, failures)
-        logger.info("set %d: %s", seed, report["sets"][str(seed)]["by_type"])
+        result = report["sets"][str(seed)]
+        logger.info("set %d: %s; roles swapped: %s", seed, result["by_type"], result["roles_swapped"])
     return report
 
 

@@ -39,7 +39,17 @@ import numpy as np
 from training import phrasings as frames_v1
 
 # The parts, re-exported: a family and its phrasings are read from this module.
-from training.phrasing_parts import REGISTERS, SLOTS, Family, Register, cue_frames, expand  # noqa: F401
+from training.phrasing_parts import (  # noqa: F401
+    FILLERS,
+    REGISTERS,
+    SLOTS,
+    Family,
+    Register,
+    add_noise,
+    cue_frames,
+    expand,
+    made_up_word,
+)
 
 FAMILIES: tuple[Family, ...] = (
     # ---------------------------------------------------------------- describe (a short description)
@@ -362,39 +372,34 @@ FAMILIES: tuple[Family, ...] = (
 TRAINING_FAMILIES = tuple(f for f in FAMILIES if not f.heldout)
 HELDOUT_FAMILIES = tuple(f for f in FAMILIES if f.heldout)
 
-
-# ------------------------------------------------------------------------------------- word noise
-#: Words that add nothing to a question, for `add_noise`.
-FILLERS = (
-    "just", "now", "then", "also", "actually", "really", "maybe", "perhaps", "again", "simply", "well",
-    "okay", "basically", "quite", "still", "today", "so", "oh", "hmm", "um",
+#: Relation training families added after the shipped fine-tuning's families were fixed, asked by
+#: ``--phrasings mixed-plus`` only (so that ``families`` and ``mixed`` generate what they always did):
+#: the reference named first in a lead-in clause, then the subject after a verb ("Going from the Y,
+#: which way ... to reach the X"), and the subject set against the reference ("How is the X unlike
+#: the Y ...").
+EXTRA_FAMILIES: tuple[Family, ...] = (
+    Family("relation/reference-lead", "relation", (
+        "(Taking|Choosing|Picking|Beginning with|Focusing on) the {other} (first|as the reference|),"
+        " (say|tell me|explain) (which way|in which direction) the {kind} (lies|is placed)( and (whether|if)"
+        " it is <bigger>| and how <big> it is|).",
+        "(Going|Moving|Heading|Travelling) (out |)from the {other}, which way (do you|must you)"
+        " (go|turn|head) to (reach|get to|arrive at) the {kind}(, and which is <bigger>|)?",
+        "(Once|After) you (have located|locate|see) the {other}, where is the {kind}(, and how <big> is"
+        " it|)?",
+        "(Regarding|Concerning|Near) the {other}: how is the {kind} (placed|set|laid out), and which (one|)"
+        " is <bigger>?",
+    )),
+    Family("relation/set-against", "relation", (
+        "How is the {kind} unlike the {other} in <place> and size?",
+        "What (separates|distinguishes) the {kind} from the {other} in <place> and size?",
+        "(Hold|Set|Weigh) the {kind} up against the {other}: where is it, and (is it <bigger>|how <big> is"
+        " it)?",
+        "Say which way the {kind} (goes|ends up|sits) (if|when) (placed|set|laid) (beside|by|alongside) the"
+        " {other}, and whether it is <bigger>.",
+        "(In|By) (<place> and size|size and <place>), how (does|do) the {kind} (measure up|compare) (to|with)"
+        " the {other}?",
+    )),
 )  # fmt: skip
-#: Words a made-up word must not be: the shapes, colours and the words of positions and relations.
-_MEANINGFUL = {
-    "circle", "square", "triangle", "star", "diamond", "cross", "ring", "heart",
-    "red", "orange", "yellow", "lime", "green", "cyan", "blue", "purple", "pink", "brown", "grey", "black",
-    "left", "right", "above", "below", "top", "bottom", "middle", "center", "centre", "same", "size",
-    "row", "column", "larger", "smaller", "bigger", "detail", "many", "colour", "color",
-}  # fmt: skip
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
-
-
-def made_up_word(rng: np.random.Generator) -> str:
-    """A random lower-case string of 4-9 letters that is none of the words that carry a fact."""
-    while True:
-        word = "".join(_LETTERS[int(i)] for i in rng.integers(len(_LETTERS), size=int(rng.integers(4, 10))))
-        if word not in _MEANINGFUL:
-            return word
-
-
-def add_noise(question: str, rng: np.random.Generator) -> str:
-    """``question`` with one or two words inserted between its words: a filler ("just", "actually")
-    or a made-up word (half each). The asked shapes and every other word stay as they were."""
-    words = question.split(" ")
-    for _ in range(int(rng.integers(1, 3))):
-        word = FILLERS[int(rng.integers(len(FILLERS)))] if rng.random() < 0.5 else made_up_word(rng)
-        words.insert(int(rng.integers(len(words) + 1)), word)
-    return " ".join(words)
 
 
 def training_groups(

@@ -1,12 +1,14 @@
 """The parts phrasing families are made of (`training.phrasing_families`): named synonym slots and inline
-alternatives (`expand`), registers that wrap a frame (`Register`, `REGISTERS`) and the `Family` of frames
-for one question type.
+alternatives (`expand`), registers that wrap a frame (`Register`, `REGISTERS`), the `Family` of frames
+for one question type, and the word noise training adds to questions (`add_noise`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+import numpy as np
 
 from recap.embedded.scenes2_questions import TRAINING_QUESTIONS
 from training import phrasings as frames_v1
@@ -165,3 +167,37 @@ def cue_frames() -> tuple[str, ...]:
     cues = "|".join((*frames_v1.REFERENCE_CUES, "beside", "against", "alongside"))
     ref = f" ({cues}) the {{other}}"
     return tuple(f.format(kind="{kind}", ref=ref) for f in frames_v1.SUBJECT_FIRST_FRAMES)
+
+
+# ------------------------------------------------------------------------------------- word noise
+#: Words that add nothing to a question, for `add_noise`.
+FILLERS = (
+    "just", "now", "then", "also", "actually", "really", "maybe", "perhaps", "again", "simply", "well",
+    "okay", "basically", "quite", "still", "today", "so", "oh", "hmm", "um",
+)  # fmt: skip
+#: Words a made-up word must not be: the shapes, colours and the words of positions and relations.
+_MEANINGFUL = {
+    "circle", "square", "triangle", "star", "diamond", "cross", "ring", "heart",
+    "red", "orange", "yellow", "lime", "green", "cyan", "blue", "purple", "pink", "brown", "grey", "black",
+    "left", "right", "above", "below", "top", "bottom", "middle", "center", "centre", "same", "size",
+    "row", "column", "larger", "smaller", "bigger", "detail", "many", "colour", "color",
+}  # fmt: skip
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def made_up_word(rng: np.random.Generator) -> str:
+    """A random lower-case string of 4-9 letters that is none of the words that carry a fact."""
+    while True:
+        word = "".join(_LETTERS[int(i)] for i in rng.integers(len(_LETTERS), size=int(rng.integers(4, 10))))
+        if word not in _MEANINGFUL:
+            return word
+
+
+def add_noise(question: str, rng: np.random.Generator) -> str:
+    """``question`` with one or two words inserted between its words: a filler ("just", "actually")
+    or a made-up word (half each). The asked shapes and every other word stay as they were."""
+    words = question.split(" ")
+    for _ in range(int(rng.integers(1, 3))):
+        word = FILLERS[int(rng.integers(len(FILLERS)))] if rng.random() < 0.5 else made_up_word(rng)
+        words.insert(int(rng.integers(len(words) + 1)), word)
+    return " ".join(words)

@@ -333,7 +333,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(PHRASINGS),
         default=d.phrasings,
         help="generator of the extra phrasings: frames (training/phrasings.py), families "
-        "(the training families of training/phrasing_families.py) or mixed (both)",
+        "(the training families of training/phrasing_families.py), mixed (both) or mixed-plus "
+        "(mixed and the extra relation families)",
     )
     parser.add_argument(
         "--question-noise",
