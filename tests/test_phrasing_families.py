@@ -148,6 +148,21 @@ def test_mixed_plus_adds_the_extra_families_after_the_relation_families_and_leav
     assert not added & {p for gs in PHRASINGS["families"]().values() for g in gs for p in g}
 
 
+def test_the_extra_families_use_no_word_only_the_heldout_families_use():
+    """`EXTRA_FAMILIES` were written after the held-out families: none of their words is one that only a
+    held-out family (not a training family or training question) says, such as "contrast" or "sits"."""
+
+    def words(phrasings):
+        return {w for p in phrasings for w in _words(p)}
+
+    seen = words(p for f in pf.TRAINING_FAMILIES for p in f.phrasings())
+    seen |= words(t for ts in scenes2.TRAINING_QUESTIONS.values() for t in ts)
+    seen |= words(t for ts in EXTRA_TRAINING_QUESTIONS.values() for t in ts)
+    held_only = words(p for f in pf.HELDOUT_FAMILIES for p in f.phrasings()) - seen
+    assert {"contrast", "sits"} <= held_only
+    assert not words(p for f in pf.EXTRA_FAMILIES for p in f.phrasings()) & held_only
+
+
 #: Words that carry no wording of their own: a word triple of these (and the placeholders) alone, such
 #: as "the {kind} and", is not a phrasing borrowed from the held-out set.
 FUNCTION_WORDS = {"the", "a", "an", "and", "of", "to", "is", "it", "in", "on", "with", "or", "this", "are"}

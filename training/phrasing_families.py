@@ -394,7 +394,7 @@ EXTRA_FAMILIES: tuple[Family, ...] = (
         "What (separates|distinguishes) the {kind} from the {other} in <place> and size?",
         "(Hold|Set|Weigh) the {kind} up against the {other}: where is it, and (is it <bigger>|how <big> is"
         " it)?",
-        "Say which way the {kind} (goes|ends up|sits) (if|when) (placed|set|laid) (beside|by|alongside) the"
+        "Say which way the {kind} (goes|ends up|lies) (if|when) (placed|set|laid) (beside|by|alongside) the"
         " {other}, and whether it is <bigger>.",
         "(In|By) (<place> and size|size and <place>), how (does|do) the {kind} (measure up|compare) (to|with)"
         " the {other}?",
