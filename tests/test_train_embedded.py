@@ -163,6 +163,31 @@ def test_attention_loss_rewards_attending_to_the_target():
     assert empty.item() == 0.0
 
 
+def test_the_lead_weight_counts_the_first_tokens_of_every_answer_more():
+    # Two answers in one row (5 tokens + eos, then 2 + eos), one in the next; -100 elsewhere.
+    labels = torch.tensor(
+        [
+            [-100, -100, 5, 6, 7, 8, 9, 2, -100, -100, 9, 10, 2],
+            [-100, 4, 4, 2, -100, -100, -100, -100, -100, -100, -100, -100, -100],
+        ]
+    )
+    lead = te.lead_mask(labels, 3)
+    assert lead[0].nonzero().flatten().tolist() == [2, 3, 4, 10, 11, 12]
+    assert lead[1].nonzero().flatten().tolist() == [1, 2, 3]
+    assert not (lead & (labels == -100)).any()
+    torch.manual_seed(0)
+    logits = torch.randn(labels.numel(), 16)
+    flat = labels.flatten()
+    plain = te.answer_loss(logits, flat, labels, te.TrainConfig())
+    assert plain.item() == pytest.approx(torch.nn.functional.cross_entropy(logits, flat).item())
+    per_token = torch.nn.functional.cross_entropy(logits, flat, reduction="none")
+    answer, lead_flat = flat != -100, lead.flatten()
+    expected = (per_token[answer].sum() + 2.0 * per_token[lead_flat].sum()) / answer.sum()
+    weighted = te.answer_loss(logits, flat, labels, te.TrainConfig(lead_weight=3.0, lead_tokens=3))
+    assert weighted.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert weighted.item() != pytest.approx(plain.item())
+
+
 def test_a_few_training_steps_save_a_plain_llava(tmp_path):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -302,6 +327,8 @@ def test_a_clock_limit_stops_the_run_annealed():
         ({"world": "v1", "extra_phrasing_share": 0.5}, "world v2 only"),
         ({"world": "v2", "phrasings": "sentences"}, "phrasings must be one of"),
         ({"init": "/nonexistent/model"}, "folder with a saved model"),
+        ({"lead_weight": 0.0}, "lead_weight > 0"),
+        ({"lead_tokens": 0}, "lead_tokens >= 1"),
     ],
 )
 def test_bad_training_configs_are_refused(fields, message):

@@ -85,6 +85,11 @@ class TrainConfig:
     # Keep the vision tower and projector as they are (train the language model only); the per-patch
     # loss, which only trains the vision side, is then skipped.
     freeze_vision: bool = False
+    # Weight of the language-model loss on the first ``lead_tokens`` tokens of every answer (1 = the
+    # plain mean over answer tokens). The lead is where an answer picks its type and its subject ("The
+    # square is ..." or "The heart is ..."), which is what fails on unseen wording.
+    lead_weight: float = 1.0
+    lead_tokens: int = 3
 
     def __post_init__(self):
         if self.world not in WORLDS:
@@ -106,6 +111,8 @@ class TrainConfig:
             WORLDS[self.world].with_training_mix(weights, self.question_noise)
         if self.extra_phrasing_share > 0 and self.world != "v2":
             raise ValueError("extra phrasings exist for world v2 only")
+        if self.lead_weight <= 0 or self.lead_tokens < 1:
+            raise ValueError("need lead_weight > 0 and lead_tokens >= 1")
         if self.init and not (Path(self.init) / "config.json").is_file():
             raise ValueError(f"init must be a folder with a saved model (config.json): {self.init!r}")
 

@@ -148,6 +148,29 @@ def attention_loss(
     return sum(losses) / len(losses)
 
 
+def lead_mask(labels: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    """True at the first ``n_tokens`` answer tokens of every answer: ``labels`` (N, L) is -100 outside
+    answers, and each answer (with its eos) is one run of other labels."""
+    answer = labels != -100
+    start = answer.clone()
+    start[:, 1:] &= ~answer[:, :-1]
+    lead = start.clone()
+    for k in range(1, n_tokens):
+        lead[:, k:] |= start[:, :-k]
+    return lead & answer
+
+
+def answer_loss(logits: torch.Tensor, flat_labels: torch.Tensor, labels: torch.Tensor, cfg: TrainConfig):
+    """Mean cross-entropy over answer tokens, the first `TrainConfig.lead_tokens` of each answer counted
+    `TrainConfig.lead_weight` times (plain mean at weight 1)."""
+    if cfg.lead_weight == 1.0:
+        return F.cross_entropy(logits, flat_labels, ignore_index=-100)
+    per_token = F.cross_entropy(logits, flat_labels, ignore_index=-100, reduction="none")
+    weights = 1.0 + (cfg.lead_weight - 1.0) * lead_mask(labels, cfg.lead_tokens).flatten().float()
+    answer = flat_labels != -100
+    return (per_token * weights)[answer].sum() / answer.sum().clamp(min=1)
+
+
 def train_step(model, head: PatchHead, batch: dict, cfg: TrainConfig, image_offset: int):
     """Forward one batch; returns (answer-token LM loss, auxiliary patch loss, attention binding loss).
     The patch loss is 0 when `TrainConfig.uses_patch_loss` is false."""
@@ -166,7 +189,7 @@ def train_step(model, head: PatchHead, batch: dict, cfg: TrainConfig, image_offs
             )
             logits = out.logits[:, :-1].float()
             labels = batch["labels"][:, 1:].flatten()
-            lm_loss = F.cross_entropy(logits.flatten(0, 1), labels, ignore_index=-100)
+            lm_loss = answer_loss(logits.flatten(0, 1), labels, batch["labels"][:, 1:], cfg)
             aux_loss = head.loss(captured[0], batch["aux"]) if cfg.uses_patch_loss else lm_loss.new_zeros(())
             if supervise_attention:
                 attn_loss = attention_loss(
@@ -346,6 +369,15 @@ def _parser() -> argparse.ArgumentParser:
         "--qtype-weights",
         default=d.qtype_weights,
         help="how often each question type is asked: describe=0.1,colour=0.2,... (v2; default: the world's)",
+    )
+    parser.add_argument(
+        "--lead-weight",
+        type=float,
+        default=d.lead_weight,
+        help="weight of the loss on the first --lead-tokens tokens of each answer (1 = plain mean)",
+    )
+    parser.add_argument(
+        "--lead-tokens", type=int, default=d.lead_tokens, help="answer tokens --lead-weight covers"
     )
     parser.add_argument(
         "--freeze-vision",
