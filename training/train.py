@@ -160,9 +160,11 @@ def lead_mask(labels: torch.Tensor, n_tokens: int) -> torch.Tensor:
     return lead & answer
 
 
-def answer_loss(logits: torch.Tensor, flat_labels: torch.Tensor, labels: torch.Tensor, cfg: TrainConfig):
-    """Mean cross-entropy over answer tokens, the first `TrainConfig.lead_tokens` of each answer counted
-    `TrainConfig.lead_weight` times (plain mean at weight 1)."""
+def answer_loss(logits: torch.Tensor, labels: torch.Tensor, cfg: TrainConfig):
+    """Mean cross-entropy of ``logits`` (N * L, V) against ``labels`` (N, L) over answer tokens, the
+    first `TrainConfig.lead_tokens` of each answer counted `TrainConfig.lead_weight` times (plain mean
+    at weight 1)."""
+    flat_labels = labels.flatten()
     if cfg.lead_weight == 1.0:
         return F.cross_entropy(logits, flat_labels, ignore_index=-100)
     per_token = F.cross_entropy(logits, flat_labels, ignore_index=-100, reduction="none")
@@ -188,8 +190,7 @@ def train_step(model, head: PatchHead, batch: dict, cfg: TrainConfig, image_offs
                 output_attentions=supervise_attention,
             )
             logits = out.logits[:, :-1].float()
-            labels = batch["labels"][:, 1:].flatten()
-            lm_loss = answer_loss(logits.flatten(0, 1), labels, batch["labels"][:, 1:], cfg)
+            lm_loss = answer_loss(logits.flatten(0, 1), batch["labels"][:, 1:], cfg)
             aux_loss = head.loss(captured[0], batch["aux"]) if cfg.uses_patch_loss else lm_loss.new_zeros(())
             if supervise_attention:
                 attn_loss = attention_loss(
