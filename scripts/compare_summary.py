@@ -19,6 +19,7 @@ import json
 import logging
 import sys
 from dataclasses import asdict
+from importlib import metadata
 
 import torch
 
@@ -33,6 +34,9 @@ MODELS = {"v1": (EMBEDDED_MODEL_V1, "scenes"), "v2": (EMBEDDED_MODEL_V2, "scenes
 METHODS = ("ar", "pld", "tr", "suffix", "recap")
 #: Samples whose passes the summary records for the staleness check.
 CHECKED = 3
+#: Packages whose versions the summary records: RECAP's trees rank candidates by float32
+#: probabilities, so a new release of one of these (or another CPU) can move a near tie.
+RECORDED_PACKAGES = ("torch", "transformers", "numpy", "numba", "llvmlite", "pillow", "tokenizers")
 MAX_NEW_TOKENS = 64
 
 
@@ -67,6 +71,17 @@ def per_sample_passes(data: dict, methods: list[str], count: int = CHECKED) -> d
     return {m: [note["passes"][m] for note in data["samples"][:count]] for m in methods}
 
 
+def environment() -> dict[str, str]:
+    """The versions of `RECORDED_PACKAGES` installed here (``"absent"`` for one that is not)."""
+    found = {}
+    for name in RECORDED_PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "absent"
+    return found
+
+
 def build(version: str, limit: int) -> dict:
     folder, dataset = MODELS[version]
     runtime = Runtime.load(str(folder), device="cpu", dtype=torch.float32)
@@ -85,6 +100,7 @@ def build(version: str, limit: int) -> dict:
         },
         "config": asdict(RecapConfig(budget=EQUAL_NODES)),
         "check": {"samples": CHECKED, "limit": limit, "passes": per_sample_passes(data, methods)},
+        "environment": environment(),
     }
     return summary
 
