@@ -375,8 +375,9 @@ HELDOUT_FAMILIES = tuple(f for f in FAMILIES if f.heldout)
 #: Relation training families added after the shipped fine-tuning's families were fixed, asked by
 #: ``--phrasings mixed-plus`` only (so that ``families`` and ``mixed`` generate what they always did):
 #: the reference named first in a lead-in clause, then the subject after a verb ("Going from the Y,
-#: which way ... to reach the X"), and the subject set against the reference ("How is the X unlike
-#: the Y ...").
+#: which way ... to reach the X"), the subject set against the reference ("How is the X unlike
+#: the Y ..."), and the reference made the anchor before the subject is named ("With the Y as your
+#: landmark, where will you spot the X?").
 EXTRA_FAMILIES: tuple[Family, ...] = (
     Family("relation/reference-lead", "relation", (
         "(Taking|Choosing|Picking|Beginning with|Focusing on) the {other} (first|as the reference|),"
@@ -398,6 +399,14 @@ EXTRA_FAMILIES: tuple[Family, ...] = (
         " {other}, and whether it is <bigger>.",
         "(In|By) (<place> and size|size and <place>), how (does|do) the {kind} (measure up|compare) (to|with)"
         " the {other}?",
+    )),
+    Family("relation/anchor-then-subject", "relation", (
+        "(With|Using) the {other} as (your|the|an) (anchor|landmark|fixed point), (where|on which side) will"
+        " you (catch|see|meet) the {kind}(, and is it <bigger>|)?",
+        "The {other} is (my|our|the) (anchor|landmark). (Where|On which side) is the {kind}, and which (one|)"
+        " is <bigger>?",
+        "(Keep|Fix) your eyes on the {other}: (where|which way) do you (turn|glance|head) (for|to catch) the"
+        " {kind}(, and is it <bigger>|)?",
     )),
 )  # fmt: skip
 
