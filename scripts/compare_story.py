@@ -1,0 +1,70 @@
+"""What the Compare tab's story line says on every shipped example of the default model.
+
+Builds the studio in this process (a fresh server: the embedded default model), runs the Compare tab's
+handler once per example with the page's default settings (as a click does) and prints, per example,
+each method's accepted drafts at the image-dependent tokens (and how many it drafted there), then how
+many examples have RECAP at or above Token Recycling there.
+
+    python -m scripts.compare_story [--budgets equal|device]
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import re
+import sys
+
+from recap.studio import measure
+
+#: "Accepted drafts there (drafted there): Token Recycling 8 (9), RECAP 2 (7)."
+COUNTS = re.compile(r"Accepted drafts there \(drafted there\): (?P<parts>[^.]*)\.")
+PART = re.compile(r"(?P<label>[A-Za-z][A-Za-z ]*?) (?P<accepted>\d+) \((?P<drafted>\d+)\)")
+
+
+def counts(line: str) -> dict[str, tuple[int, int]]:
+    """Method label -> (accepted, drafted) at the image-dependent tokens, read off a story line ({} when
+    the line has no counts: no token depended on the image)."""
+    found = COUNTS.search(html.unescape(re.sub(r"<[^>]+>", "", line)))
+    if not found:
+        return {}
+    return {
+        m["label"].strip(): (int(m["accepted"]), int(m["drafted"])) for m in PART.finditer(found["parts"])
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--budgets", choices=("equal", "device"), default="equal")
+    args = parser.parse_args(argv)
+    import torch
+
+    from recap.studio.demo import build_demo
+    from recap.studio.environment import DEFAULT_MODEL_ID
+    from recap.studio.examples import examples
+
+    torch.set_num_threads(1)
+    demo = build_demo()
+    handler = next(fn for fn in demo.fns.values() if fn.api_name == "compare")
+    defaults = [component.value for component in handler.inputs]  # the page's defaults
+    wins = 0
+    shown = examples(DEFAULT_MODEL_ID)
+    for number, (image, prompt) in enumerate(shown, start=1):
+        values = list(defaults)
+        values[0], values[1] = {"path": str(image)}, prompt
+        values[-1] = measure.EQUAL if args.budgets == "equal" else measure.DEVICE
+        *_, final = handler.fn(*values)
+        line = next((v for v in final.values() if isinstance(v, str) and "depend on the image" in v), "")
+        seen = counts(line)
+        tr, recap = seen.get("Token Recycling", (0, 0)), seen.get("RECAP", (0, 0))
+        wins += recap[0] >= tr[0]
+        parts = (
+            ", ".join(f"{label} {a} ({d})" for label, (a, d) in seen.items()) or "no image-dependent token"
+        )
+        print(f"{number}. {prompt!r}: {parts}")
+    print(f"RECAP accepted as many drafts as Token Recycling there or more on {wins} of {len(shown)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
