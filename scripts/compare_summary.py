@@ -34,6 +34,8 @@ MODELS = {"v1": (EMBEDDED_MODEL_V1, "scenes"), "v2": (EMBEDDED_MODEL_V2, "scenes
 METHODS = ("ar", "pld", "tr", "suffix", "recap")
 #: Samples whose passes the summary records for the staleness check.
 CHECKED = 3
+#: Held-out scenes per summary.
+DEFAULT_LIMIT = 40
 #: Packages whose versions the summary records: RECAP's trees rank candidates by float32
 #: probabilities, so a new release of one of these (or another CPU) can move a near tie.
 RECORDED_PACKAGES = ("torch", "transformers", "numpy", "numba", "llvmlite", "pillow", "tokenizers")
@@ -108,7 +110,12 @@ def build(version: str, limit: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=sorted(MODELS), action="append", help="default: both")
-    parser.add_argument("--limit", type=int, default=40, help="held-out scenes per model (default 40)")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=DEFAULT_LIMIT,
+        help=f"held-out scenes per model (default {DEFAULT_LIMIT})",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)
