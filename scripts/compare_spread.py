@@ -60,6 +60,24 @@ def spread(
     return seen
 
 
+def compare_handler() -> tuple:
+    """The Compare tab's handler on a studio built in this process (a fresh server), and the page's
+    default inputs."""
+    from recap.studio.demo import build_demo
+
+    demo = build_demo()
+    handler = next(fn for fn in demo.fns.values() if fn.api_name == "compare")
+    return handler.fn, [component.value for component in handler.inputs]
+
+
+def click_inputs(defaults: list, image, prompt: str, budgets: str = "equal") -> list:
+    """The page's defaults with ``image`` and ``prompt`` filled in and the budget choice, as a click sends."""
+    values = list(defaults)
+    values[0], values[1] = {"path": str(image)}, prompt
+    values[-1] = measure.EQUAL if budgets == "equal" else measure.DEVICE
+    return values
+
+
 def deviation(values: list[float]) -> float:
     """The largest distance from the median, in % of the median."""
     median = statistics.median(values)
@@ -79,20 +97,16 @@ def main(argv: list[str] | None = None) -> int:
     measure.REPEATS = args.repeats  # read by the tab's handler at every click
     import torch
 
-    from recap.studio.demo import build_demo
     from recap.studio.environment import DEFAULT_MODEL_ID
     from recap.studio.examples import examples
 
     torch.set_num_threads(1)
     image, prompt = examples(DEFAULT_MODEL_ID)[0]
-    demo = build_demo()
-    handler = next(fn for fn in demo.fns.values() if fn.api_name == "compare")
-    values = [component.value for component in handler.inputs]  # the page's defaults
-    values[0], values[1] = {"path": str(image)}, prompt
-    values[-1] = measure.EQUAL if args.budgets == "equal" else measure.DEVICE
+    compare, defaults = compare_handler()
+    values = click_inputs(defaults, image, prompt, args.budgets)
     shown: dict[str, str] = {}
     timed: dict[str, list[float]] = {}
-    seen = spread(handler.fn, values, args.runs, shown, timed)
+    seen = spread(compare, values, args.runs, shown, timed)
     for method, values in seen.items():
         runs = ", ".join(f"{v:.2f}x" for v in values)
         median = statistics.median(values)

@@ -15,7 +15,7 @@ import html
 import re
 import sys
 
-from recap.studio import measure
+from scripts import compare_spread
 
 #: "Accepted drafts there (drafted there): Token Recycling 8 (9), RECAP 2 (7)."
 COUNTS = re.compile(r"Accepted drafts there \(drafted there\): (?P<parts>[^.]*)\.")
@@ -39,21 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from recap.studio.demo import build_demo
     from recap.studio.environment import DEFAULT_MODEL_ID
     from recap.studio.examples import examples
 
     torch.set_num_threads(1)
-    demo = build_demo()
-    handler = next(fn for fn in demo.fns.values() if fn.api_name == "compare")
-    defaults = [component.value for component in handler.inputs]  # the page's defaults
+    compare, defaults = compare_spread.compare_handler()
     wins = 0
     shown = examples(DEFAULT_MODEL_ID)
     for number, (image, prompt) in enumerate(shown, start=1):
-        values = list(defaults)
-        values[0], values[1] = {"path": str(image)}, prompt
-        values[-1] = measure.EQUAL if args.budgets == "equal" else measure.DEVICE
-        *_, final = handler.fn(*values)
+        *_, final = compare(*compare_spread.click_inputs(defaults, image, prompt, args.budgets))
         line = next((v for v in final.values() if isinstance(v, str) and "depend on the image" in v), "")
         seen = counts(line)
         tr, recap = seen.get("Token Recycling", (0, 0)), seen.get("RECAP", (0, 0))

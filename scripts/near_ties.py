@@ -43,10 +43,6 @@ def run(version: str, samples: int, limit: int = compare_summary.DEFAULT_LIMIT) 
     return compare_summary.run_on(runtime, load_dataset(dataset, limit)[:samples], METHODS)
 
 
-def passes(version: str, samples: int, limit: int = compare_summary.DEFAULT_LIMIT) -> dict[str, list[int]]:
-    return compare_summary.per_sample_passes(run(version, samples, limit), METHODS, samples)
-
-
 def described(data: dict, samples: int) -> str:
     """Per-sample passes for a few samples, else each method's MAT and image-sensitive acceptance."""
     if samples <= compare_summary.CHECKED:
