@@ -31,15 +31,23 @@ def _inputs(model, seed: int = 0):
 
 @pytest.mark.parametrize(
     "options",
-    [{"heads": 8}, {"mlp": 704}, {"new": 1, "at": 2}, {"new": 2, "at": 4}, {"new": 1, "at": 0, "mlp": 672}],
-    ids=["heads", "mlp", "layer-inside", "layers-appended", "layer-and-mlp"],
+    [
+        {"heads": 8},
+        {"heads": 8, "share_kv": True},
+        {"mlp": 704},
+        {"new": 1, "at": 2},
+        {"new": 2, "at": 4},
+        {"new": 1, "at": 0, "mlp": 672},
+    ],
+    ids=["heads", "query-heads", "mlp", "layer-inside", "layers-appended", "layer-and-mlp"],
 )
 def test_the_grown_model_gives_the_original_logits(original, tmp_path, options):
     out = grow.grow(EMBEDDED_MODEL_V2, tmp_path / "grown", **options)
     grown = AutoModelForImageTextToText.from_pretrained(out).eval()
     text = json.loads((out / grow.CONFIG).read_text())["text_config"]
     assert text["num_hidden_layers"] == 4 + options.get("new", 0)
-    assert text["num_attention_heads"] == text["num_key_value_heads"] == options.get("heads", 4)
+    assert text["num_attention_heads"] == options.get("heads", 4)
+    assert text["num_key_value_heads"] == (4 if options.get("share_kv") else options.get("heads", 4))
     assert text["intermediate_size"] == options.get("mlp", 640)
     assert sum(p.numel() for p in grown.parameters()) > sum(p.numel() for p in original.parameters())
     inputs = _inputs(original)
@@ -60,6 +68,21 @@ def test_the_new_parts_get_gradients(tmp_path):
     assert layers[4].mlp.down_proj.weight.grad.abs().sum() > 0
     assert layers[0].self_attn.o_proj.weight.grad[:, 256:].abs().sum() > 0  # the new heads' columns
     assert layers[0].mlp.down_proj.weight.grad[:, 640:].abs().sum() > 0  # the new units' columns
+
+
+def test_query_heads_keep_the_key_value_projections_and_sit_after_their_head(tmp_path):
+    out = grow.grow(EMBEDDED_MODEL_V2, tmp_path / "grown", heads=8, share_kv=True)
+    before = AutoModelForImageTextToText.from_pretrained(EMBEDDED_MODEL_V2).model.language_model.layers[1]
+    after = AutoModelForImageTextToText.from_pretrained(out).model.language_model.layers[1].self_attn
+    assert torch.equal(after.k_proj.weight, before.self_attn.k_proj.weight)
+    assert torch.equal(after.v_proj.weight, before.self_attn.v_proj.weight)
+    old_q, new_q = before.self_attn.q_proj.weight.chunk(4), after.q_proj.weight.chunk(8)
+    old_o, new_o = before.self_attn.o_proj.weight.T.chunk(4), after.o_proj.weight.T.chunk(8)
+    for head in range(4):  # head h at 2h (its key/value head is 2h // 2), its new query head at 2h + 1
+        assert torch.equal(new_q[2 * head], old_q[head]) and torch.equal(new_o[2 * head], old_o[head])
+        assert not torch.equal(new_q[2 * head + 1], old_q[head]) and not new_o[2 * head + 1].any()
+    with pytest.raises(ValueError, match="multiple of 4"):
+        grow.widen_weights({}, heads=4, new_heads=2, mlp=640, new_mlp=0, share_kv=True)
 
 
 def test_what_cannot_grow_is_refused(tmp_path):

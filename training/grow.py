@@ -13,7 +13,8 @@ grows wider, since its sums then run in another order: tested) and fine-tuning i
   weights are copies of the layer it is inserted before (the last one when appended);
 - new attention heads (``--heads``, appended after the existing ones in every layer) have zero
   columns in the output projection; their query, key and value rows copy existing heads (in turn)
-  with a little noise, so that they can move apart;
+  with a little noise, so that they can move apart; with ``--share-kv`` they are query heads only,
+  each reading an existing head's keys and values (grouped-query attention, cheaper to decode);
 - new MLP units (``--mlp``, the intermediate size) have zero columns in the down projection; their gate
   and up rows copy existing units (in turn) with a little noise.
 The output folder is a copy of ``--model`` with the grown config and weights.
@@ -86,6 +87,23 @@ def _copies(
     return picked + scale * torch.randn(picked.shape, generator=generator).to(picked.dtype)
 
 
+def _grouped(
+    tensor: torch.Tensor, heads: int, extra: int, rest: str, noise: float, generator: torch.Generator
+) -> torch.Tensor:
+    """A query or output projection with ``extra`` new query heads after each of its ``heads``: noisy
+    copies of that head's query rows, zero output columns (transformers' grouped-query attention gives
+    query head ``j`` key/value head ``j // (1 + extra)``, so the old heads keep theirs)."""
+    out = rest == "self_attn.o_proj.weight"
+    blocks = (tensor.T if out else tensor).chunk(heads)
+    grown = []
+    for block in blocks:
+        grown.append(block)
+        for _ in range(extra):
+            grown.append(torch.zeros_like(block) if out else _copies(block, 1, 1, noise, generator))
+    merged = torch.cat(grown)
+    return merged.T.contiguous() if out else merged
+
+
 def widen_weights(
     weights: dict[str, torch.Tensor],
     heads: int,
@@ -94,11 +112,16 @@ def widen_weights(
     new_mlp: int,
     seed: int = 0,
     noise: float = 0.01,
+    share_kv: bool = False,
 ) -> dict[str, torch.Tensor]:
     """``weights`` with ``new_heads`` attention heads (of ``heads``) and ``new_mlp`` MLP units (of
-    ``mlp``) added to every language-model layer, each with zero output weights."""
+    ``mlp``) added to every language-model layer, each with zero output weights. ``share_kv``: the new
+    heads are query heads only, sharing the existing key/value heads (grouped-query attention:
+    ``heads + new_heads`` must be a multiple of ``heads``; head ``h``'s new queries sit right after it)."""
     if new_heads < 0 or new_mlp < 0:
         raise ValueError("a model can only grow: the new head count and MLP size must not be smaller")
+    if share_kv and new_heads % heads:
+        raise ValueError(f"query heads sharing {heads} key/value heads must be a multiple of {heads}")
     generator = torch.Generator().manual_seed(seed)
     grown = dict(weights)
     for name, tensor in weights.items():
@@ -106,7 +129,11 @@ def widen_weights(
         if match is None:
             continue
         rest = match["rest"]
-        if new_heads and rest in (
+        if share_kv and new_heads and rest in ("self_attn.q_proj.weight", "self_attn.o_proj.weight"):
+            grown[name] = _grouped(tensor, heads, new_heads // heads, rest, noise, generator)
+        elif share_kv and rest in ("self_attn.k_proj.weight", "self_attn.v_proj.weight"):
+            continue
+        elif new_heads and rest in (
             "self_attn.q_proj.weight",
             "self_attn.k_proj.weight",
             "self_attn.v_proj.weight",
@@ -132,9 +159,11 @@ def grow(
     heads: int | None = None,
     mlp: int | None = None,
     seed: int = 0,
+    share_kv: bool = False,
 ) -> Path:
     """Write ``model`` grown to ``out``: ``new`` layers before layer ``at``, ``heads`` attention heads and
-    ``mlp`` MLP units per layer (None: as they are)."""
+    ``mlp`` MLP units per layer (None: as they are); ``share_kv``: the new heads are query heads over
+    the existing key/value heads (see `widen_weights`)."""
     for name in (WEIGHTS, CONFIG):
         if not (model / name).is_file():
             raise FileNotFoundError(f"no {name} in {model}")
@@ -155,15 +184,21 @@ def grow(
     if "head_dim" not in text:
         text["head_dim"] = int(text["hidden_size"]) // old_heads
     grown = widen_weights(
-        load_file(str(model / WEIGHTS)), old_heads, heads - old_heads, old_mlp, mlp - old_mlp, seed
+        load_file(str(model / WEIGHTS)),
+        old_heads,
+        heads - old_heads,
+        old_mlp,
+        mlp - old_mlp,
+        seed,
+        share_kv=share_kv,
     )
     if new:
         grown = grow_weights(grown, layers, at, new)
         if "layer_types" in text:
             kinds = list(text["layer_types"])
             text["layer_types"] = kinds[:at] + [kinds[min(at, layers - 1)]] * new + kinds[at:]
-    text.update(num_hidden_layers=layers + new, num_attention_heads=heads, num_key_value_heads=heads,
-                intermediate_size=mlp)  # fmt: skip
+    text.update(num_hidden_layers=layers + new, num_attention_heads=heads,
+                num_key_value_heads=old_heads if share_kv else heads, intermediate_size=mlp)  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     for item in model.iterdir():
         if item.is_file() and item.name not in (WEIGHTS, CONFIG):
@@ -181,12 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--at", type=int, default=0, help="insert the new layers before this layer")
     parser.add_argument("--heads", type=int, help="attention heads per layer (default: as it is)")
     parser.add_argument("--mlp", type=int, help="MLP intermediate size (default: as it is)")
+    parser.add_argument("--share-kv", action="store_true", help="new heads share the key/value heads")
     parser.add_argument("--seed", type=int, default=0, help="seed of the new rows' noise")
     parser.add_argument("--out", type=Path, required=True, help="write the grown model here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        grow(args.model, args.out, args.at, args.new_layers, args.heads, args.mlp, args.seed)
+        grow(args.model, args.out, args.at, args.new_layers, args.heads, args.mlp, args.seed, args.share_kv)
     except (OSError, ValueError, KeyError) as error:
         parser.error(str(error))
     return 0
