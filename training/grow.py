@@ -1,7 +1,7 @@
 """Grow a saved embedded model's language model (more layers, heads or MLP units) without changing
 what it computes.
 
-    python -m training.grow --model assets/models/tiny-scenes-llava-v2 --heads 6 --mlp 832 --out runs/grown
+    python -m training.grow --model assets/models/tiny-scenes-llava-v2 --heads 8 --mlp 896 --out runs/grown
     python -m training.grow --model assets/models/tiny-scenes-llava-v2 --new-layers 1 --at 3 --out runs/deeper
 
 Every new part starts with zero weights where its output reaches the residual stream, so the grown
@@ -32,9 +32,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from training.soup import WEIGHTS
+
 logger = logging.getLogger(__name__)
 
-WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 #: The per-layer tensors of the language model: ``<prefix>layers.<index>.<rest>``.
 _LAYER = re.compile(
