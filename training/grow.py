@@ -38,9 +38,7 @@ logger = logging.getLogger(__name__)
 
 CONFIG = "config.json"
 #: The per-layer tensors of the language model: ``<prefix>layers.<index>.<rest>``.
-_LAYER = re.compile(
-    r"^(?P<prefix>(?:.*\.)?language_model\.(?:model\.)?layers\.)(?P<index>\d+)\.(?P<rest>.+)$"
-)
+LAYER = re.compile(r"^(?P<prefix>(?:.*\.)?language_model\.(?:model\.)?layers\.)(?P<index>\d+)\.(?P<rest>.+)$")
 #: Tensors of a layer whose output reaches the residual stream: zero in a new layer.
 ZEROED = ("self_attn.o_proj.weight", "mlp.down_proj.weight")
 
@@ -59,7 +57,7 @@ def grow_weights(
     grown: dict[str, torch.Tensor] = {}
     copied: dict[str, torch.Tensor] = {}
     for name, tensor in weights.items():
-        match = _LAYER.match(name)
+        match = LAYER.match(name)
         if match is None:
             grown[name] = tensor
             continue
@@ -126,7 +124,7 @@ def widen_weights(
     generator = torch.Generator().manual_seed(seed)
     grown = dict(weights)
     for name, tensor in weights.items():
-        match = _LAYER.match(name)
+        match = LAYER.match(name)
         if match is None:
             continue
         rest = match["rest"]
@@ -150,6 +148,16 @@ def widen_weights(
         elif (new_heads or new_mlp) and "bias" in rest:
             raise ValueError(f"{name}: widening a layer with biases is not supported")
     return grown
+
+
+def write_model(model: Path, out: Path, config: dict, weights: dict[str, torch.Tensor]) -> None:
+    """Write ``out``: a copy of the folder ``model`` with ``config`` and ``weights`` instead of its own."""
+    out.mkdir(parents=True, exist_ok=True)
+    for item in model.iterdir():
+        if item.is_file() and item.name not in (WEIGHTS, CONFIG):
+            shutil.copy2(item, out / item.name)
+    (out / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    save_file(weights, str(out / WEIGHTS), metadata={"format": "pt"})
 
 
 def grow(
@@ -200,12 +208,7 @@ def grow(
             text["layer_types"] = kinds[:at] + [kinds[min(at, layers - 1)]] * new + kinds[at:]
     text.update(num_hidden_layers=layers + new, num_attention_heads=heads,
                 num_key_value_heads=old_heads if share_kv else heads, intermediate_size=mlp)  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    for item in model.iterdir():
-        if item.is_file() and item.name not in (WEIGHTS, CONFIG):
-            shutil.copy2(item, out / item.name)
-    (out / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
-    save_file(grown, str(out / WEIGHTS), metadata={"format": "pt"})
+    write_model(model, out, config, grown)
     logger.info("wrote %s: %d layers (%d new), %d heads, MLP %d", out, layers + new, new, heads, mlp)
     return out
 
