@@ -105,6 +105,7 @@ def reshape(model: Path, out: Path, split: int = 1, mlp: int | None = None) -> P
     if mlp is not None and mlp >= int(text["intermediate_size"]):
         size = text["intermediate_size"]
         raise ValueError(f"--mlp keeps fewer units than today's {size} (to add units: training.grow)")
+    text.setdefault("head_dim", head_dim)  # explicit, so that a split can change it
     weights = load_file(str(model / WEIGHTS))
     if split > 1:
         if int(text.get("num_key_value_heads", heads)) != heads:
