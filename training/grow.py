@@ -150,6 +150,14 @@ def widen_weights(
     return grown
 
 
+def read_config(model: Path) -> dict:
+    """The config of the saved model folder ``model``, once its weights and config are known to be there."""
+    for name in (WEIGHTS, CONFIG):
+        if not (model / name).is_file():
+            raise FileNotFoundError(f"no {name} in {model}")
+    return json.loads((model / CONFIG).read_text())
+
+
 def write_model(model: Path, out: Path, config: dict, weights: dict[str, torch.Tensor]) -> None:
     """Write ``out``: a copy of the folder ``model`` with ``config`` and ``weights`` instead of its own."""
     out.mkdir(parents=True, exist_ok=True)
@@ -173,10 +181,7 @@ def grow(
     """Write ``model`` grown to ``out``: ``new`` layers before layer ``at``, ``heads`` attention heads and
     ``mlp`` MLP units per layer (None: as they are); ``share_kv``: the new heads are query heads over
     the existing key/value heads (see `widen_weights`)."""
-    for name in (WEIGHTS, CONFIG):
-        if not (model / name).is_file():
-            raise FileNotFoundError(f"no {name} in {model}")
-    config = json.loads((model / CONFIG).read_text())
+    config = read_config(model)
     text = config.get("text_config", config)
     layers, old_heads = int(text["num_hidden_layers"]), int(text["num_attention_heads"])
     old_mlp = int(text["intermediate_size"])

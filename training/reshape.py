@@ -21,14 +21,13 @@ The output folder is a copy of ``--model`` with the new config and weights.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 
-from training.grow import CONFIG, LAYER, write_model
+from training.grow import LAYER, read_config, write_model
 from training.soup import WEIGHTS
 
 logger = logging.getLogger(__name__)
@@ -49,7 +48,9 @@ def split_order(heads: int, head_dim: int, factor: int) -> list[int]:
     return order
 
 
-def split_heads(weights: dict[str, torch.Tensor], heads: int, head_dim: int, factor: int) -> dict:
+def split_heads(
+    weights: dict[str, torch.Tensor], heads: int, head_dim: int, factor: int
+) -> dict[str, torch.Tensor]:
     """``weights`` with every attention head split ``factor`` ways (see `split_order`)."""
     order = torch.tensor(split_order(heads, head_dim, factor))
     out = dict(weights)
@@ -91,10 +92,7 @@ def prune_mlp(weights: dict[str, torch.Tensor], keep: int) -> dict[str, torch.Te
 
 def reshape(model: Path, out: Path, split: int = 1, mlp: int | None = None) -> Path:
     """Write ``model`` with its heads split ``split`` ways and/or its MLP cut to ``mlp`` units to ``out``."""
-    for name in (WEIGHTS, CONFIG):
-        if not (model / name).is_file():
-            raise FileNotFoundError(f"no {name} in {model}")
-    config = json.loads((model / CONFIG).read_text())
+    config = read_config(model)
     text = config.get("text_config", config)
     heads = int(text["num_attention_heads"])
     head_dim = int(text.get("head_dim") or int(text["hidden_size"]) // heads)
