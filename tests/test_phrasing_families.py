@@ -15,6 +15,7 @@ import pytest
 from recap.embedded import scenes2
 from training import data as ed
 from training import evaluate_families as ef
+from training import phrasing_extra as px
 from training import phrasing_families as pf
 from training.evaluate import self_relations
 from training.phrasings import EXTRA_TRAINING_QUESTIONS, ask_in_extra_phrasing
@@ -22,9 +23,11 @@ from training.phrasings import EXTRA_TRAINING_QUESTIONS, ask_in_extra_phrasing
 V2 = ed.WORLDS["v2"]
 MODEL_DIR = Path(__file__).resolve().parents[1] / "assets" / "models" / "tiny-scenes-llava-v2"
 NEEDS = {"colour": (1, 0), "position": (1, 0), "relation": (1, 1)}  # named ({kind}, {other}) or not
-#: Every family training may ask (``--phrasings mixed-plus`` adds `EXTRA_FAMILIES`), and every family.
-TRAINING = pf.TRAINING_FAMILIES + pf.EXTRA_FAMILIES
-EVERY = pf.FAMILIES + pf.EXTRA_FAMILIES
+#: Every family training may ask (``--phrasings mixed-plus`` adds `EXTRA_FAMILIES`, ``mixed-roles`` also
+#: `ROLE_FAMILIES`), every family evaluation asks (the held-out and the probe families), and every family.
+TRAINING = pf.TRAINING_FAMILIES + px.EXTRA_FAMILIES + px.ROLE_FAMILIES
+HELD = pf.HELDOUT_FAMILIES + px.PROBE_FAMILIES
+EVERY = pf.FAMILIES + px.EXTRA_FAMILIES + px.ROLE_FAMILIES + px.PROBE_FAMILIES
 
 
 def _words(text: str) -> list[str]:
@@ -74,7 +77,8 @@ def test_every_family_asks_its_type_about_the_right_shapes():
     names = [f.name for f in EVERY]
     assert len(set(names)) == len(names)
     words_outside = re.compile(rf"\b({'|'.join((*scenes2.KINDS, *scenes2.COLOURS))})s?\b")
-    assert not any(f.heldout for f in pf.EXTRA_FAMILIES)
+    assert not any(f.heldout for f in px.EXTRA_FAMILIES + px.ROLE_FAMILIES)
+    assert all(f.heldout for f in px.PROBE_FAMILIES)
     for family in EVERY:
         assert family.qtype in scenes2.QUESTION_TYPES and family.name.startswith(family.qtype + "/")
         assert set(family.facts) <= set(scenes2.QUESTION_TYPES)
@@ -100,18 +104,18 @@ def test_heldout_families_share_no_frame_with_the_training_families():
     train_cores = {c for f in TRAINING for c in f.cores()}
     train_cores |= {t for ts in scenes2.TRAINING_QUESTIONS.values() for t in ts}
     train_cores |= {t for ts in EXTRA_TRAINING_QUESTIONS.values() for t in ts}
-    held_cores = {c for f in pf.HELDOUT_FAMILIES for c in f.cores()}
+    held_cores = {c for f in HELD for c in f.cores()}
     assert not {_frame_key(c) for c in held_cores} & {_frame_key(c) for c in train_cores}
     lowered = [t.lower() for t in train_cores]
     for core in held_cores:
         low = core.lower()
         assert not any(t in low for t in lowered), core
     train_phrasings = {p for f in pf.TRAINING_FAMILIES for p in f.phrasings()}
-    held_phrasings = {p for f in pf.HELDOUT_FAMILIES for p in f.phrasings()}
+    held_phrasings = {p for f in HELD for p in f.phrasings()}
     assert not {p for f in TRAINING for p in f.phrasings()} & held_phrasings
     for family in TRAINING:
         assert not any(r.heldout for r in family.registers())
-    assert all(any(r.heldout for r in f.registers()) for f in pf.HELDOUT_FAMILIES)
+    assert all(any(r.heldout for r in f.registers()) for f in HELD)
     grouped = {p for gs in pf.training_groups().values() for g in gs for p in g}
     assert grouped == train_phrasings
 
@@ -139,7 +143,7 @@ def test_mixed_plus_adds_the_extra_families_after_the_relation_families_and_leav
     from training.config import PHRASINGS
 
     plus, mixed = PHRASINGS["mixed-plus"](), PHRASINGS["mixed"]()
-    extra = pf.training_groups(pf.EXTRA_FAMILIES)
+    extra = pf.training_groups(px.EXTRA_FAMILIES)
     assert set(extra) == {"relation"} and set(plus) == set(mixed)
     assert plus["relation"] == (*mixed["relation"][:-1], *extra["relation"], mixed["relation"][-1])
     assert all(plus[q] == mixed[q] for q in mixed if q != "relation")
@@ -148,9 +152,25 @@ def test_mixed_plus_adds_the_extra_families_after_the_relation_families_and_leav
     assert not added & {p for gs in PHRASINGS["families"]().values() for g in gs for p in g}
 
 
+def test_mixed_roles_adds_the_role_families_to_mixed_plus():
+    """``--phrasings mixed-roles``: mixed-plus's groups with the role families' after the extra ones; the
+    role families' lead-in verb slot takes many verbs, and every one of them names both shapes."""
+    from training.config import PHRASINGS
+
+    roles, plus = PHRASINGS["mixed-roles"](), PHRASINGS["mixed-plus"]()
+    added = pf.training_groups(px.ROLE_FAMILIES)["relation"]
+    assert roles["relation"] == (*plus["relation"][:-1], *added, plus["relation"][-1])
+    assert all(roles[q] == plus[q] for q in plus if q != "relation")
+    phrasings = [p for f in px.ROLE_FAMILIES for p in f.phrasings()]
+    assert len({p.split(" ", 1)[0] for p in phrasings}) >= 20  # many first words: no verb tells the role
+    assert any(p.index("{other}") < p.index("{kind}") for p in phrasings)  # reference named first
+    assert any(p.index("{kind}") < p.index("{other}") for p in phrasings)  # and last
+
+
 def test_the_extra_families_use_no_word_only_the_heldout_families_use():
-    """`EXTRA_FAMILIES` were written after the held-out families: none of their words is one that only a
-    held-out family (not a training family or training question) says, such as "contrast" or "sits"."""
+    """`EXTRA_FAMILIES` and `ROLE_FAMILIES` were written after the held-out families: none of their words
+    is one that only a held-out or probe family (not a training family or training question) says, such
+    as "contrast", "sits" or "imagine"."""
 
     def words(phrasings):
         return {w for p in phrasings for w in _words(p)}
@@ -160,7 +180,12 @@ def test_the_extra_families_use_no_word_only_the_heldout_families_use():
     seen |= words(t for ts in EXTRA_TRAINING_QUESTIONS.values() for t in ts)
     held_only = words(p for f in pf.HELDOUT_FAMILIES for p in f.phrasings()) - seen
     assert {"contrast", "sits"} <= held_only
-    assert not words(p for f in pf.EXTRA_FAMILIES for p in f.phrasings()) & held_only
+    extra = words(p for f in px.EXTRA_FAMILIES for p in f.phrasings())
+    assert not extra & held_only
+    # The role families were written with the probe families, after the extra ones.
+    held_only = words(p for f in HELD for p in f.phrasings()) - seen - extra
+    assert {"contrast", "imagine"} <= held_only
+    assert not words(p for f in px.ROLE_FAMILIES for p in f.phrasings()) & held_only
 
 
 #: Words that carry no wording of their own: a word triple of these (and the placeholders) alone, such

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.data import ATTN_SCOPES, WORLDS
-from training.phrasing_families import EXTRA_FAMILIES, TRAINING_FAMILIES, Family, training_groups
+from training.phrasing_extra import EXTRA_FAMILIES, ROLE_FAMILIES
+from training.phrasing_families import TRAINING_FAMILIES, Family, training_groups
 from training.phrasings import EXTRA_TRAINING_QUESTIONS
 
 
@@ -37,6 +38,7 @@ PHRASINGS = {
     "families": training_groups,
     "mixed": mixed_groups,
     "mixed-plus": lambda: mixed_groups(TRAINING_FAMILIES + EXTRA_FAMILIES),
+    "mixed-roles": lambda: mixed_groups(TRAINING_FAMILIES + EXTRA_FAMILIES + ROLE_FAMILIES),
 }
 
 
@@ -75,7 +77,7 @@ class TrainConfig:
     # Share of each type's questions asked with a generated phrasing instead of a TRAINING_QUESTIONS
     # one, v2 only; ``phrasings`` says which generator: "frames" (training.phrasings, 230 phrasings) or
     # "families" (the training families of training.phrasing_families), "mixed" (both) or
-    # "mixed-plus" (mixed and `EXTRA_FAMILIES`).
+    # "mixed-plus" (mixed and `EXTRA_FAMILIES`) or "mixed-roles" (mixed-plus and `ROLE_FAMILIES`).
     extra_phrasing_share: float = 0.0
     phrasings: str = "frames"
     # Share of training questions with filler or made-up words inserted (v2 only; 0 = none).

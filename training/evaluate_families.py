@@ -3,6 +3,7 @@ family, on held-out scenes, and how many answers relate a shape to itself.
 
     python -m training.evaluate_families --model assets/models/tiny-scenes-llava-v2 --seeds 4 5
     python -m training.evaluate_families --model DIR --split training --seeds 4   # the training families
+    python -m training.evaluate_families --model DIR --split probe --seeds 4 5    # the probe families
 
 Each family of `training.phrasing_families` (by default the held-out ones, never trained on) is asked
 ``n_per_family`` times per held-out scene set: scene ``i`` of family ``j`` is held-out seed
@@ -30,6 +31,7 @@ import torch
 from recap.embedded import scenes2
 from recap.embedded.grid import heldout_seeds
 from training.evaluate import DEFAULT_MAX_NEW_TOKENS, MAX_NEW_TOKENS, generate_answers, load, self_relations
+from training.phrasing_extra import PROBE_FAMILIES
 from training.phrasing_families import HELDOUT_FAMILIES, TRAINING_FAMILIES, Family
 
 logger = logging.getLogger(__name__)
@@ -37,7 +39,7 @@ logger = logging.getLogger(__name__)
 #: The held-out scene sets of the family evaluation (sets 0-3 are `training.evaluate`'s).
 FAMILY_SEEDS = (4, 5)
 N_PER_FAMILY = 30
-SPLITS = {"heldout": HELDOUT_FAMILIES, "training": TRAINING_FAMILIES}
+SPLITS = {"heldout": HELDOUT_FAMILIES, "probe": PROBE_FAMILIES, "training": TRAINING_FAMILIES}
 
 
 def family_items(families: tuple[Family, ...], seed: int, n_per_family: int) -> list[dict]:

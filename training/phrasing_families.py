@@ -372,45 +372,6 @@ FAMILIES: tuple[Family, ...] = (
 TRAINING_FAMILIES = tuple(f for f in FAMILIES if not f.heldout)
 HELDOUT_FAMILIES = tuple(f for f in FAMILIES if f.heldout)
 
-#: Relation training families added after the shipped fine-tuning's families were fixed, asked by
-#: ``--phrasings mixed-plus`` only (so that ``families`` and ``mixed`` generate what they always did):
-#: the reference named first in a lead-in clause, then the subject after a verb ("Going from the Y,
-#: which way ... to reach the X"), the subject set against the reference ("How is the X unlike
-#: the Y ..."), and the reference made the anchor before the subject is named ("With the Y as your
-#: landmark, where will you spot the X?").
-EXTRA_FAMILIES: tuple[Family, ...] = (
-    Family("relation/reference-lead", "relation", (
-        "(Taking|Choosing|Picking|Beginning with|Focusing on) the {other} (first|as the reference|),"
-        " (say|tell me|explain) (which way|in which direction) the {kind} (lies|is placed)( and (whether|if)"
-        " it is <bigger>| and how <big> it is|).",
-        "(Going|Moving|Heading|Travelling) (out |)from the {other}, which way (do you|must you)"
-        " (go|turn|head) to (reach|get to|arrive at) the {kind}(, and which is <bigger>|)?",
-        "(Once|After) you (have located|locate|see) the {other}, where is the {kind}(, and how <big> is"
-        " it|)?",
-        "(Regarding|Concerning|Near) the {other}: how is the {kind} (placed|set|laid out), and which (one|)"
-        " is <bigger>?",
-    )),
-    Family("relation/set-against", "relation", (
-        "How is the {kind} unlike the {other} in <place> and size?",
-        "What (separates|distinguishes) the {kind} from the {other} in <place> and size?",
-        "(Hold|Set|Weigh) the {kind} up against the {other}: where is it, and (is it <bigger>|how <big> is"
-        " it)?",
-        "Say which way the {kind} (goes|ends up|lies) (if|when) (placed|set|laid) (beside|by|alongside) the"
-        " {other}, and whether it is <bigger>.",
-        "(In|By) (<place> and size|size and <place>), how (does|do) the {kind} (measure up|compare) (to|with)"
-        " the {other}?",
-    )),
-    Family("relation/anchor-then-subject", "relation", (
-        "(With|Using) the {other} as (your|the|an) (anchor|landmark|fixed point), (where|on which side) will"
-        " you (catch|see|meet) the {kind}(, and is it <bigger>|)?",
-        "The {other} is (my|our|the) (anchor|landmark). (Where|On which side) is the {kind}, and which (one|)"
-        " is <bigger>?",
-        "(Keep|Fix) your eyes on the {other}: (where|which way) do you (turn|glance|head) (for|to catch) the"
-        " {kind}(, and is it <bigger>|)?",
-    )),
-)  # fmt: skip
-
-
 def training_groups(
     families: tuple[Family, ...] = TRAINING_FAMILIES,
 ) -> dict[str, tuple[tuple[str, ...], ...]]:

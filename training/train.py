@@ -357,8 +357,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(PHRASINGS),
         default=d.phrasings,
         help="generator of the extra phrasings: frames (training/phrasings.py), families "
-        "(the training families of training/phrasing_families.py), mixed (both) or mixed-plus "
-        "(mixed and the extra relation families)",
+        "(the training families of training/phrasing_families.py), mixed (both), mixed-plus "
+        "(mixed and the extra relation families) or mixed-roles (mixed-plus and the role families of "
+        "training/phrasing_extra.py)",
     )
     parser.add_argument(
         "--question-noise",
