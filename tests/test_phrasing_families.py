@@ -165,6 +165,11 @@ def test_mixed_roles_adds_the_role_families_to_mixed_plus():
     assert len({p.split(" ", 1)[0] for p in phrasings}) >= 20  # many first words: no verb tells the role
     assert any(p.index("{other}") < p.index("{kind}") for p in phrasings)  # reference named first
     assert any(p.index("{kind}") < p.index("{other}") for p in phrasings)  # and last
+    # mixed-from: the same without the family whose subject follows "to".
+    kept = pf.training_groups(px.FROM_FAMILIES)["relation"]
+    assert PHRASINGS["mixed-from"]()["relation"] == (*plus["relation"][:-1], *kept, plus["relation"][-1])
+    names = [f.name for f in px.ROLE_FAMILIES]
+    assert [f.name for f in px.FROM_FAMILIES] == [n for n in names if n != "relation/to-subject"]
 
 
 def test_the_extra_families_use_no_word_only_the_heldout_families_use():

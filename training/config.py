@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.data import ATTN_SCOPES, WORLDS
-from training.phrasing_extra import EXTRA_FAMILIES, ROLE_FAMILIES
+from training.phrasing_extra import EXTRA_FAMILIES, FROM_FAMILIES, ROLE_FAMILIES
 from training.phrasing_families import TRAINING_FAMILIES, Family, training_groups
 from training.phrasings import EXTRA_TRAINING_QUESTIONS
 
@@ -39,6 +39,7 @@ PHRASINGS = {
     "mixed": mixed_groups,
     "mixed-plus": lambda: mixed_groups(TRAINING_FAMILIES + EXTRA_FAMILIES),
     "mixed-roles": lambda: mixed_groups(TRAINING_FAMILIES + EXTRA_FAMILIES + ROLE_FAMILIES),
+    "mixed-from": lambda: mixed_groups(TRAINING_FAMILIES + EXTRA_FAMILIES + FROM_FAMILIES),
 }
 
 
@@ -76,8 +77,9 @@ class TrainConfig:
     init: str = ""
     # Share of each type's questions asked with a generated phrasing instead of a TRAINING_QUESTIONS
     # one, v2 only; ``phrasings`` says which generator: "frames" (training.phrasings, 230 phrasings) or
-    # "families" (the training families of training.phrasing_families), "mixed" (both) or
-    # "mixed-plus" (mixed and `EXTRA_FAMILIES`) or "mixed-roles" (mixed-plus and `ROLE_FAMILIES`).
+    # "families" (the training families of training.phrasing_families), "mixed" (both),
+    # "mixed-plus" (mixed and `EXTRA_FAMILIES`), "mixed-roles" (mixed-plus and `ROLE_FAMILIES`) or
+    # "mixed-from" (mixed-plus and `FROM_FAMILIES`).
     extra_phrasing_share: float = 0.0
     phrasings: str = "frames"
     # Share of training questions with filler or made-up words inserted (v2 only; 0 = none).

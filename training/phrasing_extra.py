@@ -10,6 +10,7 @@ holds those): extra training families that ``--phrasings mixed-plus`` and ``mixe
   (*toward*, *reach*) is the subject, whichever is named first. Written after the held-out family
   ``relation/direction-from`` was read to fail with the roles swapped (the subject named last, after
   "to"), which is why the probe families below exist.
+- `FROM_FAMILIES` (``mixed-from``): the role families without the one whose subject follows "to".
 - `PROBE_FAMILIES` (``python -m training.evaluate_families --split probe``): held-out families of every
   two-shape structure, written before ``mixed-roles`` was trained and never trained on, in wording no
   training family uses (tests/test_phrasing_families.py checks the same rules as for the held-out
@@ -88,6 +89,10 @@ ROLE_FAMILIES: tuple[Family, ...] = (
         " <big> is it|)?",
     )),
 )  # fmt: skip
+
+#: The role families without ``relation/to-subject`` (``--phrasings mixed-from``): that family's "to the X"
+#: (the subject) taught the model to read the shape after "to the" as the subject in "next to the Y" too.
+FROM_FAMILIES = tuple(f for f in ROLE_FAMILIES if f.name != "relation/to-subject")
 
 #: Held-out two-shape families of other structures (the reference as a viewer, a walk from one shape to
 #: the other, the subject first with "in relation to", the reference set in a sentence of its own),

@@ -358,8 +358,8 @@ def _parser() -> argparse.ArgumentParser:
         default=d.phrasings,
         help="generator of the extra phrasings: frames (training/phrasings.py), families "
         "(the training families of training/phrasing_families.py), mixed (both), mixed-plus "
-        "(mixed and the extra relation families) or mixed-roles (mixed-plus and the role families of "
-        "training/phrasing_extra.py)",
+        "(mixed and the extra relation families) mixed-roles (mixed-plus and the role families of "
+        "training/phrasing_extra.py) or mixed-from (mixed-plus and its from-families)",
     )
     parser.add_argument(
         "--question-noise",
