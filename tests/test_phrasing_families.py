@@ -273,13 +273,15 @@ def test_training_answers_never_relate_a_shape_to_itself():
     assert self_relations("The red star is right of the blue ring, below it and larger.") == 0
 
 
-def test_family_items_are_heldout_scenes_asked_in_their_family():
-    items = ef.family_items(pf.HELDOUT_FAMILIES, 4, 3)
-    assert len(items) == 3 * len(pf.HELDOUT_FAMILIES)
-    again = ef.family_items(pf.HELDOUT_FAMILIES, 4, 3)
+@pytest.mark.parametrize("split", ["heldout", "probe"])
+def test_family_items_are_heldout_scenes_asked_in_their_family(split):
+    families = ef.SPLITS[split]
+    items = ef.family_items(families, 4, 3)
+    assert len(items) == 3 * len(families)
+    again = ef.family_items(families, 4, 3)
     assert [(it["prompt"], it["seed"]) for it in items] == [(it["prompt"], it["seed"]) for it in again]
     assert min(it["seed"] for it in items) >= scenes2.HELDOUT_SEED_START + 4 * scenes2.HELDOUT_STRIDE
-    held_phrasings = {f.name: set(f.phrasings()) for f in pf.HELDOUT_FAMILIES}
+    held_phrasings = {f.name: set(f.phrasings()) for f in families}
     for it in items:
         targets = it["targets"]
         assert len(set(targets)) == len(targets) == (2 if it["qtype"] == "relation" else 1)
@@ -289,7 +291,7 @@ def test_family_items_are_heldout_scenes_asked_in_their_family():
                 template = re.sub(rf"\b{kind}\b", slot, template)
         assert template in held_phrasings[it["family"]], it["prompt"]
         assert ef.is_right(it, it["answer"])  # the reference answer is right
-    other_set = ef.family_items(pf.HELDOUT_FAMILIES, 5, 3)
+    other_set = ef.family_items(families, 5, 3)
     assert not {it["seed"] for it in items} & {it["seed"] for it in other_set}
 
 
