@@ -1,6 +1,7 @@
 """Phrasing families added after the shipped fine-tuning's families were fixed (`training.phrasing_families`
-holds those): extra training families that ``--phrasings mixed-plus`` and ``mixed-roles`` add, and the
-*probe* families, a second held-out set written before any model was trained on ``mixed-roles``.
+holds those): extra training families that ``--phrasings mixed-plus``, ``mixed-roles`` and
+``mixed-from`` add, and the *probe* families, a second held-out set written before any model was
+trained on ``mixed-roles``.
 
 - `EXTRA_FAMILIES` (``mixed-plus``): three relation families that name the reference first.
 - `ROLE_FAMILIES` (``mixed-roles``, with the extra ones): relation questions whose subject and reference
@@ -11,10 +12,11 @@ holds those): extra training families that ``--phrasings mixed-plus`` and ``mixe
   ``relation/direction-from`` was read to fail with the roles swapped (the subject named last, after
   "to"), which is why the probe families below exist.
 - `FROM_FAMILIES` (``mixed-from``): the role families without the one whose subject follows "to".
-- `PROBE_FAMILIES` (``python -m training.evaluate_families --split probe``): held-out families of every
-  two-shape structure, written before ``mixed-roles`` was trained and never trained on, in wording no
-  training family uses (tests/test_phrasing_families.py checks the same rules as for the held-out
-  families). They tell whether a gain on the held-out families carries over to other wording.
+- `PROBE_FAMILIES` (``python -m training.evaluate_families --split probe``): held-out families of other
+  two-shape structures, and one position and one detail family, written before ``mixed-roles`` was
+  trained and never trained on, in wording no training family uses (tests/test_phrasing_families.py
+  checks the same rules as for the held-out families). They tell whether a gain on the held-out
+  families carries over to other wording.
 """
 
 from __future__ import annotations
