@@ -5,7 +5,8 @@ family, on held-out scenes, and how many answers relate a shape to itself.
     python -m training.evaluate_families --model DIR --split training --seeds 4   # the training families
     python -m training.evaluate_families --model DIR --split probe --seeds 4 5    # the probe families
 
-Each family of `training.phrasing_families` (by default the held-out ones, never trained on) is asked
+Each family of the split (by default the held-out ones of `training.phrasing_families`; ``probe``: the
+probe families of `training.phrasing_extra`; neither ever trained on) is asked
 ``n_per_family`` times per held-out scene set: scene ``i`` of family ``j`` is held-out seed
 ``j * n_per_family + i`` of set ``s`` (`recap.embedded.grid.heldout_seeds`), and that seed's generator
 draws the scene (2+ shapes for a relation), the register, the phrasing and the asked shapes (two
