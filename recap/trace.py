@@ -109,6 +109,10 @@ class RunSummary:
     tokens_per_s: float
     draft_ms_per_step: float
     cpu_seconds: float = 0.0
+    #: The drafter's propose + update per decoding pass in the decoding thread's CPU time
+    #: (`StepRecord.drafter_cpu_ms`): unlike the wall clock, it leaves out time the thread waited for
+    #: the interpreter or the machine while other threads or processes ran. 0 when not recorded.
+    draft_cpu_ms_per_step: float = 0.0
 
 
 def summarize(steps: Iterable[StepRecord]) -> RunSummary:
@@ -126,6 +130,7 @@ def summarize(steps: Iterable[StepRecord]) -> RunSummary:
         tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
         draft_ms_per_step=sum(draft_ms) / len(draft_ms) if draft_ms else 0.0,
         cpu_seconds=sum(s.cpu_ms for s in steps) / 1000.0,
+        draft_cpu_ms_per_step=sum(s.drafter_cpu_ms for s in steps[1:]) / len(steps[1:]) if steps[1:] else 0.0,
     )
 
 

@@ -163,9 +163,22 @@ def test_step_table_and_stats():
     assert (
         rows["nodes drafted"] == 4 and rows["accepted drafted tokens"] == 2 and rows["tokens committed"] == 3
     )
-    assert rows["draft ms"] == 1.0 and rows["drafting sources"] == "ctx2, ctx3, persistent, suffix"
+    assert rows["draft ms (wall)"] == 1.0 and rows["drafting sources"] == "ctx2, ctx3, persistent, suffix"
     html = render.stats_html(_steps())
     assert ">2<" in html and ">4<" in html and ">2.00<" in html  # passes, tokens, MAT
+
+
+def test_stats_time_drafting_in_cpu_time_when_recorded():
+    """A pass whose drafting waited (wall 40 ms) but worked 0.3 ms of CPU shows the CPU time; a trace
+    without CPU times (an older saved run) shows the wall time and says so."""
+    steps = _steps()
+    steps[1].timing = {"draft_ms": 30.0, "verify_ms": 2.0, "update_ms": 10.0}
+    html = render.stats_html(steps)
+    assert "(wall clock)" in html and ">40.00<" in html
+    steps[1].drafter_cpu_ms = 0.3
+    html = render.stats_html(steps)
+    assert "(CPU time)" in html and ">0.30<" in html and ">40.00<" not in html
+    assert dict(render.step_table(steps[1]))["draft + update CPU ms"] == 0.3
 
 
 def _run(method, tokens, sources):
