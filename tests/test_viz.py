@@ -174,10 +174,11 @@ def test_stats_time_drafting_in_cpu_time_when_recorded():
     steps = _steps()
     steps[1].timing = {"draft_ms": 30.0, "verify_ms": 2.0, "update_ms": 10.0}
     html = render.stats_html(steps)
-    assert "(wall clock)" in html and ">40.00<" in html
+    assert "draft + update ms / pass (wall clock)" in html and ">40.00<" in html
     steps[1].drafter_cpu_ms = 0.3
     html = render.stats_html(steps)
-    assert "(CPU time)" in html and ">0.30<" in html and ">40.00<" not in html
+    assert "draft + update ms / pass (CPU time)" in html and ">0.30<" in html and ">40.00<" not in html
+    assert "tokens / s (wall clock)" in html
     assert dict(render.step_table(steps[1]))["draft + update CPU ms"] == 0.3
 
 

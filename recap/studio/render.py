@@ -173,14 +173,16 @@ def sensitivity_answer(steps: Sequence[StepRecord], flags: Sequence[bool]) -> li
 
 # ------------------------------------------------------------------------------------------ stats
 def stats_html(steps: Sequence[StepRecord], status: str = "") -> str:
-    """Four headline figures as cards: target passes, tokens, mean accepted tokens per pass, tokens/s.
+    """Five headline figures as cards: target passes, tokens, mean accepted tokens per pass, tokens/s
+    and drafting ms per pass.
 
-    Times come from the steps' own timings (draft + verify + update), so a display delay between
-    streamed updates is not counted. The drafting card is the drafter's CPU time in the decoding
-    thread (`recap.trace.RunSummary.draft_cpu_ms_per_step`): drafting runs there on every device, and
-    its wall time would also count the moments other threads (another visitor's run, the server's
-    own work) or processes held the machine. A trace that recorded no CPU times (an older saved run)
-    shows the wall time, and says so.
+    Tokens/s is the wall clock of the steps' own timed phases (draft + verify + update), so a display
+    delay between streamed updates is not counted, and the card says it is wall clock (what a visitor
+    waits; other visitors' runs on the machine slow it too). The drafting card is the drafter's CPU
+    time in the decoding thread (`recap.trace.RunSummary.draft_cpu_ms_per_step`): drafting runs there
+    on every device, and its wall time would also count the moments other threads (another visitor's
+    run, the server's own work) or processes held the machine. A trace that recorded no CPU times (an
+    older saved run) shows the wall time, and says so.
     """
     summary = summarize(steps)
     if summary.draft_cpu_ms_per_step > 0:
@@ -191,7 +193,7 @@ def stats_html(steps: Sequence[StepRecord], status: str = "") -> str:
         ("target passes", f"{summary.passes}"),
         ("tokens", f"{summary.tokens}"),
         ("mean accepted / pass", f"{summary.mat:.2f}"),
-        ("tokens / s", f"{summary.tokens_per_s:.1f}"),
+        ("tokens / s (wall clock)", f"{summary.tokens_per_s:.1f}"),
         (drafting[0], f"{drafting[1]:.2f}"),
     ]
     body = "".join(
