@@ -11,6 +11,7 @@ from typing import Any
 
 import gradio as gr
 
+from recap.drafters.recap.config import RecapConfig
 from recap.studio import measure, render
 from recap.studio.environment import (
     DEFAULT_MODEL_ID,
@@ -203,8 +204,8 @@ def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
         )
         ui["budget"] = gr.Slider(*BUDGET_RANGE, value=16, step=1, label="Fixed budget (nodes)")
     with gr.Row():
-        ui["depth"] = gr.Slider(*DEPTH_RANGE, value=8, step=1, label="Max depth")
-        ui["k"] = gr.Slider(*K_RANGE, value=8, step=1, label="k (top-k per record)")
+        ui["depth"] = gr.Slider(*DEPTH_RANGE, value=RecapConfig().depth, step=1, label="Max depth")
+        ui["k"] = gr.Slider(*K_RANGE, value=RecapConfig().k, step=1, label="k (top-k per record)")
         ui["max_new_tokens"] = gr.Slider(*MAX_NEW_TOKENS_RANGE, value=64, step=1, label="Max new tokens")
     with gr.Row():
         ui["use_persistent"] = gr.Checkbox(True, label="persistent memory (1-token)")

@@ -51,7 +51,7 @@ class RecapConfig:
     k: int = 8
     budget: int | Literal["auto"] = "auto"
     max_budget: int | None = None
-    depth: int = 8
+    depth: int = 16
     branching: int = 8
     score_floor: float = 0.0
     specificity: tuple[float, float, float] = (1.0, 2.0, 4.0)
