@@ -130,6 +130,37 @@ def check_max_new_tokens(value: int) -> int:
     return value
 
 
+# ---------------------------------------------------------------------------------- prompt length
+def max_positions(config: object) -> int | None:
+    """The most positions ``config`` (a model's text config) embeds: ``max_position_embeddings`` (or
+    ``n_positions``); None when it says neither."""
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def check_positions(prompt_tokens: int, max_new_tokens: int, limit: int | None, images: int = 0) -> None:
+    """Raise ``ValueError`` when the prompt's tokens (with its ``images``' tokens) and the new tokens
+    asked for need more positions than the model has (``limit``; None: unknown, no check): past them
+    its position embeddings are garbage, not an answer."""
+    if limit is None or prompt_tokens + max_new_tokens <= limit:
+        return
+    included = " (the image's included)" if images == 1 else " (the images' included)" if images else ""
+    room = limit - prompt_tokens
+    advice = (
+        "shorten the prompt"
+        if room < 1
+        else f"shorten the prompt or ask for at most {room} new token{'s' if room > 1 else ''}"
+    )
+    raise ValueError(
+        f"the prompt is {prompt_tokens} tokens{included} and {max_new_tokens} new tokens "
+        f"were asked for: {prompt_tokens + max_new_tokens} positions, over this model's maximum of "
+        f"{limit}: {advice}"
+    )
+
+
 # ------------------------------------------------------------------------- values from a form or an API
 # A web API hands over whatever JSON a caller sends (strings, lists, NaN, Infinity, 1e308): these checks
 # take any value and either return it in the expected type or raise a ValueError naming the bounds.

@@ -71,6 +71,9 @@ def space(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("gradio")))
+        # behind one trusted proxy, as on a Space: a test client that says an address in X-Forwarded-For
+        # is that client (each has its share of the decode line); one that does not is 127.0.0.1
+        patch.setenv("RECAP_PROXY_HOPS", "1")
         demo = app.build_demo(runtime_factory=_factory, models=[TINY])
         port = free_port()
         demo.queue(**queue_kwargs()).launch(
@@ -143,7 +146,10 @@ def test_a_visitor_is_served_while_twelve_sessions_pace_the_slowest_displays(spa
 
     monkeypatch.setattr(validation, "MAX_TOTAL_DELAY_S", 300.0)
     monkeypatch.setattr(validation, "DELAY_MS_RANGE", (0, 2000))
-    hostile = [Client(space.url, verbose=False) for _ in range(12)]
+    # twelve clients (one address each: a single address has two runs in the line at most)
+    hostile = [
+        Client(space.url, verbose=False, headers={"X-Forwarded-For": f"192.0.2.{i}"}) for i in range(12)
+    ]
     visitor = Client(space.url, verbose=False)
     jobs = []
     try:

@@ -44,6 +44,7 @@ def server(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RECAP_SHARED_MEMORY", "1")
+        patch.setenv("RECAP_PROXY_HOPS", "1")  # (each visitor says its address: `_visit`)
         demo = app.build_demo(runtime_factory=_factory, models=[TINY, SHARED])
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
@@ -76,14 +77,23 @@ def _drafts(trace: RunTrace) -> list:
 
 
 def _visit(
-    url: str, image, runs, model=TINY, scope="per session", long_run: int | None = None, cancel: bool = False
+    url: str,
+    image,
+    runs,
+    model=TINY,
+    scope="per session",
+    long_run: int | None = None,
+    cancel: bool = False,
+    address: str = "192.0.2.1",
 ) -> list:
-    """One visitor (one session) making ``runs`` in order: each run's trace, or for the cancelled run
-    the answer tokens it had shown when it was cancelled. ``long_run``: the run index made with
-    `CANCELLED_MAX_NEW` tokens (and cancelled mid-stream if ``cancel``)."""
+    """One visitor (one session, from ``address``) making ``runs`` in order: each run's trace, or for the
+    cancelled run the answer tokens it had shown when it was cancelled. ``long_run``: the run index made
+    with `CANCELLED_MAX_NEW` tokens (and cancelled mid-stream if ``cancel``)."""
     from gradio_client import Client
 
-    client = Client(url, verbose=False)
+    # the server trusts one proxy: the address in X-Forwarded-For is the visitor's (each visitor its own
+    # share of the decode line, as visitors from different addresses have)
+    client = Client(url, verbose=False, headers={"X-Forwarded-For": address})
     results = []
     try:
         for index, (prompt, method) in enumerate(runs):
@@ -121,7 +131,15 @@ def test_concurrent_visitors_get_their_isolated_answers_and_only_their_own_draft
 
     with ThreadPoolExecutor(CLIENTS) as pool:
         futures = [
-            pool.submit(_visit, url, images[c], RUNS, long_run=long_run.get(c), cancel=True)
+            pool.submit(
+                _visit,
+                url,
+                images[c],
+                RUNS,
+                long_run=long_run.get(c),
+                cancel=True,
+                address=f"192.0.2.{10 + c}",
+            )
             for c in range(CLIENTS)
         ]
         together = [f.result(timeout=300) for f in futures]  # a hang fails here

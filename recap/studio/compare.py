@@ -17,6 +17,10 @@ method does not pay for lazy initialisation.
 
 Above the strip, one line tells the paper's story (`recap.studio.story`): one teacher-forced pass with a
 blank image marks the tokens that depend on the image, and the line counts each method's drafts there.
+
+A comparison decodes in the studio's decode line like a run (`recap.studio.slots.DecodeSlots`: fair
+across clients, counted against its client's share), and gives its slot to another client's waiting
+work between its methods.
 """
 
 from __future__ import annotations
@@ -32,10 +36,10 @@ from recap.drafters import shared_state
 from recap.drafters.suffix_decoding import SuffixConfig
 from recap.inputs import shown
 from recap.studio import measure, render, story
-from recap.studio.environment import concurrency
 from recap.studio.examples import BLANK_IMAGE, other_image
 from recap.studio.handlers import input_key
 from recap.studio.serving import Studio, fresh_drafter
+from recap.studio.slots import Cancelled
 from recap.studio.validation import offered_methods, refusal
 from recap.trace import StepRecord
 
@@ -75,84 +79,120 @@ def budgets(choice: str, config):
 
 
 def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, compare_state) -> None:
-    def compare(image, prompt, *values):
-        *values, choice = values
-        choice = measure.EQUAL if choice is None else choice  # the radio's default, if omitted
+    """The Compare button: a comparison is one job of the studio's decode line (`Studio.submit`: fair
+    across clients, counted against its client's share), which gives its slot to another client's
+    waiting work between its methods; a session has one comparison at a time (a newer one replaces it).
+    """
+
+    def compare(
+        image, prompt, model, method, budget_mode, budget, depth, k, use_persistent, use_context, suffix,
+        max_new_tokens, scope, temperature, top_k, top_p, seed, budgets, request: gr.Request = None,
+    ):  # fmt: skip
+        """The Run tab's input through every method (greedy), timed as the benchmark times them."""
+        choice = measure.EQUAL if budgets is None else budgets  # the radio's default, if omitted
         if not isinstance(choice, str) or choice not in measure.BUDGET_CHOICES:
             raise refusal(f"Unknown budget choice {shown(choice)}: choose one from the list.")
-        settings = studio.settings(values)
+        values = (model, method, budget_mode, budget, depth, k, use_persistent, use_context, suffix)
+        settings = studio.settings([*values, max_new_tokens, scope, temperature, top_k, top_p, seed])
         note = GREEDY_NOTE if not settings.sampling().greedy else ""
-        path, _, _ = studio.check_request(image, prompt, settings)
-        runtime, config, prompt, images = studio.prepare(image, prompt, settings)
-        config, suffix_config = budgets(choice, config)
-        max_new, model = settings.max_new_tokens, settings.model
-        warmup = studio.warmup_requests(runtime, exclude=(str(path) if path else None, prompt))
-        methods = [m for m in COMPARED if m in offered_methods()]
-        fair = fairness_note(len(warmup), studio.warmup_source(runtime), methods)
-        projection = measure.projection_for(runtime.target.name, runtime.target.device.type)
-        which = measure.clock(runtime.target.device.type, torch.get_num_threads())
-        first = fresh_drafter(runtime, "ar", config)
-        for _ in studio.stream(runtime, model, first, prompt, images, min(4, max_new), "ar"):
-            pass
-        runs: dict[str, list[StepRecord]] = {}
-        coverage: dict[str, list] = {}  # what each method's memories held at every token (TR, RECAP)
-        times: dict[str, list[list[float]]] = {m: [] for m in methods}  # each repeat's pass times
-        for repeat in range(measure.REPEATS):
-            shift = repeat % len(methods)  # interleaved: each repeat starts with another method
-            for method in methods[shift:] + methods[:shift]:
-                where = f"(repeat {repeat + 1} of {measure.REPEATS})"
-                label = render.method_label(method)
-                drafter = fresh_drafter(runtime, method, config, suffix_config)
-                if remembers(method, config):
-                    status = f"Warming up {label} {where}…{note}"
-                    yield _progress(cmp, compare_state, runs, times, projection, status)
-                    for request in warmup:
-                        steps = studio.stream(
-                            runtime, model, drafter, request.prompt, list(request.images),
-                            min(max_new, WARMUP_MAX_NEW), method,
-                        )  # fmt: skip
-                        for _ in steps:
-                            pass
-                status = f"Running {label} {where}…{note}"
-                yield _progress(cmp, compare_state, runs, times, projection, status)
-                probe = CoverageProbe(drafter) if repeat == 0 else None  # untimed: outside the phases
-                steps = list(
-                    studio.stream(runtime, model, drafter, prompt, images, max_new, method, probe=probe)
-                )
-                times[method].append(measure.pass_seconds(steps, which))
-                if probe is not None:  # every repeat drafts the same trees; the first is shown
-                    runs[method] = steps
-                    if probe.coverage is not None:
-                        coverage[method] = [None, *probe.positions]
-        runs = {m: runs[m] for m in methods}
-        line = _story(studio, runtime, model, runs, images, prompt, coverage)
-        yield {
-            cmp["status"]: f"Done. {measure.timing_note(projection, choice, which)} {fair}{note}",
-            cmp["table"]: measure.rows(runs, times, projection),
-            cmp["story"]: story.story_html(line),
-            cmp["strip"]: render.compare_strip_html(runs),
-            compare_state: {
-                "runs": runs,
-                "key": input_key(model, prompt, image),
-                "image": images[0] if images else None,
-                "prompt": prompt,
-                "warmup": [r.label for r in warmup],
-                "coverage": coverage,
-            },
-        }
+        path, _, _ = studio.check_request(image, prompt, settings)  # refused before it waits in line
+        visitor = request.session_hash if request is not None else None
+
+        def work(job):
+            measured = _measured(studio, cmp, compare_state, job, image, prompt, settings, choice, note, path)
+            for update in measured:
+                job.put("step", update)
+                yield  # between two methods: the slot may go to another client's waiting work
+
+        job = studio.submit(request, "compare", work)
+        try:
+            running, waiting = studio.slots.counts()
+            if running + waiting > studio.slots.slots and not job.started.is_set():
+                status = f"Waiting for a decode slot: other visitors' runs are decoding…{note}"
+                yield _progress(cmp, compare_state, {}, {}, None, status)
+            yield from job.values()
+        except Cancelled as stop:
+            if stop.args and stop.args[0] == "replaced":
+                raise refusal("This comparison was replaced by a newer one of the same session.") from None
+            raise
+        finally:
+            job.cancel("ended")
+            studio.jobs.finish(visitor, "compare", job)
 
     cmp["button"].click(
         compare,
         [ui["image"], ui["prompt"], *setting_inputs, cmp["budgets"]],
         [cmp["status"], cmp["table"], cmp["story"], cmp["strip"], compare_state],
-        concurrency_limit=concurrency(),
-        concurrency_id="decode",
+        # no gradio limit: the handler waits in the studio's decode line (bounded, fair across clients)
+        concurrency_limit=None,
         api_name="compare",
         preprocess=False,
     )
 
     ui["model"].change(measure.held_out_line, [ui["model"]], [cmp["summary"]], api_name=False)
 
+
+def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, settings, choice, note, path):
+    """The comparison itself, in a decode slot: every method timed on the input, each after its warm-up;
+    yields the updates to show (each a point where the slot may go to another client's work)."""
+    runtime, config, prompt, images = studio.prepare(image, prompt, settings)
+    config, suffix_config = budgets(choice, config)
+    max_new, model = settings.max_new_tokens, settings.model
+    warmup = studio.warmup_requests(runtime, exclude=(str(path) if path else None, prompt))
+    methods = [m for m in COMPARED if m in offered_methods()]
+    fair = fairness_note(len(warmup), studio.warmup_source(runtime), methods)
+    projection = measure.projection_for(runtime.target.name, runtime.target.device.type)
+    which = measure.clock(runtime.target.device.type, torch.get_num_threads())
+    first = fresh_drafter(runtime, "ar", config)
+    for _ in studio.stream(runtime, model, first, prompt, images, min(4, max_new), "ar"):
+        job.check()
+    runs: dict[str, list[StepRecord]] = {}
+    coverage: dict[str, list] = {}  # what each method's memories held at every token (TR, RECAP)
+    times: dict[str, list[list[float]]] = {m: [] for m in methods}  # each repeat's pass times
+    for repeat in range(measure.REPEATS):
+        shift = repeat % len(methods)  # interleaved: each repeat starts with another method
+        for method in methods[shift:] + methods[:shift]:
+            where = f"(repeat {repeat + 1} of {measure.REPEATS})"
+            label = render.method_label(method)
+            drafter = fresh_drafter(runtime, method, config, suffix_config)
+            if remembers(method, config):
+                status = f"Warming up {label} {where}…{note}"
+                yield _progress(cmp, compare_state, runs, times, projection, status)
+                for request in warmup:
+                    steps = studio.stream(
+                        runtime, model, drafter, request.prompt, list(request.images),
+                        min(max_new, WARMUP_MAX_NEW), method,
+                    )  # fmt: skip
+                    for _ in steps:
+                        job.check()
+            status = f"Running {label} {where}…{note}"
+            yield _progress(cmp, compare_state, runs, times, projection, status)
+            probe = CoverageProbe(drafter) if repeat == 0 else None  # untimed: outside the phases
+            steps = []
+            for step in studio.stream(runtime, model, drafter, prompt, images, max_new, method, probe=probe):
+                job.check()
+                steps.append(step)
+            times[method].append(measure.pass_seconds(steps, which))
+            if probe is not None:  # every repeat drafts the same trees; the first is shown
+                runs[method] = steps
+                if probe.coverage is not None:
+                    coverage[method] = [None, *probe.positions]
+    runs = {m: runs[m] for m in methods}
+    line = _story(studio, runtime, model, runs, images, prompt, coverage)
+    yield {
+        cmp["status"]: f"Done. {measure.timing_note(projection, choice, which)} {fair}{note}",
+        cmp["table"]: measure.rows(runs, times, projection),
+        cmp["story"]: story.story_html(line),
+        cmp["strip"]: render.compare_strip_html(runs),
+        compare_state: {
+            "runs": runs,
+            "key": input_key(model, prompt, image),
+            "image": images[0] if images else None,
+            "prompt": prompt,
+            "warmup": [r.label for r in warmup],
+            "coverage": coverage,
+        },
+    }
 
 
 def _progress(cmp: dict, compare_state, runs, times, projection, status: str) -> dict:
@@ -165,9 +205,7 @@ def _progress(cmp: dict, compare_state, runs, times, projection, status: str) ->
     }
 
 
-def _story(
-    studio: Studio, runtime, model: str, runs: dict, images: list, prompt: str, coverage: dict
-) -> str:
+def _story(studio: Studio, runtime, model: str, runs: dict, images: list, prompt: str, coverage: dict) -> str:
     """The story line: the reference answer's image-dependent tokens (one pass with a blank image)."""
     if not images:
         return "No image: no token of this answer can depend on one."

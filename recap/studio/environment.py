@@ -11,10 +11,16 @@ Read here and nowhere else in the studio:
   id fails at once with a clear message instead of waiting on the network;
 - ``RECAP_DTYPE``: model dtype (float32/bfloat16/float16; default bf16 on GPU, fp32 on CPU);
 - ``RECAP_THREADS``: torch CPU threads (default 1: faster than 2 on small shared machines);
-- ``RECAP_CONCURRENCY``: runs served at once per event (default 4; a model still computes one pass at
-  a time: the passes of concurrent visitors interleave);
-- ``RECAP_WAITING``: runs that may wait for a decode slot (default 32; beyond, a run is refused with
+- ``RECAP_CONCURRENCY``: decode slots: runs, comparisons and sensitivity passes served at once
+  (default 4; a model still computes one pass at a time: the passes of concurrent visitors interleave);
+- ``RECAP_WAITING``: work that may wait for a decode slot (default 32; beyond, it is refused with
   "the studio is busy"); gradio's queue holds at most 8 times as many events of every kind;
+- ``RECAP_PER_CLIENT``: runs, comparisons and sensitivity passes one client (one address, whatever its
+  number of sessions) may have decoding or waiting at once (default 2; beyond, refused with a message
+  saying so); the line serves its clients in turns (`recap.studio.slots.DecodeSlots`);
+- ``RECAP_PROXY_HOPS``: trusted reverse proxies in front of the server (default 1 on a Hugging Face
+  Space, where ``SPACE_ID`` is set, else 0): a client is the address the outermost of them appended
+  to ``X-Forwarded-For`` (with 0, the peer address);
 - ``RECAP_SESSIONS_MB`` / ``RECAP_MAX_SESSIONS``: what the server keeps for its sessions (memories,
   last run, last comparison) in all, and how many sessions (default 128 MB and 1000); the least
   recently used sessions are dropped beyond either (`recap.studio.sessions`);
@@ -109,7 +115,7 @@ def resolve_alias(model_id: str) -> str:
         log.warning(
             "model id %r is an alias of %r (the default embedded model; v1 is %r)",
             model_id, MODEL_ALIASES[model_id], EMBEDDED_V1_ID,
-        )
+        )  # fmt: skip
         return MODEL_ALIASES[model_id]
     return model_id
 
@@ -153,13 +159,70 @@ def memory_scopes() -> tuple[str, ...]:
 
 
 def concurrency() -> int:
-    """Runs served at once per decoding event (``RECAP_CONCURRENCY``, default 4)."""
+    """Decode slots: runs, comparisons and sensitivity passes at once (``RECAP_CONCURRENCY``, default 4);
+    also gradio's concurrency of every other queued event."""
     return _positive("RECAP_CONCURRENCY", 4)
 
 
 def waiting() -> int:
-    """Runs that may wait for a decode slot, and queued events per event (``RECAP_WAITING``, 32)."""
+    """Work that may wait for a decode slot (``RECAP_WAITING``, 32; gradio's queue holds 8 x as many)."""
     return _positive("RECAP_WAITING", 32)
+
+
+def per_client() -> int:
+    """Work one client may have decoding or waiting (``RECAP_PER_CLIENT``, default 2)."""
+    return _positive("RECAP_PER_CLIENT", 2)
+
+
+#: The most ``RECAP_PROXY_HOPS`` may say.
+MAX_PROXY_HOPS = 16
+
+
+def proxy_hops() -> int:
+    """Trusted reverse proxies in front of the server (``RECAP_PROXY_HOPS``; default 1 on a Hugging Face
+    Space, which sets ``SPACE_ID``, else 0): how `recap.studio.slots.client_key` tells clients apart."""
+    raw = os.environ.get("RECAP_PROXY_HOPS", "").strip()
+    if not raw:
+        return 1 if os.environ.get("SPACE_ID") else 0
+    try:
+        hops = int(raw)
+    except ValueError:
+        raise ValueError(f"RECAP_PROXY_HOPS must be a whole number of proxies, got {raw!r}") from None
+    if not 0 <= hops <= MAX_PROXY_HOPS:
+        raise ValueError(f"RECAP_PROXY_HOPS must be from 0 to {MAX_PROXY_HOPS}, got {hops}")
+    return hops
+
+
+#: Replays decoded at once (each is bounded by `recap.trace`'s limits: a few seconds, under 100 MB).
+REPLAY_CONCURRENCY = 2
+#: Queued events of the studio other than runs, comparisons, sensitivity passes and replays (scrub,
+#: the two resets, download, the held-out line, the tab's unload), each with gradio's default
+#: concurrency (`concurrency`); a margin over the 6 the page has (a test counts them).
+OTHER_EVENT_GROUPS = 8
+
+
+def displays() -> int:
+    """Paced displays at once (runs whose steps are shown at a delay after their slot was freed): as
+    many as the line holds; beyond, a run's steps are shown as they come."""
+    return concurrency() + waiting()
+
+
+def max_threads() -> int:
+    """gradio's bound on events in progress at once (``launch(max_threads=...)``: its queue's workers and
+    its threads for sync handlers), above everything the studio lets in, so that the studio's own
+    bounds, which answer with a message, always act before gradio's, which only makes events wait in
+    its queue (first come, first served, whoever sent them). An event in progress is one of:
+
+    - decoding work in the line: runs, comparisons and sensitivity passes waiting for a slot or
+      decoding, at most ``concurrency() + waiting()`` (beyond, refused as busy);
+    - a run's paced display after its slot was freed: at most `displays`;
+    - a request between its arrival and the line (its checks, a refusal), over in milliseconds: a
+      margin of ``concurrency() + waiting()`` more;
+    - replays (`REPLAY_CONCURRENCY`) and the other queued events (`OTHER_EVENT_GROUPS`, each at most
+      `concurrency` at once).
+    """
+    line = concurrency() + waiting()
+    return 2 * line + displays() + REPLAY_CONCURRENCY + OTHER_EVENT_GROUPS * concurrency()
 
 
 def session_budget() -> tuple[int, int]:
@@ -189,7 +252,7 @@ def model_label(model_id: str) -> str:
 
 
 def launch_kwargs() -> dict[str, Any]:
-    """Theme, CSS and address for ``launch()`` (in Gradio 6, theme and css belong there)."""
+    """Theme, CSS, address and bounds for ``launch()`` (in Gradio 6, theme and css belong there)."""
     css_path = STATIC_DIR / "studio.css"
     return {
         "theme": gr.themes.Soft(primary_hue="blue"),
@@ -200,4 +263,6 @@ def launch_kwargs() -> dict[str, Any]:
         "max_file_size": "50mb",
         # gradio's own bound on sessions (the studio's `SessionLedger` keeps the same count, and a budget)
         "state_session_capacity": session_budget()[1],
+        # above the studio's own bounds, which refuse with a message (see `max_threads`)
+        "max_threads": max_threads(),
     }

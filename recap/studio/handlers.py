@@ -23,11 +23,11 @@ import gradio as gr
 from recap.inputs import check_integer, shown
 from recap.state import DrafterState
 from recap.studio import figures, render, validation
-from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, model_label
+from recap.studio.environment import REPLAY_CONCURRENCY, SESSION_SCOPE, SHARED_SCOPE, model_label
 from recap.studio.exports import TraceExports, read_trace
 from recap.studio.serving import EMPTIED, Studio, drafter_for
 from recap.studio.sessions import release_memory
-from recap.studio.slots import Busy, Cancelled, paced
+from recap.studio.slots import Cancelled, paced
 from recap.studio.validation import display_delay_s, markdown_text, refusal, setting_names
 from recap.trace import RunTrace, StepRecord
 
@@ -124,9 +124,10 @@ def wire_memory_view(studio: Studio, ui: dict, session, demo) -> None:
 def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state) -> None:
     """Run (streamed) and Stop.
 
-    A run holds one of the studio's decode slots (`Studio.slots`) while its input is loaded and decoded
-    at full speed, and only then: its steps are paced out to the visitor at the display delay after the
-    slot is free (`recap.studio.slots.paced`). A session has one run at a time (a newer one replaces it).
+    A run holds one of the studio's decode slots (`Studio.slots`, a line fair across clients and
+    bounded per client: `Studio.submit`) while its input is loaded and decoded at full speed, and only
+    then: its steps are paced out to the visitor at the display delay after the slot is free
+    (`recap.studio.slots.paced`). A session has one run at a time (a newer one replaces it).
     """
     names = (*RESULT_OUTPUTS, "download", "words", "memory")
     outputs = [ui[n] for n in names] + [run_state, session]
@@ -191,15 +192,13 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         trace = RunTrace(settings={**asdict(settings), "prompt": prompt}, steps=steps)
         key = input_key(settings.model, prompt, image)
         state = {"trace": trace, "image": None, "prompt": prompt, "model": settings.model, "key": key}
-        try:
-            job = studio.slots.submit(
-                lambda job: decode(job, image, prompt, settings, memories, state, restarted)
-            )
-        except Busy as busy:
-            raise refusal(
-                f"The studio is busy ({busy.pending} runs are decoding or waiting): try again in a minute."
-            ) from None
-        studio.jobs.replace(visitor, "run", job)
+        job = studio.submit(
+            request, "run", lambda job: decode(job, image, prompt, settings, memories, state, restarted)
+        )
+        # a paced display outlives its slot: at most `Studio.displays` at once, the others show at once
+        slowed = delay_s > 0 and studio.displays.take()
+        hurried = delay_s > 0 and not slowed
+        delay_s = delay_s if slowed else 0.0
         try:
             cap = validation.MAX_TOTAL_DELAY_S
             async for shown in paced(job, steps, delay_s, cap, MIN_UPDATE_INTERVAL, studio.updates):
@@ -218,9 +217,13 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         finally:
             job.cancel("ended")
             studio.jobs.finish(visitor, "run", job)
+            if slowed:
+                studio.displays.give()
         trace.text = job.result or ""
         reason = steps[-1].finish_reason if steps else None
         done = f"Done: {len(trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'})."
+        if hurried:
+            done += " Shown without the display delay: the studio is pacing as many displays as it can."
         if restarted:
             done += f" {RESTARTED[0].upper()}{RESTARTED[1:]}."
         final = await asyncio.to_thread(update, steps, done, state, memories, settings)
@@ -364,10 +367,6 @@ def replay_status(trace: RunTrace) -> str:
         f"Replaying a recorded {markdown_text(method, 40)} run of {markdown_text(model)} "
         f"({len(trace.steps)} steps): scrub the steps on the right."
     )
-
-
-#: Replays decoded at once (each is bounded by `recap.trace`'s limits: a few seconds, under 100 MB).
-REPLAY_CONCURRENCY = 2
 
 
 def wire_replay(studio: Studio, ui: dict, run_state) -> None:

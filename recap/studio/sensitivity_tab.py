@@ -4,20 +4,28 @@ One teacher-forced pass with a replacement image (`recap.bench.sensitivity.sensi
 comparison's reference answer (AR's), or the last run's; each method's drafting is then split at the
 flagged positions where its answer agrees with the reference
 (`recap.bench.sensitivity.split_against_reference`,
-the benchmark's rule).
+the benchmark's rule). The pass decodes in the studio's decode line, like a run.
 """
 
 from __future__ import annotations
+
+import asyncio
+
+import gradio as gr
 
 from recap.bench.sensitivity import mark_steps, sensitive_flags
 from recap.studio import render
 from recap.studio.examples import check_other_image, other_image
 from recap.studio.serving import Studio
+from recap.studio.slots import Cancelled
 from recap.studio.validation import refusal
 
 
 def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_state) -> None:
-    def sensitivity(state, compared, choice):
+    """The Sensitivity button: its pass is one job of the studio's decode line (`Studio.submit`: fair
+    across clients, counted against its client's share); a session has one at a time."""
+
+    async def sensitivity(state, compared, choice, request: gr.Request = None):
         try:
             choice = check_other_image(choice)
         except ValueError as error:
@@ -40,19 +48,42 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
             raise refusal("The run had no image, so nothing can depend on it.")
         reference = next(iter(runs.values()))
         answer = [t for s in reference for t in s.new_tokens]
-        with studio.cache.pass_lock(model_id):
-            flags = sensitive_flags(runtime.target, [other_image(choice, image, model_id)], prompt, answer)
-        for steps in runs.values():
-            mark_steps(steps, flags)
-        count = sum(flags)
-        status = f"{count} of {len(flags)} tokens are image-sensitive (the first token is not counted below)."
-        rows = render.sensitivity_rows(runs, flags, coverage)
-        return render.sensitivity_answer(reference, flags), rows, status
+
+        def work(job):
+            replacement = other_image(choice, image, model_id)
+            with studio.cache.pass_lock(model_id):
+                return sensitive_flags(runtime.target, [replacement], prompt, answer)
+
+        visitor = request.session_hash if request is not None else None
+        job = studio.submit(request, "sensitivity", work)
+        try:
+            flags = await job.outcome()
+        except Cancelled as stop:
+            if stop.args and stop.args[0] == "replaced":
+                raise refusal("This check was replaced by a newer one of the same session.") from None
+            raise
+        finally:
+            job.cancel("ended")
+            studio.jobs.finish(visitor, "sensitivity", job)
+
+        def shown():
+            for steps in runs.values():
+                mark_steps(steps, flags)
+            count = sum(flags)
+            status = (
+                f"{count} of {len(flags)} tokens are image-sensitive (the first token is not counted below)."
+            )
+            rows = render.sensitivity_rows(runs, flags, coverage)
+            return render.sensitivity_answer(reference, flags), rows, status
+
+        return await asyncio.to_thread(shown)
 
     sens["button"].click(
         sensitivity,
         [run_state, compare_state, sens["other"]],
         [sens["answer"], sens["table"], sens["status"]],
         api_name="sensitivity",
+        # no gradio limit: the handler waits in the studio's decode line (bounded, fair across clients)
+        concurrency_limit=None,
         preprocess=False,  # the choice is checked above (gradio's own check echoes it unescaped)
     )

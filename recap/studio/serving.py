@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -41,12 +42,15 @@ from recap.studio.environment import (
     SESSION_SCOPE,
     MemoryPlan,
     concurrency,
+    displays,
+    per_client,
+    proxy_hops,
     session_budget,
     waiting,
 )
 from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
 from recap.studio.sessions import SessionLedger
-from recap.studio.slots import DecodeSlots, RenderBudget, SessionJobs
+from recap.studio.slots import Busy, DecodeJob, DecodeSlots, RenderBudget, SessionJobs, Tickets, client_key
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
 from recap.trace import StepRecord
 
@@ -119,6 +123,30 @@ class RuntimeCache:
 
 #: The process's models, shared by every demo built in it.
 CACHE = RuntimeCache()
+
+
+class ClientLedger(SessionLedger):
+    """`SessionLedger` whose sweeps drop the sessions of the client holding the most first: a client
+    (`recap.studio.slots.client_key`) that opened many sessions loses them before a visitor with one
+    loses theirs. `sizes` lists the sessions of the client holding the most bytes first, each client's
+    least recently used first; a session whose client is unknown (it never decoded) counts as a client
+    of its own. ``owner(session)``: the session's client, or None (`Studio.owner`)."""
+
+    def __init__(
+        self, budget: int, max_sessions: int, busy: Callable[[str], bool], owner: Callable[[str], str | None]
+    ) -> None:
+        super().__init__(budget, max_sessions, busy=busy)
+        self.owner = owner
+
+    def sizes(self) -> list[tuple[str, int]]:
+        sizes = super().sizes()  # least recently used first
+        owners = [self.owner(session) or ("session", session) for session, _ in sizes]
+        held: dict = {}
+        for owner, (_, size) in zip(owners, sizes):
+            held[owner] = held.get(owner, 0) + size
+        order = sorted(range(len(sizes)), key=lambda i: -held[owners[i]])  # (stable: LRU within a client)
+        return [sizes[i] for i in order]
+
 
 try:  # ZeroGPU: a no-op decorator unless the Space runs on ZeroGPU hardware
     import spaces
@@ -215,9 +243,10 @@ def fresh_drafter(
 class Studio:
     """What every visitor's requests share: the model factory and cache, the offered models and memory
     scopes, the folders an image may come from, and the bounds that keep one visitor from taking the
-    server: the decode slots and their line (`slots`), one run per session (`jobs`), the CPU of paced
-    displays (`updates`), the sessions' memory budget (`sessions`; `recap.studio.environment`
-    reads them). Per-visitor data is in gr.State."""
+    server: the decode slots and their line, fair across clients and bounded per client (`slots`,
+    `submit`), one job per session and event (`jobs`), the paced displays and their CPU (`displays`,
+    `updates`), the sessions' memory budget (`sessions`; `recap.studio.environment` reads them).
+    Per-visitor data is in gr.State."""
 
     def __init__(
         self,
@@ -234,11 +263,44 @@ class Studio:
         self.plan = plan or MemoryPlan()
         #: Folders an image may come from: gradio's upload cache (set by `build_demo`) and the examples.
         self.upload_roots: list[Path] = list(EXAMPLE_ROOTS)
-        self.slots = DecodeSlots(concurrency(), waiting())
+        self.slots = DecodeSlots(concurrency(), waiting(), per_client())
+        self.proxy_hops = proxy_hops()
         self.jobs = SessionJobs()
+        self.displays = Tickets(displays())
         self.updates = RenderBudget(DISPLAY_SHARE)
         budget, sessions = session_budget()
-        self.sessions = SessionLedger(budget, sessions, busy=self.jobs.active)
+        # each session's client (the last that sent its decoding work), at most twice the sessions kept
+        self._owners: OrderedDict[str, str] = OrderedDict()
+        self._owners_kept, self._owners_lock = 2 * sessions, threading.Lock()
+        self.sessions = ClientLedger(budget, sessions, busy=self.jobs.active, owner=self.owner)
+
+    def client(self, request) -> str:
+        """Who sent ``request`` (`recap.studio.slots.client_key` behind `proxy_hops` proxies)."""
+        return client_key(request, self.proxy_hops)
+
+    def owner(self, session: str) -> str | None:
+        """The client that last sent ``session``'s decoding work (None: it has sent none, or long ago)."""
+        with self._owners_lock:
+            return self._owners.get(session)
+
+    def submit(self, request, event: str, work: Callable[[DecodeJob], object]) -> DecodeJob:
+        """Queue ``work`` in the decode line for ``request``'s client, as its session's job of ``event``
+        (which replaces the session's older one: that one is not counted against the client). A full
+        line, or a client holding its share of it, is a refusal that says so."""
+        session = request.session_hash if request is not None else None
+        client = self.client(request)
+        if session is not None:
+            with self._owners_lock:
+                self._owners[session] = client
+                self._owners.move_to_end(session)
+                while len(self._owners) > self._owners_kept:
+                    self._owners.popitem(last=False)
+        try:
+            job = self.slots.submit(work, client, replacing=self.jobs.current(session, event))
+        except Busy as busy:
+            raise refusal(busy.message) from None
+        self.jobs.replace(session, event, job)
+        return job
 
     def runtime(self, model_id: str) -> Runtime:
         try:
