@@ -3,8 +3,10 @@ reference, and the tree-logits check (every node against an ordinary forward ove
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -33,6 +35,23 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def hard_timeout(seconds: int):
+    """Raise ``TimeoutError`` in the main thread if the body runs over ``seconds`` (a hang fails the test
+    instead of stalling the suite); for a test file's autouse fixture."""
+
+    def expired(signum, frame):
+        raise TimeoutError(f"hard timeout: the test ran over {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def noise_image(seed: int, size: tuple[int, int] = (40, 52)) -> Image.Image:

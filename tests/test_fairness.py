@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import signal
 import threading
 import time
 from types import SimpleNamespace
 
 import pytest
-from conftest import free_port, noise_image, tiny
+from conftest import free_port, hard_timeout, noise_image, tiny
 
 TINY = "tiny-llava"
 HARD_TIMEOUT_S = 600  # a hang fails the test instead of stalling the suite
@@ -26,15 +25,9 @@ STATUS = 7  # /run's status output (the client leaves out the Download button)
 
 
 @pytest.fixture(autouse=True)
-def hard_timeout():
-    def expired(signum, frame):
-        raise TimeoutError(f"hard timeout: the test ran over {HARD_TIMEOUT_S} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(HARD_TIMEOUT_S)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+def timeout_each_test():
+    with hard_timeout(HARD_TIMEOUT_S):
+        yield
 
 
 def _recorder(order: list, name: str, gate: threading.Event | None = None):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -33,7 +32,7 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from conftest import free_port, noise_image, tiny
+from conftest import free_port, hard_timeout, noise_image, tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "tiny-llava"
@@ -44,15 +43,9 @@ HARD_TIMEOUT_S = 900  # generous: a test that hangs still fails, and a busy 2-co
 
 
 @pytest.fixture(autouse=True)
-def hard_timeout():
-    def expired(signum, frame):
-        raise TimeoutError(f"hard timeout: the test ran over {HARD_TIMEOUT_S} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(HARD_TIMEOUT_S)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+def timeout_each_test():
+    with hard_timeout(HARD_TIMEOUT_S):
+        yield
 
 
 def _factory(model_id: str):

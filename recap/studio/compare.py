@@ -39,7 +39,6 @@ from recap.studio import measure, render, story
 from recap.studio.examples import BLANK_IMAGE, other_image
 from recap.studio.handlers import input_key
 from recap.studio.serving import Studio, fresh_drafter
-from recap.studio.slots import Cancelled
 from recap.studio.validation import offered_methods, refusal
 from recap.trace import StepRecord
 
@@ -96,7 +95,6 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         settings = studio.settings([*values, max_new_tokens, scope, temperature, top_k, top_p, seed])
         note = GREEDY_NOTE if not settings.sampling().greedy else ""
         path, _, _ = studio.check_request(image, prompt, settings)  # refused before it waits in line
-        visitor = request.session_hash if request is not None else None
 
         def work(job):
             measured = _measured(studio, cmp, compare_state, job, image, prompt, settings, choice, note, path)
@@ -105,19 +103,14 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
                 yield  # between two methods: the slot may go to another client's waiting work
 
         job = studio.submit(request, "compare", work)
-        try:
+        with studio.awaiting(
+            request, "compare", job, "This comparison was replaced by a newer one of the same session."
+        ):
             running, waiting = studio.slots.counts()
             if running + waiting > studio.slots.slots and not job.started.is_set():
                 status = f"Waiting for a decode slot: other visitors' runs are decoding…{note}"
                 yield _progress(cmp, compare_state, {}, {}, None, status)
             yield from job.values()
-        except Cancelled as stop:
-            if stop.args and stop.args[0] == "replaced":
-                raise refusal("This comparison was replaced by a newer one of the same session.") from None
-            raise
-        finally:
-            job.cancel("ended")
-            studio.jobs.finish(visitor, "compare", job)
 
     cmp["button"].click(
         compare,

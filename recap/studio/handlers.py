@@ -27,7 +27,7 @@ from recap.studio.environment import REPLAY_CONCURRENCY, SESSION_SCOPE, SHARED_S
 from recap.studio.exports import TraceExports, read_trace
 from recap.studio.serving import EMPTIED, Studio, drafter_for
 from recap.studio.sessions import release_memory
-from recap.studio.slots import Cancelled, paced
+from recap.studio.slots import paced
 from recap.studio.validation import display_delay_s, markdown_text, refusal, setting_names
 from recap.trace import RunTrace, StepRecord
 
@@ -200,23 +200,20 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         hurried = delay_s > 0 and not slowed
         delay_s = delay_s if slowed else 0.0
         try:
-            cap = validation.MAX_TOTAL_DELAY_S
-            async for shown in paced(job, steps, delay_s, cap, MIN_UPDATE_INTERVAL, studio.updates):
-                if shown.status is not None:
-                    yield {ui["status"]: shown.status}
-                elif not shown.final:
-                    status = f"Generating… step {steps[shown.shown - 1].step}"
-                    view, begun = steps[: shown.shown], time.monotonic()
-                    shown_now = await asyncio.to_thread(update, view, status, state, memories, settings)
-                    studio.updates.spent(time.monotonic() - begun)
-                    yield shown_now
-        except Cancelled as stop:
-            if stop.args and stop.args[0] == "replaced":
-                raise refusal("This run was replaced by a newer run of the same session.") from None
-            raise
+            with studio.awaiting(
+                request, "run", job, "This run was replaced by a newer run of the same session."
+            ):
+                cap = validation.MAX_TOTAL_DELAY_S
+                async for shown in paced(job, steps, delay_s, cap, MIN_UPDATE_INTERVAL, studio.updates):
+                    if shown.status is not None:
+                        yield {ui["status"]: shown.status}
+                    elif not shown.final:
+                        status = f"Generating… step {steps[shown.shown - 1].step}"
+                        view, begun = steps[: shown.shown], time.monotonic()
+                        shown_now = await asyncio.to_thread(update, view, status, state, memories, settings)
+                        studio.updates.spent(time.monotonic() - begun)
+                        yield shown_now
         finally:
-            job.cancel("ended")
-            studio.jobs.finish(visitor, "run", job)
             if slowed:
                 studio.displays.give()
         trace.text = job.result or ""

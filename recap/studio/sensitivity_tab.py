@@ -17,7 +17,6 @@ from recap.bench.sensitivity import mark_steps, sensitive_flags
 from recap.studio import render
 from recap.studio.examples import check_other_image, other_image
 from recap.studio.serving import Studio
-from recap.studio.slots import Cancelled
 from recap.studio.validation import refusal
 
 
@@ -54,17 +53,11 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
             with studio.cache.pass_lock(model_id):
                 return sensitive_flags(runtime.target, [replacement], prompt, answer)
 
-        visitor = request.session_hash if request is not None else None
         job = studio.submit(request, "sensitivity", work)
-        try:
+        with studio.awaiting(
+            request, "sensitivity", job, "This check was replaced by a newer one of the same session."
+        ):
             flags = await job.outcome()
-        except Cancelled as stop:
-            if stop.args and stop.args[0] == "replaced":
-                raise refusal("This check was replaced by a newer one of the same session.") from None
-            raise
-        finally:
-            job.cancel("ended")
-            studio.jobs.finish(visitor, "sensitivity", job)
 
         def shown():
             for steps in runs.values():

@@ -16,6 +16,7 @@ each visitor's own memories.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -50,7 +51,16 @@ from recap.studio.environment import (
 )
 from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
 from recap.studio.sessions import SessionLedger
-from recap.studio.slots import Busy, DecodeJob, DecodeSlots, RenderBudget, SessionJobs, Tickets, client_key
+from recap.studio.slots import (
+    Busy,
+    Cancelled,
+    DecodeJob,
+    DecodeSlots,
+    RenderBudget,
+    SessionJobs,
+    Tickets,
+    client_key,
+)
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
 from recap.trace import StepRecord
 
@@ -301,6 +311,21 @@ class Studio:
             raise refusal(busy.message) from None
         self.jobs.replace(session, event, job)
         return job
+
+    @contextlib.contextmanager
+    def awaiting(self, request, event: str, job: DecodeJob, replaced: str) -> Iterator[None]:
+        """Around a handler's wait for ``job`` (its session's job of ``event``, from `submit`): a job
+        replaced by a newer one of the session ends in the refusal ``replaced``; whatever happens, the
+        job is cancelled (its worker stops at its next step) and leaves the session's jobs."""
+        try:
+            yield
+        except Cancelled as stop:
+            if stop.args and stop.args[0] == "replaced":
+                raise refusal(replaced) from None
+            raise
+        finally:
+            job.cancel("ended")
+            self.jobs.finish(request.session_hash if request is not None else None, event, job)
 
     def runtime(self, model_id: str) -> Runtime:
         try:
