@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 from recap.drafters.base import Drafter, Observation, RequestInfo
-from recap.inputs import check_max_new_tokens, check_positions, check_prompt
+from recap.inputs import check_max_new_tokens, check_positions, check_prompt, max_positions
 from recap.models import TargetModel
 from recap.sampling import (
     GREEDY,
@@ -88,7 +88,8 @@ def generate_steps(
     cpu, start = time.thread_time(), time.perf_counter()
     inputs = target.prepare(images, prompt)
     prompt_ids = inputs["input_ids"][0].tolist()
-    check_positions(len(prompt_ids), max_new_tokens, getattr(target, "max_positions", None), len(images))
+    limit = max_positions(getattr(target, "text_config", None))  # (None: the config does not say)
+    check_positions(len(prompt_ids), max_new_tokens, limit, len(images))
     last = len(prompt_ids) - 1
     keep = [i for i, t in enumerate(prompt_ids[:last]) if t not in target.excluded_ids] if k else []
     keep.append(last)

@@ -52,7 +52,7 @@ def test_a_client_with_many_runs_waits_its_turn_behind_another_clients_first_run
     # One slot. Client A submits four runs (the first holds the slot until the gate opens), then client
     # B submits one: B's run is the second to start, not the fifth. (Whether A's first run has started
     # when the others arrive does not matter: a client whose work has not started yet goes first.)
-    from recap.studio.slots import DecodeSlots
+    from recap.studio.line import DecodeSlots
 
     slots, order, gate = DecodeSlots(1, 10), [], threading.Event()
     try:
@@ -70,7 +70,7 @@ def test_a_client_with_many_runs_waits_its_turn_behind_another_clients_first_run
 def test_waiting_clients_are_served_in_turns():
     # A holds the slot with two more queued, B has two queued, C one: each waiting client gets one
     # turn per round, the client whose work started least recently first (then who came first).
-    from recap.studio.slots import DecodeSlots
+    from recap.studio.line import DecodeSlots
 
     slots, order, gate = DecodeSlots(1, 10), [], threading.Event()
     try:
@@ -88,7 +88,7 @@ def test_waiting_clients_are_served_in_turns():
 def test_a_comparisons_work_gives_its_slot_to_another_clients_run_between_its_methods():
     # Work that is a generator runs in turns: at each yield, if another client waits, it goes back to
     # the head of its own client's queue and the slot serves the other client first.
-    from recap.studio.slots import DecodeSlots
+    from recap.studio.line import DecodeSlots
 
     slots, order, gate = DecodeSlots(1, 10), [], threading.Event()
 
@@ -113,7 +113,7 @@ def test_a_comparisons_work_gives_its_slot_to_another_clients_run_between_its_me
 
 
 def test_the_per_client_cap_refuses_with_a_plain_message_and_is_released():
-    from recap.studio.slots import Busy, ClientBusy, DecodeSlots
+    from recap.studio.line import Busy, ClientBusy, DecodeSlots
 
     slots, order, gate = DecodeSlots(1, 10, per_client=2), [], threading.Event()
     try:
@@ -144,7 +144,7 @@ def test_the_per_client_cap_refuses_with_a_plain_message_and_is_released():
 
 def test_a_replaced_job_does_not_count_against_its_client():
     # A session's newer run replaces its older one: the newer is let in though the client is at its cap.
-    from recap.studio.slots import ClientBusy, DecodeSlots
+    from recap.studio.line import ClientBusy, DecodeSlots
 
     slots, order, gate = DecodeSlots(1, 10, per_client=2), [], threading.Event()
     try:
@@ -167,7 +167,7 @@ def test_a_replaced_job_does_not_count_against_its_client():
 
 
 def test_the_global_cap_still_refuses_and_a_cancelled_waiting_job_frees_its_place():
-    from recap.studio.slots import Busy, ClientBusy, DecodeSlots
+    from recap.studio.line import Busy, ClientBusy, DecodeSlots
 
     slots, order, gate = DecodeSlots(1, 1, per_client=2), [], threading.Event()
     try:
@@ -190,7 +190,8 @@ def test_the_global_cap_still_refuses_and_a_cancelled_waiting_job_frees_its_plac
 
 
 def test_jobs_keep_the_callers_context_errors_and_shutdown():
-    from recap.studio.slots import Cancelled, DecodeSlots
+    from recap.studio.line import DecodeSlots
+    from recap.studio.slots import Cancelled
 
     marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="none")
 
@@ -231,7 +232,8 @@ def _request(host: str | None, forwarded: list[str] | None = None):
 def test_client_key_reads_the_peer_or_the_trusted_proxys_entry():
     import gradio as gr
 
-    from recap.studio.slots import NO_CLIENT, client_key, key_hash
+    from recap.studio.line import client_key, key_hash
+    from recap.studio.slots import NO_CLIENT
 
     # no proxy: the peer address; a forged header is ignored
     assert client_key(_request("203.0.113.5"), 0) == "203.0.113.5"

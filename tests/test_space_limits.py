@@ -169,7 +169,8 @@ def test_a_visitor_is_served_while_twelve_sessions_pace_the_slowest_displays(spa
 def test_a_paced_display_gives_its_slot_back_before_it_is_shown():
     # Deterministic: the worker puts ten steps at once; the display shows one per 0.5 s. From the second
     # update on the slot is free, though eight steps are still to be shown.
-    from recap.studio.slots import DecodeSlots, paced
+    from recap.studio.line import DecodeSlots
+    from recap.studio.slots import paced
 
     async def scenario():
         slots = DecodeSlots(1, 0)
@@ -187,7 +188,7 @@ def test_a_paced_display_gives_its_slot_back_before_it_is_shown():
 
 
 def test_the_line_of_waiting_runs_is_bounded():
-    from recap.studio.slots import Busy, DecodeSlots
+    from recap.studio.line import Busy, DecodeSlots
 
     async def scenario():
         release = threading.Event()

@@ -38,7 +38,6 @@ import numpy as np
 import torch
 from PIL import Image
 
-from recap.inputs import max_positions
 from recap.models.cost import COST_SIZES
 from recap.models.families import AttentionLayout, family_of
 from recap.tree import DraftTree
@@ -113,8 +112,6 @@ class TargetModel:
         self.device = input_device(model)
         self.dtype = next(model.parameters()).dtype
         self.text_config = model.config.get_text_config()
-        #: Positions the model embeds (None: its config does not say); a prompt and its new tokens must fit.
-        self.max_positions = max_positions(self.text_config)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.eos_ids = self._eos_ids()
         self.excluded_ids = self._vision_token_ids()

@@ -18,7 +18,7 @@ method does not pay for lazy initialisation.
 Above the strip, one line tells the paper's story (`recap.studio.story`): one teacher-forced pass with a
 blank image marks the tokens that depend on the image, and the line counts each method's drafts there.
 
-A comparison decodes in the studio's decode line like a run (`recap.studio.slots.DecodeSlots`: fair
+A comparison decodes in the studio's decode line like a run (`recap.studio.line.DecodeSlots`: fair
 across clients, counted against its client's share), and gives its slot to another client's waiting
 work between its methods.
 """

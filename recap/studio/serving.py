@@ -50,17 +50,9 @@ from recap.studio.environment import (
     waiting,
 )
 from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
+from recap.studio.line import Busy, DecodeSlots, client_key
 from recap.studio.sessions import SessionLedger
-from recap.studio.slots import (
-    Busy,
-    Cancelled,
-    DecodeJob,
-    DecodeSlots,
-    RenderBudget,
-    SessionJobs,
-    Tickets,
-    client_key,
-)
+from recap.studio.slots import Cancelled, DecodeJob, RenderBudget, SessionJobs, Tickets
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
 from recap.trace import StepRecord
 
@@ -137,7 +129,7 @@ CACHE = RuntimeCache()
 
 class ClientLedger(SessionLedger):
     """`SessionLedger` whose sweeps drop the sessions of the client holding the most first: a client
-    (`recap.studio.slots.client_key`) that opened many sessions loses them before a visitor with one
+    (`recap.studio.line.client_key`) that opened many sessions loses them before a visitor with one
     loses theirs. `sizes` lists the sessions of the client holding the most bytes first, each client's
     least recently used first; a session whose client is unknown (it never decoded) counts as a client
     of its own. ``owner(session)``: the session's client, or None (`Studio.owner`)."""
@@ -285,7 +277,7 @@ class Studio:
         self.sessions = ClientLedger(budget, sessions, busy=self.jobs.active, owner=self.owner)
 
     def client(self, request) -> str:
-        """Who sent ``request`` (`recap.studio.slots.client_key` behind `proxy_hops` proxies)."""
+        """Who sent ``request`` (`recap.studio.line.client_key` behind `proxy_hops` proxies)."""
         return client_key(request, self.proxy_hops)
 
     def owner(self, session: str) -> str | None:
