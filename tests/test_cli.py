@@ -222,6 +222,16 @@ def test_bad_input_exits_2_with_one_line(capsys, model_dir, tmp_path, extra, mes
     assert err.startswith("error: ")
 
 
+def test_a_prompt_over_the_models_positions_exits_2_with_both_numbers(capsys, model_dir, image_file):
+    # The tiny LLaVA embeds 512 positions; 300 repeats of "the cat is" make some 900 tokens.
+    prompt = "the cat is " * 300
+    args = ("--model", model_dir, "--image", image_file, "--prompt", prompt, "--max-new-tokens", 8)
+    code, out, err = run(capsys, *args)
+    last = err.strip().splitlines()[-1]  # (after the model's loading messages)
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert last.startswith("error: the prompt is ") and "over this model's maximum of 512" in last, err
+
+
 def test_missing_model_directory(capsys):
     code, _, err = run(capsys, "--model", "./no/such/model", "--prompt", "hi")
     assert code == 2 and "model directory not found" in err
