@@ -196,7 +196,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
             request, "run", lambda job: decode(job, image, prompt, settings, memories, state, restarted)
         )
         # a paced display outlives its slot: at most `Studio.displays` at once, the others show at once
-        slowed = delay_s > 0 and studio.displays.take()
+        slowed = delay_s > 0 and studio.displays.acquire(blocking=False)
         hurried = delay_s > 0 and not slowed
         delay_s = delay_s if slowed else 0.0
         try:
@@ -215,7 +215,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
                         yield shown_now
         finally:
             if slowed:
-                studio.displays.give()
+                studio.displays.release()
         trace.text = job.result or ""
         reason = steps[-1].finish_reason if steps else None
         done = f"Done: {len(trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'})."

@@ -31,6 +31,7 @@ from recap.studio.slots import NO_CLIENT, Cancelled, DecodeJob
 
 log = logging.getLogger("recap.studio")
 
+
 def client_key(request: Any, hops: int = 0) -> str:
     """Who sent ``request`` (a ``gr.Request``), for the per-client bounds: its peer address, or behind
     ``hops`` trusted reverse proxies the ``hops``-th address from the right of ``X-Forwarded-For`` (the

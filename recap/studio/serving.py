@@ -52,7 +52,7 @@ from recap.studio.environment import (
 from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
 from recap.studio.line import Busy, DecodeSlots, client_key
 from recap.studio.sessions import SessionLedger
-from recap.studio.slots import Cancelled, DecodeJob, RenderBudget, SessionJobs, Tickets
+from recap.studio.slots import Cancelled, DecodeJob, RenderBudget, SessionJobs
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
 from recap.trace import StepRecord
 
@@ -268,7 +268,8 @@ class Studio:
         self.slots = DecodeSlots(concurrency(), waiting(), per_client())
         self.proxy_hops = proxy_hops()
         self.jobs = SessionJobs()
-        self.displays = Tickets(displays())
+        # paced displays at once (a run's handler lives as long as its display; never waited for)
+        self.displays = threading.BoundedSemaphore(displays())
         self.updates = RenderBudget(DISPLAY_SHARE)
         budget, sessions = session_budget()
         # each session's client (the last that sent its decoding work), at most twice the sessions kept

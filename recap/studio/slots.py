@@ -6,13 +6,13 @@
   its own (`take`, `values`).
 - `SessionJobs`: a session has at most one job queued or running per event: a newer one replaces it
   (the older one stops at its next step and ends with a message saying so).
-- `Tickets`: a fixed number of paced displays at once (a run's handler lives as long as its display).
 - `RenderBudget`: the paced displays of every run in the process share a part of one CPU (each update
   renders plotly figures, tens of ms), so a crowd of slow displays cannot starve the decodes; a live
   display (no delay: it lasts while its run decodes in a slot) is bounded by the slots themselves.
 - `paced`: when a run's display updates: step ``i`` is shown ``min(i * delay, cap)`` seconds after the
   first (never before it arrives), at most one update per ``interval``, the last one always.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -169,31 +169,6 @@ class SessionJobs:
     def __len__(self) -> int:
         with self._lock:
             return len(self._jobs)
-
-
-class Tickets:
-    """At most ``count`` of something at once, never waited for: `take` says whether one was free."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self._lock = threading.Lock()
-        self._taken = 0
-
-    def take(self) -> bool:
-        with self._lock:
-            if self._taken >= self.count:
-                return False
-            self._taken += 1
-            return True
-
-    def give(self) -> None:
-        with self._lock:
-            self._taken = max(0, self._taken - 1)
-
-    @property
-    def taken(self) -> int:
-        with self._lock:
-            return self._taken
 
 
 class RenderBudget:
