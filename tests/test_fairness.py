@@ -1,6 +1,7 @@
 """The decode line is fair across clients: a client (an address, whatever its number of sessions) gets
 its turn whatever another client has queued, holds at most its share of the line, and is told so in a
-plain message; runs, comparisons and sensitivity passes all go through the line; gradio's own thread
+plain message; runs, comparisons and sensitivity passes all go through the line, and a run or a
+comparison shares its slot in turns; paced displays are bounded per client too; gradio's own thread
 bound never acts before the studio's; a prompt longer than the model's positions is refused.
 
 Nothing here depends on how fast this machine is: work functions wait on events, orders are recorded
@@ -38,6 +39,20 @@ def _recorder(order: list, name: str, gate: threading.Event | None = None):
         if gate is not None:
             assert gate.wait(WAIT_S), "the gate never opened"
         return name
+
+    return work
+
+
+def _comparison(order: list, gate: threading.Event):
+    """A comparison's work: a generator of three methods (the first waits for ``gate``), recorded."""
+
+    def work(job):
+        for method in ("ar", "pld", "recap"):
+            order.append(f"A:{method}")
+            if method == "ar":
+                assert gate.wait(WAIT_S)
+            yield
+        return "compared"
 
     return work
 
@@ -85,31 +100,53 @@ def test_waiting_clients_are_served_in_turns():
     assert order == ["A1", "B1", "C1", "A2", "B2", "A3"]
 
 
-def test_a_comparisons_work_gives_its_slot_to_another_clients_run_between_its_methods():
-    # Work that is a generator runs in turns: at each yield, if another client waits, it goes back to
-    # the head of its own client's queue and the slot serves the other client first.
+@pytest.mark.parametrize(
+    ("turn_s", "expected"),
+    [
+        (0.0, ["A:ar", "B:run", "A:pld", "A:recap"]),
+        (600.0, ["A:ar", "A:pld", "A:recap", "B:run"]),
+    ],
+)
+def test_a_comparisons_work_gives_its_slot_to_another_clients_run_between_its_methods(turn_s, expected):
+    # Work that is a generator runs in turns: at a yield once its turn is over, if another client waits,
+    # it goes back to the head of its own client's queue and the slot serves the other client first.
+    # With a turn of 600 s the three methods run back to back though B waits from the first: a short
+    # piece of work is not cut into turns (the turn is a lower bound, never waited for).
     from recap.studio.line import DecodeSlots
 
-    slots, order, gate = DecodeSlots(1, 10), [], threading.Event()
-
-    def comparison(job):
-        for method in ("ar", "pld", "recap"):
-            order.append(f"A:{method}")
-            if method == "ar":
-                assert gate.wait(WAIT_S)
-            yield
-        return "compared"
-
+    slots, order, gate = DecodeSlots(1, 10, turn_s=turn_s), [], threading.Event()
     try:
-        compared = slots.submit(comparison, "A")
+        compared = slots.submit(_comparison(order, gate), "A")
         assert compared.started.wait(WAIT_S)
         run = slots.submit(_recorder(order, "B:run"), "B")
         gate.set()
         _ended(compared, run)
     finally:
         slots.shutdown()
-    assert order == ["A:ar", "B:run", "A:pld", "A:recap"]
+    assert order == expected
     assert compared.result == "compared" and slots.counts() == (0, 0)
+    with pytest.raises(ValueError, match="turn_s >= 0"):
+        DecodeSlots(1, 10, turn_s=-1.0)
+
+
+def test_display_tickets_bound_paced_displays_in_all_and_per_client():
+    from recap.studio.slots import DisplayTickets
+
+    tickets = DisplayTickets(3, per_client=2)
+    assert tickets.take("A") and tickets.take("A")
+    assert not tickets.take("A")  # A's share
+    assert tickets.take("B")
+    assert not tickets.take("C")  # the total
+    assert (tickets.held("A"), tickets.held("B"), tickets.held()) == (2, 1, 3)
+    tickets.give("A")
+    assert tickets.take("C") and not tickets.take("A")
+    for client in ("A", "B", "C"):
+        tickets.give(client)
+    assert tickets.held() == 0
+    with pytest.raises(RuntimeError, match="never taken"):
+        tickets.give("A")
+    with pytest.raises(ValueError):
+        DisplayTickets(0)
 
 
 def test_the_per_client_cap_refuses_with_a_plain_message_and_is_released():
@@ -311,12 +348,14 @@ def test_gradios_thread_bound_is_above_everything_the_studio_lets_in(monkeypatch
     others = environment.REPLAY_CONCURRENCY + len(limited) * 3
     assert environment.launch_kwargs()["max_threads"] == environment.max_threads()
     assert environment.max_threads() >= line + environment.displays() + others
-    held = 0
-    while demo.studio.displays.acquire(blocking=False):  # how many paced displays it lets in at once
-        held += 1
-    for _ in range(held):
-        demo.studio.displays.release()
-    assert held == environment.displays() == line
+    tickets = demo.studio.displays
+    clients = [f"192.0.2.{i}" for i in range(line)]
+    held = sum(tickets.take(c) for c in clients for _ in range(3))  # paced displays it lets in at once
+    assert held == environment.displays() == line and tickets.held(clients[0]) == 2
+    for client in clients:
+        while tickets.held(client):
+            tickets.give(client)
+    assert tickets.held() == 0
 
 
 # ------------------------------------------------------------------------------ prompt length
@@ -439,6 +478,41 @@ def test_one_client_with_many_sessions_holds_its_share_and_another_client_is_ser
     _wait(lambda: server.studio.slots.counts() == (0, 0), "the line to empty")
     assert server.studio.slots.held(key) == 0
     server.gate.clear()
+
+
+def test_a_run_gives_its_slot_to_another_clients_run_between_its_passes(server, monkeypatch):
+    # One slot, turns as short as can be: A's run (held at the gate before its first pass) and B's run,
+    # queued meanwhile, alternate pass by pass once the gate opens, instead of B waiting for all of A.
+    from recap.studio.line import DecodeSlots
+
+    studio, passes = server.studio, []
+    inner = studio.stream
+
+    def logged(runtime, model_id, drafter, prompt, *args, **kwargs):
+        for record in inner(runtime, model_id, drafter, prompt, *args, **kwargs):
+            passes.append(prompt.split()[0])
+            yield record
+
+    one = DecodeSlots(1, 10, per_client=2, turn_s=0.0)
+    monkeypatch.setattr(studio, "stream", logged)
+    monkeypatch.setattr(studio, "slots", one)
+    first, second = _client(server.url, "192.0.2.31"), _client(server.url, "192.0.2.32")
+    try:
+        long = first.submit(*_args(server.image, "greedy long run", max_new=8), 0, api_name="/run")
+        _wait(lambda: one.counts() == (1, 0), "the first run to hold the slot")
+        short = second.submit(*_args(server.image, "visitor", max_new=4), 0, api_name="/run")
+        _wait(lambda: one.counts() == (1, 1), "the second run to wait")
+        server.gate.set()
+        assert short.result(timeout=WAIT_S)[STATUS].startswith("Done: 4 tokens")
+        assert long.result(timeout=WAIT_S)[STATUS].startswith("Done: 8 tokens")
+    finally:
+        server.gate.set()
+        one.shutdown()
+        for client in (first, second):
+            client.close()
+    server.gate.clear()
+    assert passes[:4] == ["greedy", "visitor", "greedy", "visitor"], passes
+    assert passes.count("visitor") == 4 and passes.count("greedy") == 8, passes
 
 
 def test_a_prompt_longer_than_the_models_positions_is_refused_and_the_server_keeps_serving(server):

@@ -126,7 +126,8 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
 
     A run holds one of the studio's decode slots (`Studio.slots`, a line fair across clients and
     bounded per client: `Studio.submit`) while its input is loaded and decoded at full speed, and only
-    then: its steps are paced out to the visitor at the display delay after the slot is free
+    then; between two of its passes it gives the slot to another client's waiting work, if any. Its
+    steps are paced out to the visitor at the display delay after the slot is free
     (`recap.studio.slots.paced`). A session has one run at a time (a newer one replaces it).
     """
     names = (*RESULT_OUTPUTS, "download", "words", "memory")
@@ -143,7 +144,8 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         }
 
     def decode(job, image, prompt, settings, memories, state, restarted):
-        """In a decode slot: load, check, decode at full speed; the steps go to the handler."""
+        """In a decode slot: load, check, decode at full speed; the steps go to the handler. A
+        generator: between two passes the slot may go to another client's waiting work."""
         if studio.cache.loaded(settings.model) is None:
             warm = studio.plan.warmup_s
             then = f"; a model with no memory of its own warms it up for up to {warm:.0f} s" if warm else ""
@@ -167,6 +169,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
                     first = False
                 tokens += record.new_tokens
                 job.put("step", record)
+                yield  # between two passes: the slot may go to another client's waiting work
         return runtime.target.decode(tokens)
 
     async def run(
@@ -195,8 +198,10 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         job = studio.submit(
             request, "run", lambda job: decode(job, image, prompt, settings, memories, state, restarted)
         )
-        # a paced display outlives its slot: at most `Studio.displays` at once, the others show at once
-        slowed = delay_s > 0 and studio.displays.acquire(blocking=False)
+        # a paced display outlives its slot: at most `Studio.displays` at once, in all and per client;
+        # the others show at once
+        client = studio.client(request)
+        slowed = delay_s > 0 and studio.displays.take(client)
         hurried = delay_s > 0 and not slowed
         delay_s = delay_s if slowed else 0.0
         try:
@@ -215,12 +220,15 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
                         yield shown_now
         finally:
             if slowed:
-                studio.displays.release()
+                studio.displays.give(client)
         trace.text = job.result or ""
         reason = steps[-1].finish_reason if steps else None
         done = f"Done: {len(trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'})."
         if hurried:
-            done += " Shown without the display delay: the studio is pacing as many displays as it can."
+            done += (
+                " Shown without the display delay: the studio is pacing as many displays as it can"
+                f" ({studio.displays.per_client} a visitor)."
+            )
         if restarted:
             done += f" {RESTARTED[0].upper()}{RESTARTED[1:]}."
         final = await asyncio.to_thread(update, steps, done, state, memories, settings)

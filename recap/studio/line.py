@@ -7,9 +7,12 @@ first-come-first-served queue, and a free slot goes to the waiting client whose 
 recently, so a client's first run waits for the work already running and at most one piece of each
 other waiting client's. A client holds at most ``per_client`` pieces queued or running across all its
 sessions (`ClientBusy` beyond). Runs, comparisons and sensitivity passes all go through it. A slot
-holds a run while it loads, checks and decodes its input at full speed, nothing longer; a comparison
-gives its slot back between its methods when another client waits (its work is a generator: each
-``yield`` is such a point). The jobs themselves and their display: `recap.studio.slots`.
+holds a run while it loads, checks and decodes its input at full speed, nothing longer. Work that is a
+generator (a run yields between two of its passes, a comparison between its methods) is served in
+turns of at least ``turn_s`` seconds: at its first ``yield`` after that, if another client waits, the
+slot goes to that client and the work waits at the head of its own client's queue. A short run ends
+within its turn; a costly one shares the slot, so nobody waits for the whole of someone else's. The
+jobs themselves and their display: `recap.studio.slots`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import inspect
 import ipaddress
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -92,20 +96,26 @@ class _Entry:
     state: str = "waiting"  # "waiting", "running", "done"
 
 
+#: The least time a generator's work keeps its slot before another client's waiting work gets it.
+TURN_S = 0.5
+
+
 class DecodeSlots:
     """At most ``slots`` pieces of work at once, at most ``waiting`` more queued, at most
     ``per_client`` queued or running per client (None: no such bound); waiting work is served in turns
-    across clients (see the module docstring)."""
+    across clients, a generator's work in turns of at least ``turn_s`` seconds (see the module
+    docstring)."""
 
     #: Clients whose last turn is remembered beyond those with work in the line (the oldest go first).
     REMEMBERED = 4096
 
-    def __init__(self, slots: int, waiting: int, per_client: int | None = None) -> None:
-        if slots < 1 or waiting < 0 or (per_client is not None and per_client < 1):
+    def __init__(self, slots: int, waiting: int, per_client: int | None = None, turn_s: float = 0.0) -> None:
+        if slots < 1 or waiting < 0 or (per_client is not None and per_client < 1) or not turn_s >= 0:
             raise ValueError(
-                f"need slots >= 1, waiting >= 0 and per_client >= 1, got {slots}, {waiting}, {per_client}"
+                "need slots >= 1, waiting >= 0, per_client >= 1 and turn_s >= 0, "
+                f"got {slots}, {waiting}, {per_client}, {turn_s}"
             )
-        self.slots, self.waiting, self.per_client = slots, waiting, per_client
+        self.slots, self.waiting, self.per_client, self.turn_s = slots, waiting, per_client, turn_s
         self._lock = threading.Condition()
         self._queues: dict[str, deque[_Entry]] = {}  # each client's waiting work, first come first
         self._held: dict[str, int] = {}  # each client's work queued or running
@@ -246,9 +256,9 @@ class DecodeSlots:
                 self._ended(entry)
 
     def _turns_of(self, entry: _Entry) -> bool:
-        """Advance a generator's work until it ends (True) or gives its slot to another client's
-        waiting work (False: it waits at the head of its client's queue)."""
-        steps = entry.steps
+        """Advance a generator's work until it ends (True) or, its turn over, gives its slot to another
+        client's waiting work (False: it waits at the head of its client's queue)."""
+        steps, turn_ends = entry.steps, time.monotonic() + self.turn_s
         while True:
             entry.job.check()
             try:
@@ -256,6 +266,8 @@ class DecodeSlots:
             except StopIteration as stop:
                 entry.job.result = stop.value
                 return True
+            if time.monotonic() < turn_ends:
+                continue
             with self._lock:
                 if any(client != entry.client for client in self._queues) and not self._closed:
                     entry.state = "waiting"

@@ -50,9 +50,9 @@ from recap.studio.environment import (
     waiting,
 )
 from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
-from recap.studio.line import Busy, DecodeSlots, client_key
+from recap.studio.line import TURN_S, Busy, DecodeSlots, client_key
 from recap.studio.sessions import SessionLedger
-from recap.studio.slots import Cancelled, DecodeJob, RenderBudget, SessionJobs
+from recap.studio.slots import Cancelled, DecodeJob, DisplayTickets, RenderBudget, SessionJobs
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
 from recap.trace import StepRecord
 
@@ -265,11 +265,11 @@ class Studio:
         self.plan = plan or MemoryPlan()
         #: Folders an image may come from: gradio's upload cache (set by `build_demo`) and the examples.
         self.upload_roots: list[Path] = list(EXAMPLE_ROOTS)
-        self.slots = DecodeSlots(concurrency(), waiting(), per_client())
+        self.slots = DecodeSlots(concurrency(), waiting(), per_client(), TURN_S)
         self.proxy_hops = proxy_hops()
         self.jobs = SessionJobs()
-        # paced displays at once (a run's handler lives as long as its display; never waited for)
-        self.displays = threading.BoundedSemaphore(displays())
+        # paced displays at once, in all and per client (a run's handler lives as long as its display)
+        self.displays = DisplayTickets(displays(), per_client())
         self.updates = RenderBudget(DISPLAY_SHARE)
         budget, sessions = session_budget()
         # each session's client (the last that sent its decoding work), at most twice the sessions kept

@@ -6,6 +6,9 @@
   its own (`take`, `values`).
 - `SessionJobs`: a session has at most one job queued or running per event: a newer one replaces it
   (the older one stops at its next step and ends with a message saying so).
+- `DisplayTickets`: how many runs' displays are paced at once, in all and per client (a display lasts
+  after its run's slot is free, so the line's own bounds do not count it); beyond, a run is shown as
+  it decodes.
 - `RenderBudget`: the paced displays of every run in the process share a part of one CPU (each update
   renders plotly figures, tens of ms), so a crowd of slow displays cannot starve the decodes; a live
   display (no delay: it lasts while its run decodes in a slot) is bounded by the slots themselves.
@@ -169,6 +172,45 @@ class SessionJobs:
     def __len__(self) -> int:
         with self._lock:
             return len(self._jobs)
+
+
+class DisplayTickets:
+    """At most ``total`` paced displays at once, at most ``per_client`` of them per client (None: no
+    such bound). `take` never waits: a run without a ticket is shown without the delay."""
+
+    def __init__(self, total: int, per_client: int | None = None) -> None:
+        if total < 1 or (per_client is not None and per_client < 1):
+            raise ValueError(f"need total >= 1 and per_client >= 1, got {total}, {per_client}")
+        self.total, self.per_client = total, per_client
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}  # each client's tickets
+
+    def take(self, client: str) -> bool:
+        """A ticket for one of ``client``'s displays, if both bounds allow it (then `give` it back)."""
+        with self._lock:
+            held = self._held.get(client, 0)
+            if sum(self._held.values()) >= self.total:
+                return False
+            if self.per_client is not None and held >= self.per_client:
+                return False
+            self._held[client] = held + 1
+            return True
+
+    def give(self, client: str) -> None:
+        """``client``'s display has ended: its ticket goes back."""
+        with self._lock:
+            held = self._held.get(client, 0)
+            if held <= 0:
+                raise RuntimeError("a display ticket was given back that was never taken")
+            if held == 1:
+                del self._held[client]
+            else:
+                self._held[client] = held - 1
+
+    def held(self, client: str | None = None) -> int:
+        """Tickets held now: by ``client``, or in all."""
+        with self._lock:
+            return self._held.get(client, 0) if client is not None else sum(self._held.values())
 
 
 class RenderBudget:
