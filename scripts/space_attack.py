@@ -5,6 +5,8 @@ the server's memory grows with sessions. Loopback only.
     python -m scripts.space_attack delay --pid PID [--visitor-delay 60]
     python -m scripts.space_attack replay --pid PID [--shape issue|strings|tokens|nodes | --file F]
     python -m scripts.space_attack sessions --pid PID [-n 1000]
+    RECAP_PROXY_HOPS=1 ... python app.py &   # (each client says its address in X-Forwarded-For)
+    python -m scripts.space_attack crowd --pid PID [--seconds 110]
 
 ``--pid``: the server's process (its RSS is read from /proc); ``--url`` (default
 http://127.0.0.1:7961/) must be on 127.0.0.1. Every call goes through gradio's plain HTTP API
@@ -14,6 +16,7 @@ http://127.0.0.1:7961/) must be on 127.0.0.1. Every call goes through gradio's p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -103,6 +106,81 @@ def delay_attack(server: Server, visitor_delay: int) -> None:
     print("hostile runs:", sorted(round(s, 1) for s, _, _ in results), sorted({k for _, k, _ in results}))
 
 
+def crowd_attack(server: Server, seconds: float) -> None:
+    """Six clients with five sessions each send costly runs back to back (RECAP, 512 new tokens,
+    temperature 2, budget 128) and two clients send comparisons, for ``seconds``; meanwhile a visitor
+    sends a 16-token run every 15 s (or when its last one ends). Prints the visitor's first output and
+    end times and what the crowd got (served, refused)."""
+    import statistics
+
+    from gradio_client import Client, handle_file
+
+    from recap.studio.measure import EQUAL
+
+    def settings(max_new: int, temperature: float, budget: int) -> list:
+        return ["embedded-v2", "recap", "fixed", budget, 16, 8, True, True, True, max_new, "per session",
+                temperature, 0, 1.0, None]  # fmt: skip
+
+    def client(address: str) -> Client:
+        return Client(server.url, verbose=False, headers={"X-Forwarded-For": address})
+
+    stop, lock, jobs = threading.Event(), threading.Lock(), []
+    counts = {"runs served": 0, "runs refused": 0, "comparisons served": 0, "comparisons refused": 0}
+    image = handle_file(str(IMAGE))
+
+    def loop(c: Client, args: list, api: str, kind: str) -> None:
+        while not stop.is_set():
+            job = c.submit(*args, api_name=api)
+            with lock:
+                jobs.append(job)
+            try:
+                job.result(timeout=seconds + 60)
+                outcome = "served"
+            except Exception:
+                outcome = "refused"
+                if stop.wait(2):
+                    return
+            if not stop.is_set():
+                with lock:
+                    counts[f"{kind} {outcome}"] += 1
+
+    crowd = []
+    for g in range(6):
+        for _ in range(5):
+            args = [image, DETAILED, *settings(512, 2.0, 128), 0]
+            crowd.append((client(f"203.0.113.{g + 1}"), args, "/run", "runs"))
+    for i in range(2):
+        args = [image, DETAILED, *settings(128, 0.0, 128), EQUAL]
+        crowd.append((client(f"203.0.113.{100 + i}"), args, "/compare", "comparisons"))
+    threads = [threading.Thread(target=loop, args=a, daemon=True) for a in crowd]
+    for thread in threads:
+        thread.start()
+    visitor, start, firsts, ends = client("198.51.100.7"), time.monotonic(), [], []
+    n = 0
+    while time.monotonic() - start < seconds:
+        if stop.wait(max(0.0, start + 10 + 15 * n - time.monotonic())):
+            break
+        sent = time.monotonic()
+        job = visitor.submit(image, "What is in the scene?", *settings(16, 0.0, 16), 0, api_name="/run")
+        first = None
+        while not job.done() and time.monotonic() - sent < 180:
+            if first is None and job.outputs():
+                first = time.monotonic() - sent
+            time.sleep(0.05)
+        firsts.append(round(first if first is not None else time.monotonic() - sent, 1))
+        ends.append(round(time.monotonic() - sent, 1))
+        n += 1
+    stop.set()
+    print(f"visitor's first output after (s): {firsts}, median {statistics.median(firsts)}")
+    print(f"visitor's run done after (s): {ends}, median {statistics.median(ends)}")
+    print("the crowd:", counts, flush=True)
+    with lock:
+        for job in jobs:
+            if not job.done():
+                with contextlib.suppress(Exception):  # (a busy server may not answer the cancel in time)
+                    job.cancel()
+
+
 def crafted(path: Path, shape: str) -> Path:
     """A trace of ``shape``: the issue's (255 steps x 8192 tokens, 15.96 MiB), or one just within the
     limits of the kind that costs most (``strings``, ``tokens``, ``nodes``)."""
@@ -174,17 +252,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.space_attack", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("attack", choices=["delay", "replay", "sessions"])
+    parser.add_argument("attack", choices=["delay", "replay", "sessions", "crowd"])
     parser.add_argument("--url", default="http://127.0.0.1:7961/")
     parser.add_argument("--pid", type=int, required=True, help="the server's process id (for its RSS)")
     parser.add_argument("--visitor-delay", type=int, default=0, help="the visitor's display delay (ms)")
     parser.add_argument("--shape", default="issue", choices=["issue", "strings", "tokens", "nodes"])
     parser.add_argument("--file", type=Path, default=None, help="replay this trace instead of a crafted one")
     parser.add_argument("-n", type=int, default=1000, help="sessions")
+    parser.add_argument("--seconds", type=float, default=110.0, help="how long the crowd sends work")
     args = parser.parse_args(argv)
     server = Server(args.url, args.pid)
     if args.attack == "delay":
         delay_attack(server, args.visitor_delay)
+    elif args.attack == "crowd":
+        crowd_attack(server, args.seconds)
     elif args.attack == "replay":
         target = Path(tempfile.gettempdir()) / f"recap-crafted-{args.shape}.json"
         replay_attack(server, args.file or crafted(target, args.shape))
