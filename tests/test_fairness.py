@@ -515,6 +515,27 @@ def test_a_run_gives_its_slot_to_another_clients_run_between_its_passes(server, 
     assert passes.count("visitor") == 4 and passes.count("greedy") == 8, passes
 
 
+def test_a_clients_third_paced_display_is_shown_at_once_and_says_why(server):
+    # Two runs at a 500 ms display delay (two sessions of one client) decode at once and are then paced
+    # for 20 s, holding the client's two display tickets but no place in the line: the client's third
+    # run is let in, and shown without the delay, with the reason in its status.
+    tickets, key = server.studio.displays, "192.0.2.41"
+    clients = [_client(server.url, key) for _ in range(3)]
+    try:
+        slow = [c.submit(*_args(server.image, max_new=40), 500, api_name="/run") for c in clients[:2]]
+        _wait(lambda: tickets.held(key) == 2, "both displays to be paced")
+        _wait(lambda: server.studio.slots.held(key) == 0, "both runs to have decoded")
+        final = clients[2].predict(*_args(server.image, max_new=8), 500, api_name="/run")
+        assert final[STATUS].startswith("Done: 8 tokens"), final[STATUS]
+        assert "Shown without the display delay" in final[STATUS] and "(2 a visitor)" in final[STATUS]
+        for job in slow:
+            assert "Shown without" not in job.result(timeout=WAIT_S)[STATUS]
+    finally:
+        for client in clients:
+            client.close()
+    _wait(lambda: tickets.held(key) == 0, "the tickets to come back")
+
+
 def test_a_prompt_longer_than_the_models_positions_is_refused_and_the_server_keeps_serving(server):
     # The tiny LLaVA has 512 positions: a 3300-character prompt is 935 tokens with its image's.
     from recap.studio.measure import EQUAL
