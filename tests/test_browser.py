@@ -415,10 +415,16 @@ def test_every_tab_after_runs_of_each_method_shows_no_entity_and_fits(studio, tm
             page.wait_for_function(
                 "document.querySelector('#step-words').innerText.startsWith('Step 1:')", timeout=SHOW_MS
             )
-            number.fill("3")
+            # the last step (how many passes RECAP's second run takes depends on the tree the measured
+            # cost curve allows: this machine's, under its load)
+            last = int(float(page.locator("#step-slider input[type=range]").get_attribute("max")))
+            assert last >= 2, f"RECAP's second run took {last} passes"
+            number.fill(str(last))
             number.press("Enter")
             page.wait_for_function(
-                "document.querySelector('#step-words').innerText.startsWith('Step 3:')", timeout=SHOW_MS
+                "(last) => document.querySelector('#step-words').innerText.startsWith(`Step ${last}:`)",
+                arg=last,
+                timeout=SHOW_MS,
             )
             page.wait_for_timeout(500)
             assert not _entities_shown(page, "run")
