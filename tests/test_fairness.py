@@ -312,6 +312,15 @@ def test_the_bounds_are_read_from_the_environment_and_checked(monkeypatch):
     monkeypatch.setenv("RECAP_PER_CLIENT", "0")
     with pytest.raises(ValueError, match="RECAP_PER_CLIENT must be at least 1"):
         environment.per_client()
+    monkeypatch.delenv("RECAP_TURN_S", raising=False)
+    assert environment.turn_s() == environment.TURN_S == 0.5
+    for value, expected in (("0", 0.0), ("2.5", 2.5), (" OFF ", float("inf"))):
+        monkeypatch.setenv("RECAP_TURN_S", value)
+        assert environment.turn_s() == expected
+    for bad in ("soon", "-1", "nan", "inf", "1e9"):
+        monkeypatch.setenv("RECAP_TURN_S", bad)
+        with pytest.raises(ValueError, match="RECAP_TURN_S must be"):
+            environment.turn_s()
 
 
 def _factory(model_id: str):

@@ -38,6 +38,7 @@ Read here and nowhere else in the studio:
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,6 +173,30 @@ def waiting() -> int:
 def per_client() -> int:
     """Work one client may have decoding or waiting (``RECAP_PER_CLIENT``, default 2)."""
     return _positive("RECAP_PER_CLIENT", 2)
+
+
+#: The default ``RECAP_TURN_S``: a short run ends within its turn, a costly one is shared.
+TURN_S = 0.5
+#: The most ``RECAP_TURN_S`` may say (beyond: ``off``).
+MAX_TURN_S = 3600.0
+
+
+def turn_s() -> float:
+    """The least time a run or a comparison keeps its decode slot before another client's waiting work
+    gets it (``RECAP_TURN_S``, default `TURN_S`; ``off``: work keeps its slot to its end, e.g. on
+    ZeroGPU, where a run waiting between turns keeps its GPU allocation running)."""
+    raw = os.environ.get("RECAP_TURN_S", "").strip().lower()
+    if not raw:
+        return TURN_S
+    if raw == "off":
+        return math.inf
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"RECAP_TURN_S must be a number of seconds or off, got {raw!r}") from None
+    if not 0 <= value <= MAX_TURN_S:
+        raise ValueError(f"RECAP_TURN_S must be from 0 to {MAX_TURN_S:.0f} seconds (or off), got {raw}")
+    return value
 
 
 #: The most ``RECAP_PROXY_HOPS`` may say.

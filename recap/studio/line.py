@@ -96,10 +96,6 @@ class _Entry:
     state: str = "waiting"  # "waiting", "running", "done"
 
 
-#: The least time a generator's work keeps its slot before another client's waiting work gets it.
-TURN_S = 0.5
-
-
 class DecodeSlots:
     """At most ``slots`` pieces of work at once, at most ``waiting`` more queued, at most
     ``per_client`` queued or running per client (None: no such bound); waiting work is served in turns

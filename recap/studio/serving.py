@@ -47,10 +47,11 @@ from recap.studio.environment import (
     per_client,
     proxy_hops,
     session_budget,
+    turn_s,
     waiting,
 )
 from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
-from recap.studio.line import TURN_S, Busy, DecodeSlots, client_key
+from recap.studio.line import Busy, DecodeSlots, client_key
 from recap.studio.sessions import SessionLedger
 from recap.studio.slots import Cancelled, DecodeJob, DisplayTickets, RenderBudget, SessionJobs
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
@@ -265,7 +266,7 @@ class Studio:
         self.plan = plan or MemoryPlan()
         #: Folders an image may come from: gradio's upload cache (set by `build_demo`) and the examples.
         self.upload_roots: list[Path] = list(EXAMPLE_ROOTS)
-        self.slots = DecodeSlots(concurrency(), waiting(), per_client(), TURN_S)
+        self.slots = DecodeSlots(concurrency(), waiting(), per_client(), turn_s())
         self.proxy_hops = proxy_hops()
         self.jobs = SessionJobs()
         # paced displays at once, in all and per client (a run's handler lives as long as its display)
