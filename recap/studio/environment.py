@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,12 +144,9 @@ def memory_plan(models: list[str]) -> MemoryPlan:
     files = {models[0]: Path(memory).expanduser()} if memory and models else {}
     default_s = 60.0 if torch.cuda.is_available() else 0.0
     raw = os.environ.get("RECAP_WARMUP_S", "").strip()
-    try:
-        warmup_s = float(raw) if raw else default_s
-    except ValueError:
-        raise ValueError(f"RECAP_WARMUP_S must be a number of seconds, got {raw!r}") from None
-    if not 0.0 <= warmup_s <= 3600.0:
-        raise ValueError(f"RECAP_WARMUP_S must be from 0 to 3600 seconds, got {warmup_s}")
+    warmup_s = default_s
+    if raw:
+        warmup_s = _in_range("RECAP_WARMUP_S", raw, float, 0.0, 3600.0, "a number of seconds")
     return MemoryPlan(files=files, warmup_s=warmup_s)
 
 
@@ -190,13 +188,7 @@ def turn_s() -> float:
         return TURN_S
     if raw == "off":
         return math.inf
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"RECAP_TURN_S must be a number of seconds or off, got {raw!r}") from None
-    if not 0 <= value <= MAX_TURN_S:
-        raise ValueError(f"RECAP_TURN_S must be from 0 to {MAX_TURN_S:.0f} seconds (or off), got {raw}")
-    return value
+    return _in_range("RECAP_TURN_S", raw, float, 0.0, MAX_TURN_S, "off or a number of seconds")
 
 
 #: The most ``RECAP_PROXY_HOPS`` may say.
@@ -209,13 +201,7 @@ def proxy_hops() -> int:
     raw = os.environ.get("RECAP_PROXY_HOPS", "").strip()
     if not raw:
         return 1 if os.environ.get("SPACE_ID") else 0
-    try:
-        hops = int(raw)
-    except ValueError:
-        raise ValueError(f"RECAP_PROXY_HOPS must be a whole number of proxies, got {raw!r}") from None
-    if not 0 <= hops <= MAX_PROXY_HOPS:
-        raise ValueError(f"RECAP_PROXY_HOPS must be from 0 to {MAX_PROXY_HOPS}, got {hops}")
-    return hops
+    return _in_range("RECAP_PROXY_HOPS", raw, int, 0, MAX_PROXY_HOPS, "a whole number of proxies")
 
 
 #: Replays decoded at once (each is bounded by `recap.trace`'s limits: a few seconds, under 100 MB).
@@ -259,6 +245,18 @@ def session_budget() -> tuple[int, int]:
 def queue_kwargs() -> dict[str, Any]:
     """``Blocks.queue()`` options: `concurrency` per event, a queue of at most 8 x `waiting` events."""
     return {"default_concurrency_limit": concurrency(), "max_size": 8 * waiting()}
+
+
+def _in_range(name: str, raw: str, parse: Callable[[str], Any], low: float, high: float, what: str) -> Any:
+    """An environment variable's text ``raw`` read by ``parse`` and within ``[low, high]``; otherwise a
+    ValueError naming the variable, what it must be and what it got."""
+    try:
+        value = parse(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be {what}, got {raw!r}") from None
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be {what} from {low:g} to {high:g}, got {raw}")
+    return value
 
 
 def _positive(name: str, default: int) -> int:

@@ -200,8 +200,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         )
         # a paced display outlives its slot: at most `Studio.displays` at once, in all and per client;
         # the others show at once
-        client = studio.client(request)
-        slowed = delay_s > 0 and studio.displays.take(client)
+        slowed = delay_s > 0 and studio.displays.take(job.client)
         hurried = delay_s > 0 and not slowed
         delay_s = delay_s if slowed else 0.0
         try:
@@ -220,7 +219,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
                         yield shown_now
         finally:
             if slowed:
-                studio.displays.give(client)
+                studio.displays.give(job.client)
         trace.text = job.result or ""
         reason = steps[-1].finish_reason if steps else None
         done = f"Done: {len(trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'})."
