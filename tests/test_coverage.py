@@ -7,7 +7,16 @@ import json
 import numpy as np
 from test_bench import bench_dir, write_image_set  # noqa: F401  (the shared small benchmark run)
 
-from recap.bench.coverage import BASE_KEYS, GROUPS, Breakdown, CoverageProbe, PositionCoverage
+from recap.bench.coverage import (
+    BASE_KEYS,
+    GROUPS,
+    Breakdown,
+    CoverageProbe,
+    PositionCoverage,
+    at_depths,
+    by_depth,
+    depth_bucket,
+)
 from recap.drafters.base import Observation, RequestInfo
 from recap.drafters.recap.config import RecapConfig
 from recap.drafters.recap.drafter import RecapDrafter
@@ -36,8 +45,9 @@ def test_the_probe_asks_at_every_state_along_the_accepted_path_and_marks_first_m
     probe(observation)
     assert drafter.asked == [[[1, 2, 3], [2, 3, 4]]]  # the root's state, then node 0's
     first, second = probe.positions
-    assert first == PositionCoverage(("ctx2",), True, drafted=True, first_mention=True)
-    assert second == PositionCoverage((), False, drafted=True, first_mention=True)  # 5 was drafted there
+    assert first == PositionCoverage(("ctx2",), True, drafted=True, first_mention=True, depth=0)
+    # 5 was drafted there; the state comes after one accepted draft
+    assert second == PositionCoverage((), False, drafted=True, first_mention=True, depth=1)
     assert probe.seconds >= 0
 
 
@@ -67,14 +77,45 @@ def test_breakdown_counts_groups_and_skips_the_first_token():
     counts = breakdown.to_json()
     assert list(counts) == list(GROUPS)
     assert counts["sensitive-first"] == {
-        "accepted": 1, "covered": 1, "covered_ctx3": 1, "covered_persistent": 1,
-        "covered_this_request": 1, "drafted": 1, "positions": 1,
+        "accepted": 1, "accepted_depth_0": 1, "covered": 1, "covered_ctx3": 1, "covered_persistent": 1,
+        "covered_this_request": 1, "depth_0": 1, "drafted": 1, "positions": 1,
     }  # fmt: skip
     assert counts["sensitive-later"] == {"positions": 1, "covered": 0, "covered_this_request": 0,
-                                         "drafted": 1, "accepted": 0}  # fmt: skip
+                                         "drafted": 1, "accepted": 0, "depth_0": 1,
+                                         "accepted_depth_0": 0}  # fmt: skip
     assert counts["insensitive-first"] == dict.fromkeys(sorted(BASE_KEYS), 0)
     breakdown += breakdown
     assert breakdown.to_json()["sensitive-first"]["positions"] == 2
+
+
+def test_depths_are_counted_in_buckets_and_summed_over_groups():
+    assert [depth_bucket(d) for d in (0, 1, 2, 3, 4, 7, 8, 40)] == [
+        "0",
+        "1",
+        "2-3",
+        "2-3",
+        "4-7",
+        "4-7",
+        "8+",
+        "8+",
+    ]
+    breakdown = Breakdown()
+    deep = [
+        PositionCoverage((), False, True, first, depth) for first, depth in ((True, 5), (False, 6), (True, 0))
+    ]
+    breakdown.add([None, *deep], ["target", "ctx2", "target", "persistent"], [True] * 4)
+    counts = breakdown.to_json()
+    assert by_depth([counts[g] for g in GROUPS[:2]]) == {"0": (1, 1), "4-7": (2, 1)}
+    assert by_depth([counts[g] for g in GROUPS[2:]]) == {}
+
+
+def test_at_depths_weighs_each_depths_acceptance_by_the_references_mix():
+    method = {"0": (10, 9), "4-7": (30, 15)}  # 60% over its own mix, deep
+    reference = {"0": (30, 24), "4-7": (10, 4)}  # 70% over its own mix, shallow
+    assert at_depths(method, reference) == 0.75 * 0.9 + 0.25 * 0.5
+    assert at_depths(reference, reference) == 28 / 40  # the reference's own acceptance
+    assert at_depths(method, {"1": (5, 5)}) is None  # no position of the method at that depth
+    assert at_depths(method, {}) is None
 
 
 def test_recap_coverage_names_the_memories_holding_the_token_and_this_requests_records():
@@ -112,8 +153,14 @@ def test_results_carry_the_breakdown_and_results_md_its_table(bench_dir):  # noq
             # in greedy decoding a drafted token equal to the target's is accepted: accepted <= drafted
             assert counts.get("accepted", 0) <= counts.get("drafted", 0) <= counts.get("positions", 0)
             assert counts.get("covered", 0) <= counts.get("positions", 0)
-    assert "At image-sensitive positions" in (bench_dir / "results.md").read_text()
+        depths = by_depth([breakdown[g] for g in GROUPS[:2]])
+        assert sum(n for n, _ in depths.values()) == sensitive
+        assert sum(a for _, a in depths.values()) == sum(breakdown[g]["accepted"] for g in GROUPS[:2])
+    page = (bench_dir / "results.md").read_text()
+    assert "At image-sensitive positions" in page
+    assert "| method | 0 | 1 | 2-3 | 4-7 | 8+ | all | at TR's depths |" in page
     assert (bench_dir / "coverage.html").is_file()
+    assert (bench_dir / "depth.html").is_file()
 
 
 def test_the_probe_can_be_left_out_of_a_run(tmp_path):

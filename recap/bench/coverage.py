@@ -12,6 +12,11 @@ from this request's own text can exist for that context yet.
 `Breakdown` counts these at image-sensitive and insensitive positions (`recap.bench.sensitivity`),
 split into first and later mentions. Not covered is a loss of information (no memory knew the
 token); covered but not accepted is a loss of allocation (the tree left the known token out).
+It also counts positions and acceptances by the state's *depth*: how many drafts the pass had
+accepted before it (0: the pass's first draft, where a tree offers its widest fan), in
+`DEPTH_BUCKETS`. A method whose passes accept long chains reaches more of its positions deep in its
+tree, where few candidates are left; `at_depths` weighs a method's acceptance at each depth by
+another method's mix of depths, which compares the two at the same depths.
 
 Example: a state whose last two tokens are ``(7, 9)``, first seen there, where RECAP's ``ctx2`` record
 of this request lists the target's token 4 and the tree drafted 4: covered (ctx2, this request),
@@ -31,19 +36,57 @@ from recap.drafters.base import Observation
 
 #: The breakdown's groups: image-sensitive or not, first or later mention.
 GROUPS = ("sensitive-first", "sensitive-later", "insensitive-first", "insensitive-later")
-#: What every group counts (``covered_<memory>`` keys are added for the memories that held tokens).
+#: What every group counts (``covered_<memory>`` keys are added for the memories that held tokens,
+#: ``depth_<bucket>`` and ``accepted_depth_<bucket>`` for the depths that occurred).
 BASE_KEYS = ("positions", "covered", "covered_this_request", "drafted", "accepted")
+#: Depth buckets of a state: (label, lowest depth, highest depth or None).
+DEPTH_BUCKETS = (("0", 0, 0), ("1", 1, 1), ("2-3", 2, 3), ("4-7", 4, 7), ("8+", 8, None))
+
+
+def depth_bucket(depth: int) -> str:
+    """The `DEPTH_BUCKETS` label of a depth: ``depth_bucket(5) == "4-7"``."""
+    for label, low, high in DEPTH_BUCKETS:
+        if depth >= low and (high is None or depth <= high):
+            return label
+    raise ValueError(f"a depth is a count of accepted drafts (>= 0), got {depth}")
+
+
+def by_depth(counts: Sequence[dict[str, int]]) -> dict[str, tuple[int, int]]:
+    """Bucket label -> (positions, accepted) summed over ``counts`` (groups of a method's breakdown,
+    as `Breakdown.to_json` writes them), for the buckets that have positions."""
+    found = {}
+    for label, _, _ in DEPTH_BUCKETS:
+        positions = sum(c.get(f"depth_{label}", 0) for c in counts)
+        if positions:
+            found[label] = (positions, sum(c.get(f"accepted_depth_{label}", 0) for c in counts))
+    return found
+
+
+def at_depths(method: dict[str, tuple[int, int]], reference: dict[str, tuple[int, int]]) -> float | None:
+    """``method``'s acceptance at each depth (`by_depth`), weighted by ``reference``'s share of positions
+    at that depth: what ``method`` would accept at ``reference``'s mix of depths. None when
+    ``method`` has no position at a depth where ``reference`` has some (or ``reference`` has none).
+
+    Example: method ``{"0": (10, 9), "4-7": (30, 15)}``, reference ``{"0": (30, 24), "4-7": (10, 4)}``:
+    ``0.75 * 0.9 + 0.25 * 0.5 = 0.8`` (the method's own mix gives 0.6, the reference's 0.7).
+    """
+    total = sum(n for n, _ in reference.values())
+    if not total or any(method.get(label, (0, 0))[0] == 0 for label in reference):
+        return None
+    return sum(n / total * method[label][1] / method[label][0] for label, (n, _) in reference.items())
 
 
 @dataclass(frozen=True)
 class PositionCoverage:
     """One generated position: the memories that held its token (empty: none), whether a record of
-    this request held it, whether the tree drafted at that state, and whether it is a first mention."""
+    this request held it, whether the tree drafted at that state, whether it is a first mention, and
+    the state's depth (drafts its pass accepted before it)."""
 
     sources: tuple[str, ...]
     this_request: bool
     drafted: bool
     first_mention: bool
+    depth: int = 0
 
 
 class CoverageProbe:
@@ -91,7 +134,7 @@ class CoverageProbe:
             pair = (int(tails[i, 1]), int(tails[i, 2]))
             first = pair not in self._pairs and pair not in pairs
             pairs.add(pair)
-            self.positions.append(PositionCoverage(tuple(sources), bool(fresh), was_drafted, first))
+            self.positions.append(PositionCoverage(tuple(sources), bool(fresh), was_drafted, first, i))
 
     def _learn(self, context: Sequence[int]) -> None:
         """Add the pairs of committed tokens that end before the context's last token (the pair ending
@@ -104,7 +147,7 @@ class CoverageProbe:
 @dataclass
 class Breakdown:
     """Counts per group (`GROUPS`): positions, covered (by any memory, by each, by a record of this
-    request), drafted and accepted."""
+    request), drafted and accepted, and positions and acceptances by depth."""
 
     counts: dict[str, Counter] = field(default_factory=lambda: {g: Counter() for g in GROUPS})
 
@@ -124,6 +167,9 @@ class Breakdown:
             count["covered_this_request"] += position.this_request
             count["drafted"] += position.drafted
             count["accepted"] += source != "target"
+            bucket = depth_bucket(position.depth)
+            count[f"depth_{bucket}"] += 1
+            count[f"accepted_depth_{bucket}"] += source != "target"
             for name in position.sources:
                 count[f"covered_{name}"] += 1
 

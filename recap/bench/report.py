@@ -1,9 +1,10 @@
-"""The benchmark's report: ``results.json``, ``results.md`` (the tables) and four plotly charts.
+"""The benchmark's report: ``results.json``, ``results.md`` (the tables) and plotly charts.
 
 Everything here reads a finished `BenchmarkResult`; nothing runs a model. Rows are methods in run order
 (AR first); the per-source table lists RECAP methods only, the per-category table appears when the
 samples carry categories (Spec-Bench, MT-Bench, scenes' question types), the coverage table (covered /
-drafted / accepted at image-sensitive positions, `recap.bench.coverage`) when the samples have images.
+drafted / accepted at image-sensitive positions, `recap.bench.coverage`) and the depth table (accepted
+there by the depth of the state) when the samples have images.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from recap.bench.coverage import GROUPS
+from recap.bench.coverage import DEPTH_BUCKETS, GROUPS, at_depths, by_depth
 from recap.bench.metrics import BenchmarkResult, MethodResult
 from recap.drafters import is_recap_method
 
@@ -53,7 +54,7 @@ def markdown_table(result: BenchmarkResult) -> str:
             + ".\n"
         )
     recap = [r for r in result.methods.values() if is_recap_method(r.method)]
-    categories = category_table(result) + coverage_table(result)
+    categories = category_table(result) + coverage_table(result) + depth_table(result)
     if not recap:
         return header + rows + categories
     sources = "\nAccepted drafted tokens by proposing memory (RECAP methods):\n\n"
@@ -98,6 +99,60 @@ def coverage_table(result: BenchmarkResult) -> str:
             cells = [_share(counts.get(key, 0), n, known=_known(r, key)) for _, key in COVERAGE_COLUMNS]
             table += f"| {r.method} | {group.split('-')[1]} | {n} | " + " | ".join(cells) + " |\n"
     return table
+
+
+#: The method whose mix of depths the depth table weighs every method's acceptance by, when it ran.
+DEPTH_REFERENCE = "tr"
+
+
+def sensitive_depths(result: MethodResult) -> dict[str, tuple[int, int]]:
+    """Bucket -> (positions, accepted) at ``result``'s image-sensitive positions ({} without a breakdown)."""
+    if not result.breakdown:
+        return {}
+    return by_depth([result.breakdown[g] for g in ("sensitive-first", "sensitive-later")])
+
+
+def depth_table(result: BenchmarkResult) -> str:
+    """At image-sensitive positions, each method's acceptance by the depth of the state (`DEPTH_BUCKETS`),
+    and, when Token Recycling ran, weighed by TR's mix of depths (`recap.bench.coverage.at_depths`);
+    "" when no method has depths."""
+    rows = [r for r in result.methods.values() if r.method != "ar" and sensitive_depths(r)]
+    if not rows:
+        return ""
+    reference = result.methods.get(DEPTH_REFERENCE)
+    ref_depths = sensitive_depths(reference) if reference is not None else {}
+    labels = [label for label, _, _ in DEPTH_BUCKETS]
+    extra = " | at TR's depths" if ref_depths else ""
+    table = (
+        "\nAt image-sensitive positions by the depth of the state (drafts the pass had accepted before it; "
+        "0: the pass's first draft), accepted of positions"
+        + (
+            "; at TR's depths: each depth's acceptance weighed by Token Recycling's share of positions "
+            "at that depth"
+            if ref_depths
+            else ""
+        )
+        + ":\n\n| method | "
+        + " | ".join(labels)
+        + " | all"
+        + extra
+        + " |\n"
+        "|---|" + "---|" * (len(labels) + 1 + bool(ref_depths)) + "\n"
+    )
+    for r in rows:
+        depths = sensitive_depths(r)
+        cells = [_depth_cell(*depths[label]) if label in depths else "-" for label in labels]
+        n, accepted = (sum(v) for v in zip(*depths.values()))
+        cells.append(_depth_cell(n, accepted))
+        if ref_depths:
+            weighed = at_depths(depths, ref_depths)
+            cells.append("n/a" if weighed is None else f"{100 * weighed:.0f}%")
+        table += f"| {r.method} | " + " | ".join(cells) + " |\n"
+    return table
+
+
+def _depth_cell(positions: int, accepted: int) -> str:
+    return f"{100 * accepted / positions:.0f}% of {positions}"
 
 
 def _known(result: MethodResult, key: str) -> bool:
@@ -147,7 +202,7 @@ def _pct(value: float | None) -> str:
 
 
 def write_outputs(result: BenchmarkResult, out_dir: str | Path) -> list[Path]:
-    """Write results.json, results.md and the three charts into ``out_dir``; return the paths."""
+    """Write results.json, results.md and the charts (`charts`) into ``out_dir``; return the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(result.to_dict(), indent=2, ensure_ascii=False) + "\n")
@@ -173,7 +228,7 @@ def write_outputs(result: BenchmarkResult, out_dir: str | Path) -> list[Path]:
 
 def charts(result: BenchmarkResult) -> dict[str, Any]:
     """Plotly figures: ``speedup_mat``, ``sensitivity``, ``accept_hist`` and (with a breakdown)
-    ``coverage``."""
+    ``coverage`` and ``depth``."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -223,4 +278,23 @@ def charts(result: BenchmarkResult) -> dict[str, Any]:
             barmode="group", title="At image-sensitive positions", yaxis={"tickformat": ".0%"}
         )
         figures["coverage"] = cover
+    deep = [(r, sensitive_depths(r)) for r in rows if r.method != "ar" and sensitive_depths(r)]
+    if deep:
+        labels = [label for label, _, _ in DEPTH_BUCKETS]
+        depth = go.Figure()
+        for r, depths in deep:
+            depth.add_bar(
+                x=labels,
+                y=[depths[b][1] / depths[b][0] if b in depths else None for b in labels],
+                customdata=[depths[b][0] if b in depths else 0 for b in labels],
+                hovertemplate="%{y:.0%} of %{customdata} positions",
+                name=r.method,
+            )
+        depth.update_layout(
+            barmode="group",
+            title="Accepted at image-sensitive positions, by the depth of the state",
+            xaxis_title="drafts the pass had accepted before the state",
+            yaxis={"tickformat": ".0%"},
+        )
+        figures["depth"] = depth
     return figures
