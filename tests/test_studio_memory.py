@@ -32,6 +32,7 @@ from recap.hotstart import (
 )
 from recap.memory.fingerprint import model_fingerprint
 from recap.memory.persistent import PersistentMemory
+from recap.memory.records import PredictionRecord
 from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, Runtime
 from recap.studio import render, story
 from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, MemoryPlan, memory_plan
@@ -265,6 +266,10 @@ def test_tr_matrix_after_the_same_passes_holds_the_ids_of_recaps_records():
             '(process-wide): <span class="recap-cold">cold',
         ),
         (render.MemoryState("per session", 3, 460, "warm-up"), "started from a warm-up on the examples"),
+        (
+            render.MemoryState("per session", 84, 460, "shipped", contexts=1203),
+            "84 of 460 tokens known, 1,203 2- and 3-token contexts; started",
+        ),
         (render.MemoryState("per session", 0, 9, "empty", "a <b> note"), "<small>(a &lt;b&gt; note)</small>"),
     ],
 )
@@ -300,6 +305,9 @@ def test_memory_state_and_the_two_resets(tiny_memory_file, monkeypatch):
     memory = session_memories(session, "tiny-hot", vocab, start).persistent("recap", 8)
     memory.write_many(np.array([vocab - 1]), np.array([[1] * 8]), np.full((1, 8), 0.5))
     assert memory_state(studio, "tiny-hot", SESSION_SCOPE, session).tokens == start.tokens + 1
+    before = memory_state(studio, "tiny-hot", SESSION_SCOPE, session).contexts
+    memory.context2.write((1, 2), PredictionRecord([3], [0.9], 0.5))
+    assert memory_state(studio, "tiny-hot", SESSION_SCOPE, session).contexts == before + 1
 
     session, line = _reset(studio, "reset_empty")("tiny-hot", SESSION_SCOPE, session)
     assert memory_state(studio, "tiny-hot", SESSION_SCOPE, session).tokens == 0 and "cold" in line
@@ -539,14 +547,18 @@ def test_token_drafts(steps, outcomes):
         (
             [False, True, True, False],
             "2 of 4 tokens depend on the image (the greedy token changes when the image is replaced by "
-            "a blank one). Accepted drafts there (drafted there): TR 1 (2), RECAP 2 (2). TR's draft was "
-            "rejected and RECAP's contextual memory was accepted at «␣red».",
+            "a blank one). Accepted drafts there (drafted there): TR 1 (2), RECAP 2 (2). Accepted there "
+            "at a pass's first draft, where a tree offers its widest fan: TR 1 of 2, RECAP 1 of 1; after "
+            "accepted drafts of the same pass, deeper in the tree: TR 0 of 0, RECAP 1 of 1. TR's draft "
+            "was rejected and RECAP's contextual memory was accepted at «␣red».",
         ),
         # only « circle»: both accepted a draft, so no token is named
         (
             [False, False, True, False],
             "1 of 4 tokens depend on the image (the greedy token changes when the image is replaced by "
-            "a blank one). Accepted drafts there (drafted there): TR 1 (1), RECAP 1 (1). At none of "
+            "a blank one). Accepted drafts there (drafted there): TR 1 (1), RECAP 1 (1). Accepted there "
+            "at a pass's first draft, where a tree offers its widest fan: TR 1 of 1, RECAP 0 of 0; after "
+            "accepted drafts of the same pass, deeper in the tree: TR 0 of 0, RECAP 1 of 1. At none of "
             "them was TR's draft rejected where RECAP's contextual memory was accepted.",
         ),
         # the first token never counts
@@ -559,6 +571,15 @@ def test_token_drafts(steps, outcomes):
 )
 def test_story_line_on_hand_checked_runs(flags, expected):
     assert story.story_line({"ar": AR, "tr": TR, "recap": RECAP}, flags, LABELS) == expected
+
+
+@pytest.mark.parametrize(
+    ("steps", "depths"),
+    [(AR, [0, 0, 0, 0]), (TR, [0, 0, 0, 1]), (RECAP, [0, 0, 1, 2])],
+    ids=["ar", "tr", "recap"],
+)
+def test_token_depths_count_the_drafts_the_pass_accepted_before(steps, depths):
+    assert story.token_depths(steps) == depths
 
 
 def test_story_line_says_whether_the_memories_held_the_image_dependent_tokens():

@@ -97,7 +97,8 @@ def memory_state(studio: Studio, model_id: object, scope: object, session: objec
         note = state.note
         if origin == "empty" and not state.cleared and not note:
             note = start.note or (f"the starting memory has k={start.k}" if start.warm else "")
-        return render.MemoryState(scope, len(memory), vocab, origin, note)
+        contexts = len(memory.context2) + len(memory.context3)
+        return render.MemoryState(scope, len(memory), vocab, origin, note, contexts)
     if state == EMPTIED or (isinstance(state, DrafterState) and state.cleared):
         return render.MemoryState(scope, 0, vocab, "empty")
     origin = start.origin if start.warm else "empty"

@@ -47,8 +47,8 @@ SENSITIVE_COLOR = "#EE3377"
 STEP_TABLE_HEADERS = ["quantity", "value"]
 SENSITIVITY_HEADERS = [
     "method",
-    "drafted at image-sensitive",
-    "drafted at insensitive",
+    "accepted drafts at image-sensitive",
+    "accepted drafts at insensitive",
     "a memory held it (image-sensitive; of them from this image)",
 ]
 
@@ -117,19 +117,22 @@ ORIGIN_WORDS: dict[str, str] = {
 @dataclass(frozen=True)
 class MemoryState:
     """What the memory line shows: the scope, tokens known of the vocabulary (None: the model is not
-    loaded yet), where the memory started (`ORIGIN_WORDS`), and a note (why a file did not load)."""
+    loaded yet), where the memory started (`ORIGIN_WORDS`), a note (why a file did not load), and how
+    many 2- and 3-token contexts the contextual memories hold (None: not counted)."""
 
     scope: str
     tokens: int | None = None
     vocab: int | None = None
     origin: str = "empty"
     note: str = ""
+    contexts: int | None = None
 
 
 def memory_state_html(state: MemoryState) -> str:
-    """One line about the persistent memory the next run drafts from: warm or cold, tokens known, scope
-    and starting point. Example: ``Memory (per session): warm, 84 of 460 tokens known; started from the
-    shipped memory (warmed on training scenes).``"""
+    """One line about the memories the next run drafts from: warm or cold, tokens known (and contexts
+    held, once runs have written some), scope and starting point. Example: ``Memory (per session):
+    warm, 84 of 460 tokens known, 1,203 2- and 3-token contexts; started from the shipped memory
+    (warmed on training scenes).``"""
     scope = html.escape(state.scope, quote=False)
     if state.tokens is None:
         body = "loads with the model on your first run, from the model's starting memory."
@@ -138,6 +141,8 @@ def memory_state_html(state: MemoryState) -> str:
         known = (
             f"{state.tokens} of {state.vocab} tokens known" if state.vocab else f"{state.tokens} tokens known"
         )
+        if state.contexts:
+            known += f", {state.contexts:,} 2- and 3-token contexts"
         origin = ORIGIN_WORDS.get(state.origin, "started empty")
         body = f'<span class="recap-{warmth}">{warmth}</span>, {known}; {html.escape(origin, quote=False)}.'
     note = f" <small>({html.escape(state.note, quote=False)})</small>" if state.note else ""
@@ -352,10 +357,10 @@ def sensitivity_rows(
     flags: Sequence[bool],
     coverage: Mapping[str, Sequence] | None = None,
 ) -> list[list]:
-    """Per method: drafted/total tokens at image-sensitive and insensitive positions (not the first),
-    and where ``coverage`` says (the Compare tab's probe, `recap.bench.coverage`): at how many
-    image-sensitive positions a memory already held the token, and how many of those a record of
-    this request (this image).
+    """Per method: tokens from accepted drafts / all tokens at image-sensitive and insensitive positions
+    (not the first), and where ``coverage`` says (the Compare tab's probe, `recap.bench.coverage`): at
+    how many image-sensitive positions a memory already held the token, and how many of those a record
+    of this request (this image).
 
     ``flags`` mark the positions of the first run's answer (the reference the sensitivity pass
     forced); a method is counted only where its answer agrees with it (`split_against_reference`).

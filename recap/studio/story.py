@@ -6,12 +6,15 @@ Pure functions of step records and the sensitivity flags of the reference answer
 no gradio. The counts are `recap.bench.sensitivity.split_against_reference`'s (the benchmark's rule: the
 first token never counts, and a method counts only where its answer agrees with the reference).
 
-Example (reference ``« The» «␣red» «␣circle»``, flags ``[F, T, T]``; TR drafted at both flagged tokens
-and only «␣circle» was accepted; RECAP's ``ctx2`` node «␣red» was accepted, then the bonus «␣circle»)::
+Example (reference ``« The» «␣red» «␣circle»``, flags ``[F, T, T]``; TR drafted at both flagged tokens,
+each at the first draft of a pass, and only «␣circle» was accepted; RECAP's ``ctx2`` node «␣red» was
+accepted at a pass's first draft, then the bonus «␣circle»)::
 
     2 of 3 tokens depend on the image (the greedy token changes when the image is replaced by a blank
-    one). Accepted drafts there (drafted there): RECAP 1 (1), Token Recycling 1 (2). Token Recycling's
-    draft was rejected and RECAP's contextual memory was accepted at «␣red».
+    one). Accepted drafts there (drafted there): RECAP 1 (1), Token Recycling 1 (2). Accepted there at
+    a pass's first draft, where a tree offers its widest fan: Token Recycling 1 of 2, RECAP 1 of 1;
+    after accepted drafts of the same pass, deeper in the tree: Token Recycling 0 of 0, RECAP 0 of 1.
+    Token Recycling's draft was rejected and RECAP's contextual memory was accepted at «␣red».
 """
 
 from __future__ import annotations
@@ -97,8 +100,37 @@ def story_line(
     if coverage:
         line += " " + _held(runs, coverage, ref_tokens, counted, labels)
     if "tr" in runs and "recap" in runs:
+        line += " " + _depths(runs["tr"], runs["recap"], ref_tokens, counted, labels)
         line += " " + _contrast(runs["tr"], runs["recap"], ref_tokens, texts, counted, labels)
     return line
+
+
+def token_depths(steps: Sequence[StepRecord]) -> list[int]:
+    """Per committed token of ``steps``, how many drafts its pass had accepted before it (0: the pass's
+    first token, where the tree offers its whole fan of candidates)."""
+    return [i for step in steps for i in range(len(step.new_tokens))]
+
+
+def _depths(tr, recap, ref_tokens, counted, labels) -> str:
+    """Where each method met the image-dependent tokens: at a pass's first draft or after accepted
+    drafts of the same pass (deeper in its tree, where fewer candidates are left), and how many it
+    accepted at each."""
+    parts = []
+    for method, steps in (("tr", tr), ("recap", recap)):
+        agree = common_prefix(_tokens(steps), ref_tokens)
+        drafts, depths = token_drafts(steps), token_depths(steps)
+        here = [i for i in counted if i < agree]
+        first = [i for i in here if depths[i] == 0]
+        deeper = [i for i in here if depths[i] > 0]
+        won = [sum(drafts[i].outcome == "accepted" for i in group) for group in (first, deeper)]
+        parts.append((labels.get(method, method), won, (len(first), len(deeper))))
+    (tr_name, tr_won, tr_n), (recap_name, recap_won, recap_n) = parts
+    return (
+        f"Accepted there at a pass's first draft, where a tree offers its widest fan: {tr_name} "
+        f"{tr_won[0]} of {tr_n[0]}, {recap_name} {recap_won[0]} of {recap_n[0]}; after accepted drafts "
+        f"of the same pass, deeper in the tree: {tr_name} {tr_won[1]} of {tr_n[1]}, {recap_name} "
+        f"{recap_won[1]} of {recap_n[1]}."
+    )
 
 
 def _held(runs, coverage, ref_tokens, counted, labels) -> str:
