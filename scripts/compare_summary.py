@@ -4,9 +4,10 @@ For each embedded model: the benchmark (`recap.bench.run_benchmark`) on its held
 ``scenes``, v2: ``scenes2``) at the Compare tab's default, equal budgets (every tree method
 `recap.studio.measure.EQUAL_NODES` nodes a pass), and one summary per model in
 ``assets/summaries/<model folder>.json``: per method MAT and the share of drafts accepted at
-image-sensitive and insensitive tokens, the command that reproduces it, and each method's passes on
-the first `CHECKED` samples, which ``tests/test_compare_summary.py`` recomputes with the current code
-(a drafter change that alters the trees makes the shipped summary fail the test until it is rebuilt).
+image-sensitive and insensitive tokens (and there, by the depth of the state), the command that
+reproduces it, and each method's passes on the first `CHECKED` samples, which
+``tests/test_compare_summary.py`` recomputes with the current code (a drafter change that alters the
+trees makes the shipped summary fail the test until it is rebuilt).
 
     python -m scripts.compare_summary                  # both embedded models, 40 scenes each
     python -m scripts.compare_summary --model v2 --limit 100
@@ -23,6 +24,7 @@ from importlib import metadata
 
 import torch
 
+from recap.bench.coverage import by_depth
 from recap.bench.datasets import load_dataset
 from recap.bench.runner import run_benchmark
 from recap.drafters.recap.config import RecapConfig
@@ -84,6 +86,18 @@ def environment() -> dict[str, str]:
     return found
 
 
+def method_summary(result: dict) -> dict:
+    """What the summary keeps of one method's benchmark result: MAT, acceptance at image-sensitive and
+    insensitive tokens, and (for the methods with a coverage breakdown) positions and acceptances at
+    image-sensitive tokens by the depth of the state, ``{bucket: [positions, accepted]}``."""
+    kept = {key: result[key] for key in ("mat", "accept_sensitive", "accept_insensitive")}
+    breakdown = result.get("breakdown")
+    if breakdown:
+        depths = by_depth([breakdown[g] for g in ("sensitive-first", "sensitive-later")])
+        kept["sensitive_depths"] = {label: list(counts) for label, counts in depths.items()}
+    return kept
+
+
 def build(version: str, limit: int) -> dict:
     folder, dataset = MODELS[version]
     runtime = Runtime.load(str(folder), device="cpu", dtype=torch.float32)
@@ -96,10 +110,7 @@ def build(version: str, limit: int) -> dict:
         "budget_note": f"{EQUAL_NODES} nodes a pass for every tree method, greedy, up to {MAX_NEW_TOKENS} "
         "new tokens, one CPU thread",
         "command": f"python -m scripts.compare_summary --model {version} --limit {limit}",
-        "methods": {
-            m: {key: data["methods"][m][key] for key in ("mat", "accept_sensitive", "accept_insensitive")}
-            for m in methods
-        },
+        "methods": {m: method_summary(data["methods"][m]) for m in methods},
         "config": asdict(RecapConfig(budget=EQUAL_NODES)),
         "check": {"samples": CHECKED, "limit": limit, "passes": per_sample_passes(data, methods)},
         "environment": environment(),

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from recap.bench.coverage import at_depths
 from recap.models.cost import CostModel, load_curve, projected_seconds
 from recap.studio.environment import EMBEDDED_FOLDERS
 from recap.studio.render import method_label
@@ -58,7 +59,7 @@ HEADERS = [
     "target passes",
     "tokens",
     "MAT",
-    f"timed s (fastest of {REPEATS} per pass, range of totals)",
+    f"timed s (each pass at its fastest of {REPEATS}; the {REPEATS} repeats' totals)",
     "speedup vs AR (timed)",
     "projected on an H200 (speedup)",
     "identical to AR",
@@ -235,8 +236,26 @@ def summary_line(summary: dict | None) -> str:
     )
     return (
         f"**On {summary['samples']} held-out scenes** of this model ({summary['budget_note']}): MAT "
-        f"{mats}; drafts accepted at image-sensitive / insensitive tokens: {sens}. "
+        f"{mats}; drafts accepted at image-sensitive / insensitive tokens: {sens}.{_at_tr_depths(methods)} "
         f"Made by `{summary['command']}`."
+    )
+
+
+def _at_tr_depths(methods: dict) -> str:
+    """RECAP's acceptance at image-sensitive tokens at Token Recycling's mix of depths, as a sentence
+    ("" when the summary has no depths)."""
+    depths = {m: methods.get(m, {}).get("sensitive_depths") for m in ("tr", "recap")}
+    if not all(depths.values()):
+        return ""
+    weighed = at_depths(
+        {b: tuple(v) for b, v in depths["recap"].items()}, {b: tuple(v) for b, v in depths["tr"].items()}
+    )
+    if weighed is None:
+        return ""
+    return (
+        f" RECAP's longer accepted chains meet more of those tokens deep in its tree, where fewer "
+        f"candidates are left; at Token Recycling's mix of depths (each depth's acceptance weighed by "
+        f"TR's share of the tokens there) RECAP accepts {100 * weighed:.0f}%."
     )
 
 
