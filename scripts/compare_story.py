@@ -2,8 +2,9 @@
 
 Builds the studio in this process (a fresh server: the embedded default model), runs the Compare tab's
 handler once per example with the page's default settings (as a click does) and prints, per example,
-each method's accepted drafts at the image-dependent tokens (and how many it drafted there), then how
-many examples have RECAP at or above Token Recycling there.
+each method's accepted drafts at the image-dependent tokens (and how many it drafted there), TR's and
+RECAP's split by where each met them (a pass's first draft, or deeper), then how many examples have
+RECAP at or above Token Recycling there.
 
     python -m scripts.compare_story [--budgets equal|device]
 """
@@ -19,6 +20,10 @@ from scripts import compare_spread
 
 #: "Accepted drafts there (drafted there): Token Recycling 8 (9), RECAP 2 (7)."
 COUNTS = re.compile(r"Accepted drafts there \(drafted there\): (?P<parts>[^.]*)\.")
+#: "Accepted there at a pass's first draft, ...: TR 1 of 2, RECAP 1 of 1; after ...: TR 0 of 0, RECAP 1 of 1."
+DEPTHS = re.compile(
+    r"Accepted there at a pass's first draft[^:]*: (?P<first>[^;]*); after[^:]*: (?P<deeper>[^.]*)\."
+)
 PART = re.compile(r"(?P<label>[A-Za-z][A-Za-z ]*?) (?P<accepted>\d+) \((?P<drafted>\d+)\)")
 
 
@@ -56,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             ", ".join(f"{label} {a} ({d})" for label, (a, d) in seen.items()) or "no image-dependent token"
         )
         print(f"{number}. {prompt!r}: {parts}")
+        split = DEPTHS.search(html.unescape(re.sub(r"<[^>]+>", "", line)))
+        if split:
+            print(f"   at a pass's first draft: {split['first']}; deeper: {split['deeper']}")
     print(f"RECAP accepted as many drafts as Token Recycling there or more on {wins} of {len(shown)}")
     return 0
 

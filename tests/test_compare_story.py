@@ -16,3 +16,11 @@ def test_the_counts_are_read_off_the_line_the_tab_shows():
     assert compare_story.counts(line) == expected
     assert compare_story.counts(story.story_html(line)) == expected  # as the page gets it
     assert compare_story.counts("0 of 12 tokens depend on the image. So no drafter can be told apart") == {}
+
+
+def test_the_depth_split_is_read_off_the_line_the_tab_shows():
+    from test_studio_memory import AR, LABELS, RECAP, TR
+
+    line = story.story_line({"ar": AR, "tr": TR, "recap": RECAP}, [False, True, True, False], LABELS)
+    found = compare_story.DEPTHS.search(story.story_html(line))
+    assert (found["first"], found["deeper"]) == ("TR 1 of 2, RECAP 1 of 1", "TR 0 of 0, RECAP 1 of 1")
