@@ -19,13 +19,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from recap.bench.coverage import DEPTH_BUCKETS, at_depths, by_depth
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 README = ROOT / "README.md"
 RESULTS_PAGE = ROOT / "docs" / "results.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 COVERAGE_ROWS = (
-    "v2-scenes2-b80", "v2-rephrased-b80", "v1-scenes-b80", "v1-rephrased-b80", "v2-scenes2-h200-curve",
+    "v2-scenes2-b80", "v2-rephrased-b80", "v2-detail-b80", "v1-scenes-b80", "v1-rephrased-b80",
+    "v2-scenes2-h200-curve",
 )  # fmt: skip
 METHODS = ("ar", "pld", "tr", "suffix", "recap")
 LABELS = {"ar": "AR", "pld": "PLD", "tr": "TR", "suffix": "SuffixDecoding", "recap": "RECAP"}
@@ -42,6 +45,7 @@ class Row:
 ROWS = (
     Row("v2-scenes2-b80", "v2 scenes2, 100 held-out scenes, 80 nodes"),
     Row("v2-rephrased-b80", "v2 scenes2-rephrased (questions unlike training), 100, 80 nodes"),
+    Row("v2-detail-b80", "v2 scenes2-detail (detailed descriptions), 100, 80 nodes"),
     Row("v1-scenes-b80", "v1 scenes, 100 held-out scenes, 80 nodes"),
     Row("v1-rephrased-b80", "v1 scenes-rephrased, 100, 80 nodes"),
     Row("v2-scenes2-auto", "v2 scenes2, 100, budget auto (this CPU's curve)"),
@@ -64,16 +68,28 @@ def cell(result: dict | None, speed: str) -> str:
     return f"{result['mat']:.2f} ({value:.2f}x)" if value is not None else f"{result['mat']:.2f}"
 
 
+def depths(result: dict) -> dict[str, tuple[int, int]]:
+    """A method's (positions, accepted) at image-sensitive tokens by depth bucket ({} without them)."""
+    breakdown = result.get("breakdown")
+    return by_depth([breakdown[g] for g in ("sensitive-first", "sensitive-later")]) if breakdown else {}
+
+
 def sensitive(results: dict) -> str:
-    """TR's and RECAP's accepted share at image-sensitive tokens (``-`` for text models)."""
+    """TR's and RECAP's accepted share at image-sensitive tokens, and RECAP's at TR's mix of depths
+    (``-`` for text models)."""
     tr, recap = results.get("tr", {}), results.get("recap", {})
     if tr.get("accept_sensitive") is None or recap.get("accept_sensitive") is None:
         return "-"
-    return f"{100 * tr['accept_sensitive']:.0f}% / {100 * recap['accept_sensitive']:.0f}%"
+    weighed = at_depths(depths(recap), depths(tr))
+    matched = "" if weighed is None else f" ({100 * weighed:.0f}%)"
+    return f"{100 * tr['accept_sensitive']:.0f}% / {100 * recap['accept_sensitive']:.0f}%{matched}"
 
 
 def table() -> str:
-    head = "| run | " + " | ".join(LABELS[m] for m in METHODS) + " | accept @ image-sensitive, TR / RECAP |"
+    head = (
+        "| run | " + " | ".join(LABELS[m] for m in METHODS)
+        + " | accept @ image-sensitive, TR / RECAP (RECAP at TR's depths) |"
+    )
     lines = [head, "|---" * (len(METHODS) + 2) + "|"]
     for row in ROWS:
         data = load(row)
@@ -134,7 +150,32 @@ def coverage_tables() -> str:
     return "\n".join(out) + "\n"
 
 
-BLOCKS = {"runs": full_tables, "coverage": coverage_tables}
+def depth_tables() -> str:
+    """At image-sensitive tokens, by the depth of the state: accepted of positions per depth bucket, in
+    all, and at TR's mix of depths; TR, RECAP and the paper's per-request scope."""
+    labels = [label for label, _, _ in DEPTH_BUCKETS]
+    out = [
+        "| run | method | " + " | ".join(f"depth {label}" for label in labels) + " | all | at TR's depths |",
+        "|---|---|" + "---|" * (len(labels) + 2),
+    ]
+    for folder in COVERAGE_ROWS:
+        methods = json.loads((RESULTS / folder / "results.json").read_text(encoding="utf-8"))["methods"]
+        reference = depths(methods.get("tr", {}))
+        for name in ("tr", "recap", "recap-request-context"):
+            found = depths(methods.get(name, {}))
+            if not found:
+                continue
+            cells = [f"{100 * found[b][1] / found[b][0]:.0f}% of {found[b][0]}" if b in found else "-"
+                     for b in labels]  # fmt: skip
+            n, accepted = (sum(v) for v in zip(*found.values()))
+            weighed = at_depths(found, reference)
+            matched = "-" if weighed is None else f"{100 * weighed:.0f}%"
+            cells += [f"{100 * accepted / n:.0f}% of {n}", matched]
+            out.append(f"| {folder} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+BLOCKS = {"runs": full_tables, "coverage": coverage_tables, "depth": depth_tables}
 
 
 def replace_block(text: str, name: str, new: str) -> str:
