@@ -122,7 +122,25 @@ def test_the_summary_line_says_where_its_numbers_come_from():
     assert line.startswith("**On 40 held-out scenes**") and "RECAP 3.75" in line
     assert "RECAP 62% / 83%" in line and "Autoregressive 0%" not in line
     assert "python -m scripts.compare_summary --model v2 --limit 40" in line
+    assert "mix of depths" not in line  # no depths in this summary
     assert measure.summary_line(None) == ""
+
+
+def test_the_summary_line_weighs_recap_by_tr_depths_when_the_summary_has_them():
+    summary = {
+        "samples": 40,
+        "budget_note": "80 nodes a pass",
+        "command": "python -m scripts.compare_summary",
+        "methods": {
+            "tr": {"mat": 2.9, "accept_sensitive": 0.7, "accept_insensitive": 0.7,
+                   "sensitive_depths": {"0": [30, 24], "4-7": [10, 4]}},
+            "recap": {"mat": 3.8, "accept_sensitive": 0.6, "accept_insensitive": 0.8,
+                      "sensitive_depths": {"0": [10, 9], "4-7": [30, 15]}},
+        },
+    }  # fmt: skip
+    line = measure.summary_line(summary)
+    assert "at Token Recycling's mix of depths" in line
+    assert "RECAP's share comes to 80%, against TR's 70%." in line  # 0.75 * 0.9 + 0.25 * 0.5
 
 
 def test_the_spread_script_reads_the_tables_speedups_and_their_deviation():

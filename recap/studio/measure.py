@@ -255,7 +255,8 @@ def _at_tr_depths(methods: dict) -> str:
     return (
         f" RECAP's longer accepted chains meet more of those tokens deep in its tree, where fewer "
         f"candidates are left; at Token Recycling's mix of depths (each depth's acceptance weighed by "
-        f"TR's share of the tokens there) RECAP accepts {100 * weighed:.0f}%."
+        f"TR's share of the tokens there) RECAP's share comes to {100 * weighed:.0f}%, against TR's "
+        f"{100 * methods['tr']['accept_sensitive']:.0f}%."
     )
 
 
