@@ -393,6 +393,20 @@ def test_huge_image_warns_and_continues(monkeypatch, tmp_path):
     assert warnings and "downscaled" in warnings[0]
 
 
+def test_an_upload_that_is_not_an_image_is_refused_as_it_lands(tmp_path):
+    from recap.studio import validation
+
+    (tmp_path / "notes.png").write_text("not an image", encoding="utf-8")
+    noise_image(3).save(tmp_path / "scene.png")
+    problem = validation.upload_problem({"path": str(tmp_path / "notes.png")}, [tmp_path])
+    assert problem.startswith("That file cannot be used: not a readable image")
+    assert str(tmp_path) not in problem
+    assert validation.upload_problem({"path": str(tmp_path / "scene.png")}, [tmp_path]) is None
+    assert validation.upload_problem(None, [tmp_path]) is None  # the box emptied
+    outside = validation.upload_problem({"path": "/etc/hostname"}, [tmp_path])
+    assert outside == "That file cannot be used: the image must be a file uploaded to this studio."
+
+
 def test_an_upload_still_being_moved_into_place_is_waited_for(monkeypatch, tmp_path):
     # gradio answers an upload before its background task moves the file into the cache: a run that
     # arrives first waits for the file (and a file that never arrives is refused as missing)

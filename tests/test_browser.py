@@ -316,6 +316,22 @@ def test_download_hostile_replay_and_errors_render_as_text(studio, tmp_path):
             assert "Cannot replay this file: not a RECAP trace: step 0 has no 'committed_len'" in (
                 toast.inner_text()
             )
+            # the refused file leaves the box: the next one can be dropped at once
+            page.wait_for_function(
+                "!document.querySelector('#replay-file').innerText.includes('broken.json')", timeout=SHOW_MS
+            )
+            assert page.locator("#replay-file input[type=file]").count() == 1
+
+            # a file that is not an image, dropped in the Image box: refused as it lands, box emptied
+            notes = tmp_path / "notes.png"
+            notes.write_text("not an image", encoding="utf-8")
+            page.set_input_files("#input-image input[type=file]", str(notes))
+            page.wait_for_function(
+                "[...document.querySelectorAll('[data-testid=\"toast-body\"]')]"
+                ".some(t => t.innerText.includes('That file cannot be used: not a readable image'))",
+                timeout=SHOW_MS,
+            )
+            page.wait_for_function("!document.querySelector('#input-image img')", timeout=SHOW_MS)
             page.wait_for_timeout(800)  # the toast fades in
             _save(page, tmp_path, "studio_replay_error.png")
             shown = page.locator("body").inner_text()

@@ -211,7 +211,8 @@ def test_compare_strip():
 def test_sensitivity_rows_and_answer():
     runs = {"recap": _run("recap", [1, 2, 3], ["target", "ctx2", "target"])}
     flags = [True, True, False]
-    assert render.sensitivity_rows(runs, flags) == [["RECAP", "1/1 (100%)", "0/1 (0%)", "-"]]
+    # the flagged second token came from an accepted draft one deep in its pass
+    assert render.sensitivity_rows(runs, flags) == [["RECAP", "1/1 (100%)", "0/1 (0%)", "-", "0/0 · 1/1"]]
     from recap.bench.coverage import PositionCoverage as At
 
     held = {"recap": [None, At(("ctx2",), True, True, True), At((), False, True, False)]}

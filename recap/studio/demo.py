@@ -102,6 +102,7 @@ def build_demo(
         wire_examples(ui)  # the examples follow the chosen model
         handlers.wire_download(ui, run_state, exports)
         handlers.wire_replay(studio, ui, run_state)
+        handlers.wire_image_check(studio, ui)
         wire_compare(studio, ui, cmp, setting_inputs, compare_state)
         wire_sensitivity(studio, ui, sens, run_state, compare_state)
         demo.unload(handlers.forget_exports(exports))

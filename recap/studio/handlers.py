@@ -28,7 +28,7 @@ from recap.studio.exports import TraceExports, read_trace
 from recap.studio.serving import EMPTIED, Studio, drafter_for
 from recap.studio.sessions import release_memory
 from recap.studio.slots import paced
-from recap.studio.validation import display_delay_s, markdown_text, refusal, setting_names
+from recap.studio.validation import display_delay_s, markdown_text, refusal, setting_names, upload_problem
 from recap.trace import RunTrace, StepRecord
 
 log = logging.getLogger("recap.studio")
@@ -107,6 +107,27 @@ def memory_state(studio: Studio, model_id: object, scope: object, session: objec
 
 def memory_html(studio: Studio, model_id: object, scope: object, session: object) -> str:
     return render.memory_state_html(memory_state(studio, model_id, scope, session))
+
+
+#: Uploads whose header is checked at once (`wire_image_check`); more wait in gradio's queue.
+IMAGE_CHECKS = 2
+
+
+def wire_image_check(studio: Studio, ui: dict) -> None:
+    """A file dropped in the Image box that is not a usable image is refused as it lands: a warning, and
+    the box emptied (the run would refuse it too, with the same words)."""
+
+    def check(value):
+        problem = upload_problem(value, studio.upload_roots)
+        if problem is None:
+            return gr.skip()
+        gr.Warning(problem)
+        return None
+
+    ui["image"].upload(
+        check, [ui["image"]], [ui["image"]], preprocess=False, show_progress="hidden",
+        api_visibility="private", concurrency_limit=IMAGE_CHECKS, concurrency_id="image-check",
+    )  # fmt: skip
 
 
 def wire_memory_view(studio: Studio, ui: dict, session, demo) -> None:
@@ -405,4 +426,6 @@ def wire_replay(studio: Studio, ui: dict, run_state) -> None:
         show_progress="hidden",
         concurrency_limit=REPLAY_CONCURRENCY,
         concurrency_id="replay",
+    ).failure(  # a refused file leaves the box, so that the next one can be dropped at once
+        lambda: None, None, [ui["replay"]], api_visibility="private", show_progress="hidden", queue=False
     )

@@ -332,5 +332,6 @@ def sensitivity_tab() -> dict[str, Any]:
             label="Methods",
             show_label=False,
             elem_id="sensitivity-table",
+            wrap=True,
         )
     return {"other": other, "button": button, "status": status, "answer": answer, "table": table}

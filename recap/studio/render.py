@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 
 from recap.bench.sensitivity import common_prefix, split_against_reference, token_sources
 from recap.studio.explain import explain_step
+from recap.studio.story import token_depths
 from recap.trace import StepRecord, summarize
 from recap.tree import SOURCE_TABLE
 
@@ -50,6 +51,7 @@ SENSITIVITY_HEADERS = [
     "accepted drafts at image-sensitive",
     "accepted drafts at insensitive",
     "a memory held it (image-sensitive; of them from this image)",
+    "image-sensitive, accepted at a pass's first draft · deeper",
 ]
 
 
@@ -360,7 +362,8 @@ def sensitivity_rows(
     """Per method: tokens from accepted drafts / all tokens at image-sensitive and insensitive positions
     (not the first), and where ``coverage`` says (the Compare tab's probe, `recap.bench.coverage`): at
     how many image-sensitive positions a memory already held the token, and how many of those a record
-    of this request (this image).
+    of this request (this image); then the image-sensitive ones split by where the method met them (a
+    pass's first draft, or deeper: `recap.studio.story.token_depths`).
 
     ``flags`` mark the positions of the first run's answer (the reference the sensitivity pass
     forced); a method is counted only where its answer agrees with it (`split_against_reference`).
@@ -378,9 +381,21 @@ def sensitivity_rows(
                 _rate(split.sensitive_drafted, split.sensitive_total),
                 _rate(split.insensitive_drafted, split.insensitive_total),
                 _held((coverage or {}).get(method), flags, common_prefix(tokens, reference)),
+                _by_depth(steps, flags, common_prefix(tokens, reference)),
             ]
         )
     return rows
+
+
+def _by_depth(steps: Sequence[StepRecord], flags: Sequence[bool], agree: int) -> str:
+    """``accepted/met`` at the image-sensitive positions met at a pass's first draft, then deeper (after
+    accepted drafts of the same pass, where a tree has fewer candidates left)."""
+    depths, sources = token_depths(steps), token_sources(steps)
+    counted = [i for i, flag in enumerate(flags[:agree]) if flag and i > 0]
+    parts = []
+    for group in ([i for i in counted if depths[i] == 0], [i for i in counted if depths[i] > 0]):
+        parts.append(f"{sum(sources[i] != 'target' for i in group)}/{len(group)}")
+    return " · ".join(parts)
 
 
 def _held(positions: Sequence | None, flags: Sequence[bool], agree: int) -> str:

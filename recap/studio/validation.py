@@ -2,8 +2,8 @@
 
 The HTTP API accepts any JSON, not only what the sliders allow, so each handler's raw values (events
 run with ``preprocess=False``) go through the small pure functions here: `parse_settings` for the Run
-tab's settings (`RunSettings`), `display_delay_s`, `uploaded_path` and `read_image` for the image.
-A refusal is a `refusal` message: HTML-escaped, without server paths.
+tab's settings (`RunSettings`), `display_delay_s`, `uploaded_path`, `upload_problem` and `read_image` for
+the image. A refusal is a `refusal` message: HTML-escaped, without server paths.
 """
 
 from __future__ import annotations
@@ -216,6 +216,20 @@ def _await_upload(path: Path, wait_s: float | None = None) -> None:
     deadline = time.monotonic() + (UPLOAD_WAIT_S if wait_s is None else wait_s)
     while not path.exists() and time.monotonic() < deadline:
         time.sleep(UPLOAD_POLL_S)
+
+
+def upload_problem(value: object, roots: list[Path]) -> str | None:
+    """Why the raw ``gr.Image`` value just uploaded cannot be used (the message a visitor sees), or None
+    when it can (or the box is empty): checked from the file's header, as the upload lands, so that a
+    file that is not an image is refused before any run."""
+    try:
+        path = uploaded_path(value, roots)
+        if path is not None:
+            _await_upload(path)
+            image_size(path)
+    except ValueError as error:
+        return f"That file cannot be used: {error}."
+    return None
 
 
 def read_image(path: Path | str | None, needs_image: bool) -> Image.Image | None:
