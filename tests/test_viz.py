@@ -182,6 +182,14 @@ def test_stats_time_drafting_in_cpu_time_when_recorded():
     assert dict(render.step_table(steps[1]))["draft + update CPU ms"] == 0.3
 
 
+def test_stats_keep_the_cpu_label_while_only_the_prefill_has_run():
+    """A run that records CPU times shows the CPU label from its first pass on: streamed, the card does
+    not switch from wall clock to CPU time once the first drafting pass lands."""
+    prefill = _steps()[:1]
+    prefill[0].cpu_ms = 5.0
+    assert "draft + update ms / pass (CPU time)" in render.stats_html(prefill)
+
+
 def _run(method, tokens, sources):
     return [
         StepRecord(

@@ -109,10 +109,6 @@ def memory_html(studio: Studio, model_id: object, scope: object, session: object
     return render.memory_state_html(memory_state(studio, model_id, scope, session))
 
 
-#: Uploads whose header is checked at once (`wire_image_check`); more wait in gradio's queue.
-IMAGE_CHECKS = 2
-
-
 def wire_image_check(studio: Studio, ui: dict) -> None:
     """A file dropped in the Image box that is not a usable image is refused as it lands: a warning, and
     the box emptied (the run would refuse it too, with the same words)."""
@@ -126,7 +122,7 @@ def wire_image_check(studio: Studio, ui: dict) -> None:
 
     ui["image"].upload(
         check, [ui["image"]], [ui["image"]], preprocess=False, show_progress="hidden",
-        api_visibility="private", concurrency_limit=IMAGE_CHECKS, concurrency_id="image-check",
+        api_visibility="private",  # (the queue's default concurrency, one of `OTHER_EVENT_GROUPS`)
     )  # fmt: skip
 
 
