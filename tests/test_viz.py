@@ -81,6 +81,11 @@ def test_tree_figure_highlights_the_accepted_path_and_the_bonus_token():
     assert path.line.width > _trace(figure, "edges").line.width
     bonus = _trace(figure, "bonus")
     assert list(bonus.text) == ["e"] and bonus.x[0] == 3  # one past b (depth 2)
+    # the whole tree accepted: the bonus hangs right of the deepest node, with room for its label
+    step = _steps()[1]
+    step.nodes = step.nodes[:3]
+    whole = figures.tree_figure(step)
+    assert whole.layout.xaxis.range[1] >= _trace(whole, "bonus").x[0] + 0.9
     accepted_sizes = [
         s for t in _node_traces(figure) for s, n in zip(t.marker.size, t.customdata) if n in (0, 1)
     ]

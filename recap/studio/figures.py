@@ -121,6 +121,8 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
         figure.add_scatter(**_node_trace(source, nodes, places))
     _add_bonus(figure, step, places, root)
     depth = max((n.depth for n in step.nodes), default=0) + 1
+    # the bonus hangs one column right of the last accepted node, its label to its right: room for both
+    right = max([depth, *(x for trace in figure.data if trace.name == "bonus" for x in trace.x)]) + 0.9
     title = f"step {step.step} · {len(step.nodes)} nodes drafted · {step.accepted_len} accepted"
     if step.step == 0:
         title = "step 0 · prefill<br>(no draft: the first token comes from the prompt pass)"
@@ -139,7 +141,7 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
         },
         height=int(min(1400, max(324, 164 + 34 * (_bottom_row(places, root) + 1)))),  # ~34 px per row
         margin={"l": 10, "r": 10, "t": 124, "b": 30},
-        xaxis={"dtick": 1, "tickprefix": "depth ", "range": [-0.8, depth + 0.6], "zeroline": False},
+        xaxis={"dtick": 1, "tickprefix": "depth ", "range": [-0.8, right], "zeroline": False},
         # explicit range with room above the top row, so its labels are not clipped
         yaxis={"visible": False, "range": [_bottom_row(places, root) + 0.7, -1.0]},
         # legend on top: below the plot it collides with the depth ticks when the figure is short
