@@ -246,7 +246,7 @@ def step_table(step: StepRecord) -> list[list]:
     return [
         ["step", step.step],
         ["method", method_label(step.method)],
-        ["committed before", step.committed_len],
+        ["tokens before this pass (prompt + answer)", step.committed_len],
         ["nodes drafted", len(step.nodes)],
         ["drafting sources", ", ".join(sources) or "none"],
         ["accepted drafted tokens", step.accepted_len],
