@@ -73,6 +73,9 @@ def test_the_timing_note_names_what_was_timed_and_what_was_projected():
     assert "draft, verify and update phases" in note and f"{measure.REPEATS} times" in note
     assert "a projection, not a measurement" in note and measure.EQUAL in note
     assert "Projected" not in measure.timing_note(None, measure.DEVICE)
+    assert "undersells" not in note  # equal budgets: every method drafts the same node count
+    # this device's budgets, projected on another device's curve: the note says what that leaves out
+    assert "this device's choices" in measure.timing_note(FLAT, measure.DEVICE)
 
 
 def test_the_clock_is_the_decoding_threads_cpu_time_where_torch_computes_on_that_thread():

@@ -203,6 +203,12 @@ def timing_note(projection: Projection | None, choice: str, which: str = "wall")
             f" Projected: the same passes priced on {projection.label} (nodes + 1 tokens a pass), plus "
             "the drafting measured here; a projection, not a measurement."
         )
+        if choice == DEVICE:
+            note += (
+                " These passes are this device's choices (RECAP's auto budget keeps its trees small "
+                "where a big tree costs several passes), so the projection undersells a method that "
+                "would grow bigger trees there: at equal budgets every method drafts the same node count."
+            )
     return note
 
 
