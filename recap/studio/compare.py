@@ -120,6 +120,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         concurrency_limit=None,
         api_name="compare",
         preprocess=False,
+        show_progress_on=[cmp["status"]],  # progress and a refusal on the status line, not every panel
     )
 
     ui["model"].change(measure.held_out_line, [ui["model"]], [cmp["summary"]], api_name=False)

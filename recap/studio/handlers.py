@@ -266,6 +266,8 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         concurrency_limit=None,
         api_name="run",
         preprocess=False,  # raw values reach the checks above, which answer every bad one clearly
+        # progress and a refusal show on the status line (and its toast), not as an "Error" on every panel
+        show_progress_on=[ui["status"]],
     )
     ui["stop"].click(
         lambda: "Stopped: the answer so far is kept; press Run to start again.",

@@ -79,4 +79,5 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
         # no gradio limit: the handler waits in the studio's decode line (bounded, fair across clients)
         concurrency_limit=None,
         preprocess=False,  # the choice is checked above (gradio's own check echoes it unescaped)
+        show_progress_on=[sens["status"]],  # progress and a refusal on the status line, not every panel
     )
