@@ -361,7 +361,7 @@ def _fused_title(step: StepRecord, target_label: str | None, has_bars: bool) -> 
         if is_recap_method(step.method):
             return "fused distribution:<br>the memories held nothing for this context yet"
         return f"fused distribution:<br>{plot_name(method_label(step.method))} drafts without probabilities"
-    title = "fused distribution at the root"
+    title = "fused distribution at the root (token [id])"
     if target_label is not None:
         chance = f" (p={step.target_prob:.2f})" if step.target_prob is not None else ""
         title += f"<br>★ target chose {target_label}{chance}"
