@@ -2,8 +2,9 @@
 
 Each row is one ``results.json`` of `ROWS`: per method its MAT and a speedup over AR (measured on this
 CPU, or projected on the recorded H200 curve where the run replayed one), and the share of drafts
-accepted at image-sensitive tokens. docs/results.md holds every method of every run and the
-covered / drafted / accepted breakdown at image-sensitive tokens. ``tests/test_docs.py`` checks that
+accepted at image-sensitive tokens (in brackets RECAP's at TR's mix of tree depths). docs/results.md
+holds every method of every run, the covered / drafted / accepted breakdown at image-sensitive tokens
+and the same tokens by the depth of the state. ``tests/test_docs.py`` checks that
 both pages hold exactly what this prints, so they cannot drift from the runs.
 
     python -m scripts.results_table            # print the README's table

@@ -142,8 +142,15 @@ def test_the_summary_line_weighs_recap_by_tr_depths_when_the_summary_has_them():
         },
     }  # fmt: skip
     line = measure.summary_line(summary)
-    assert "at Token Recycling's mix of depths" in line
+    assert "At Token Recycling's mix of depths" in line
     assert "RECAP's share comes to 80%, against TR's 70%." in line  # 0.75 * 0.9 + 0.25 * 0.5
+    assert "longer accepted chains meet more of those tokens deep" in line  # 75% deep against 25%
+    # the reason is given only where the summary shows it: RECAP meeting more of them deep
+    methods = summary["methods"]
+    methods["tr"]["sensitive_depths"], methods["recap"]["sensitive_depths"] = (
+        methods["recap"]["sensitive_depths"], methods["tr"]["sensitive_depths"]
+    )
+    assert "longer accepted chains" not in measure.summary_line(summary)
 
 
 def test_the_spread_script_reads_the_tables_speedups_and_their_deviation():

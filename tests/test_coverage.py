@@ -161,6 +161,13 @@ def test_results_carry_the_breakdown_and_results_md_its_table(bench_dir):  # noq
     assert "| method | 0 | 1 | 2-3 | 4-7 | 8+ | all | at TR's depths |" in page
     assert (bench_dir / "coverage.html").is_file()
     assert (bench_dir / "depth.html").is_file()
+    from recap.bench.metrics import BenchmarkResult, MethodResult
+    from recap.bench.report import charts
+
+    methods = {name: MethodResult(**result) for name, result in data["methods"].items()}
+    figure = charts(BenchmarkResult(data["settings"], methods))["depth"]
+    # the buckets are categories: a guessed axis would read "0" and "1" as numbers and drop "2-3" ...
+    assert figure.layout.xaxis.type == "category"
 
 
 def test_the_probe_can_be_left_out_of_a_run(tmp_path):

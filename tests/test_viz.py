@@ -222,10 +222,13 @@ def test_compare_strip():
 
 
 def test_sensitivity_rows_and_answer():
-    runs = {"recap": _run("recap", [1, 2, 3], ["target", "ctx2", "target"])}
+    # the prefill's token, then one pass: an accepted ctx2 draft and the bonus
+    runs = {"recap": [*_run("recap", [1], ["target"]), *_run("recap", [2, 3], ["ctx2", "target"])]}
     flags = [True, True, False]
-    # the flagged second token came from an accepted draft one deep in its pass
-    assert render.sensitivity_rows(runs, flags) == [["RECAP", "1/1 (100%)", "0/1 (0%)", "-", "0/0 · 1/1"]]
+    # the flagged second token came from an accepted draft at its pass's first draft
+    assert render.sensitivity_rows(runs, flags) == [["RECAP", "1/1 (100%)", "0/1 (0%)", "-", "1/1 · 0/0"]]
+    deeper = {"recap": [*_run("recap", [1], ["target"]), *_run("recap", [2, 3], ["ctx2", "ctx3"])]}
+    assert render.sensitivity_rows(deeper, [False, False, True])[0][4] == "0/0 · 1/1"  # one draft deep
     from recap.bench.coverage import PositionCoverage as At
 
     held = {"recap": [None, At(("ctx2",), True, True, True), At((), False, True, False)]}

@@ -293,7 +293,7 @@ def charts(result: BenchmarkResult) -> dict[str, Any]:
         depth.update_layout(
             barmode="group",
             title="Accepted at image-sensitive positions, by the depth of the state",
-            xaxis_title="drafts the pass had accepted before the state",
+            xaxis={"title": "drafts the pass had accepted before the state", "type": "category"},
             yaxis={"tickformat": ".0%"},
         )
         figures["depth"] = depth

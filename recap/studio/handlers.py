@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import inspect
 import logging
 import time
@@ -28,7 +29,14 @@ from recap.studio.exports import TraceExports, read_trace
 from recap.studio.serving import EMPTIED, Studio, drafter_for
 from recap.studio.sessions import release_memory
 from recap.studio.slots import paced
-from recap.studio.validation import display_delay_s, markdown_text, refusal, setting_names, upload_problem
+from recap.studio.validation import (
+    display_delay_s,
+    markdown_text,
+    refusal,
+    setting_names,
+    upload_problem,
+    without_paths,
+)
 from recap.trace import RunTrace, StepRecord
 
 log = logging.getLogger("recap.studio")
@@ -117,7 +125,7 @@ def wire_image_check(studio: Studio, ui: dict) -> None:
         problem = upload_problem(value, studio.upload_roots)
         if problem is None:
             return gr.skip()
-        gr.Warning(problem)
+        gr.Warning(html.escape(without_paths(problem), quote=False))
         return None
 
     ui["image"].upload(

@@ -247,20 +247,30 @@ def summary_line(summary: dict | None) -> str:
     )
 
 
+def _deep_share(depths: dict[str, tuple[int, int]]) -> float:
+    """The share of positions met after 2 or more accepted drafts of the same pass."""
+    total = sum(n for n, _ in depths.values())
+    return sum(n for b, (n, _) in depths.items() if b not in ("0", "1")) / total if total else 0.0
+
+
 def _at_tr_depths(methods: dict) -> str:
     """RECAP's acceptance at image-sensitive tokens at Token Recycling's mix of depths, as a sentence
     ("" when the summary has no depths)."""
     depths = {m: methods.get(m, {}).get("sensitive_depths") for m in ("tr", "recap")}
     if not all(depths.values()):
         return ""
-    weighed = at_depths(
-        {b: tuple(v) for b, v in depths["recap"].items()}, {b: tuple(v) for b, v in depths["tr"].items()}
-    )
+    recap, tr = ({b: tuple(v) for b, v in depths[m].items()} for m in ("recap", "tr"))
+    weighed = at_depths(recap, tr)
     if weighed is None:
         return ""
+    why = ""
+    if _deep_share(recap) > _deep_share(tr):
+        why = (
+            " RECAP's longer accepted chains meet more of those tokens deep in its tree, where fewer "
+            "candidates are left."
+        )
     return (
-        f" RECAP's longer accepted chains meet more of those tokens deep in its tree, where fewer "
-        f"candidates are left; at Token Recycling's mix of depths (each depth's acceptance weighed by "
+        f"{why} At Token Recycling's mix of depths (each depth's acceptance weighed by "
         f"TR's share of the tokens there) RECAP's share comes to {100 * weighed:.0f}%, against TR's "
         f"{100 * methods['tr']['accept_sensitive']:.0f}%."
     )
