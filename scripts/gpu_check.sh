@@ -2,7 +2,9 @@
 # The GPU checks, as one run on a machine with CUDA (no network needed):
 #   1. the benchmark of the embedded model v1 on its scenes on CUDA (fp32, so the lossless match is
 #      exact; the model of the recorded docs/results/gpu-h200*), with the `auto` budget and at budget 80,
-#      first, while the GPU is otherwise idle;
+#      first, while the GPU is otherwise idle; then the embedded model v2 on scenes2 with the `auto` budget
+#      (the real-GPU twin of the H200 replay in docs/results/v2-scenes2-h200-curve; SCENES2=0 skips it);
+#      each results.md holds the image-sensitive breakdowns, by mention and by depth of the state;
 #   2. the GPU twins of the lossless tests (tests/test_gpu.py, marker `gpu`);
 #   3. the tree-pass cost curve of the paper's 7B language-model backbones (scripts/tree_cost.py;
 #      TREE_COST=0 skips it, e.g. when docs/results/gpu-h200 already holds it);
@@ -50,6 +52,12 @@ for budget in auto 80; do
         | tail -12 || status=1
     cp "$bench/results.md" "$C/bench-$budget.md" && cp "$bench/results.json" "$C/bench-$budget.json" || status=1
 done
+if [ "${SCENES2:-1}" != 0 ]; then
+    bench=/tmp/bench-scenes2-cuda-auto
+    timeout 200 python3 -m recap.bench --dataset scenes2 --methods "$methods" --device "${DEVICE:-cuda}" --dtype float32 \
+        ${BENCH_ARGS:-} --max-new-tokens 64 --no-progress --out "$bench" 2>&1 | tail -12 || status=1
+    cp "$bench/results.md" "$C/bench-v2-auto.md" && cp "$bench/results.json" "$C/bench-v2-auto.json" || status=1
+fi
 pack
 train_pid=
 if [ -n "${TRAIN:-}" ]; then
