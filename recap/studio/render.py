@@ -224,10 +224,10 @@ def passes_figure(steps: Sequence[StepRecord]) -> go.Figure:
     figure.update_layout(
         barmode="stack",
         height=220,
-        margin={"l": 40, "r": 10, "t": 10, "b": 30},
+        margin={"l": 48, "r": 10, "t": 10, "b": 30},
         xaxis_title="step",
-        yaxis={"dtick": 1, "rangemode": "tozero"},
-        legend={"orientation": "h", "y": -0.3, "font": {"size": 10}},
+        # the sources' colours are the answer's, whose legend sits above: no legend of its own
+        yaxis={"dtick": 1, "rangemode": "tozero", "title": {"text": "tokens", "font": {"size": 11}}},
         showlegend=False,
     )
     return figure
