@@ -24,7 +24,7 @@ from importlib import metadata
 
 import torch
 
-from recap.bench.coverage import by_depth
+from recap.bench.coverage import sensitive_depths
 from recap.bench.datasets import load_dataset
 from recap.bench.runner import run_benchmark
 from recap.drafters.recap.config import RecapConfig
@@ -91,9 +91,8 @@ def method_summary(result: dict) -> dict:
     insensitive tokens, and (for the methods with a coverage breakdown) positions and acceptances at
     image-sensitive tokens by the depth of the state, ``{bucket: [positions, accepted]}``."""
     kept = {key: result[key] for key in ("mat", "accept_sensitive", "accept_insensitive")}
-    breakdown = result.get("breakdown")
-    if breakdown:
-        depths = by_depth([breakdown[g] for g in ("sensitive-first", "sensitive-later")])
+    depths = sensitive_depths(result.get("breakdown"))
+    if depths:
         kept["sensitive_depths"] = {label: list(counts) for label, counts in depths.items()}
     return kept
 

@@ -20,7 +20,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from recap.bench.coverage import DEPTH_BUCKETS, at_depths, by_depth
+from recap.bench.coverage import DEPTH_BUCKETS, at_depths, sensitive_depths
+from recap.bench.report import depth_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -69,19 +70,13 @@ def cell(result: dict | None, speed: str) -> str:
     return f"{result['mat']:.2f} ({value:.2f}x)" if value is not None else f"{result['mat']:.2f}"
 
 
-def depths(result: dict) -> dict[str, tuple[int, int]]:
-    """A method's (positions, accepted) at image-sensitive tokens by depth bucket ({} without them)."""
-    breakdown = result.get("breakdown")
-    return by_depth([breakdown[g] for g in ("sensitive-first", "sensitive-later")]) if breakdown else {}
-
-
 def sensitive(results: dict) -> str:
     """TR's and RECAP's accepted share at image-sensitive tokens, and RECAP's at TR's mix of depths
     (``-`` for text models)."""
     tr, recap = results.get("tr", {}), results.get("recap", {})
     if tr.get("accept_sensitive") is None or recap.get("accept_sensitive") is None:
         return "-"
-    weighed = at_depths(depths(recap), depths(tr))
+    weighed = at_depths(sensitive_depths(recap.get("breakdown")), sensitive_depths(tr.get("breakdown")))
     matched = "" if weighed is None else f" ({100 * weighed:.0f}%)"
     return f"{100 * tr['accept_sensitive']:.0f}% / {100 * recap['accept_sensitive']:.0f}%{matched}"
 
@@ -161,18 +156,11 @@ def depth_tables() -> str:
     ]
     for folder in COVERAGE_ROWS:
         methods = json.loads((RESULTS / folder / "results.json").read_text(encoding="utf-8"))["methods"]
-        reference = depths(methods.get("tr", {}))
+        reference = sensitive_depths(methods.get("tr", {}).get("breakdown"))
         for name in ("tr", "recap", "recap-request-context"):
-            found = depths(methods.get(name, {}))
-            if not found:
-                continue
-            cells = [f"{100 * found[b][1] / found[b][0]:.0f}% of {found[b][0]}" if b in found else "-"
-                     for b in labels]  # fmt: skip
-            n, accepted = (sum(v) for v in zip(*found.values()))
-            weighed = at_depths(found, reference)
-            matched = "-" if weighed is None else f"{100 * weighed:.0f}%"
-            cells += [f"{100 * accepted / n:.0f}% of {n}", matched]
-            out.append(f"| {folder} | {name} | " + " | ".join(cells) + " |")
+            found = sensitive_depths(methods.get(name, {}).get("breakdown"))
+            if found:
+                out.append(f"| {folder} | {name} | " + " | ".join(depth_cells(found, reference)) + " |")
     return "\n".join(out) + "\n"
 
 

@@ -62,6 +62,18 @@ def by_depth(counts: Sequence[dict[str, int]]) -> dict[str, tuple[int, int]]:
     return found
 
 
+def sensitive_depths(breakdown: dict[str, dict[str, int]] | None) -> dict[str, tuple[int, int]]:
+    """`by_depth` over the image-sensitive groups of a method's breakdown (`Breakdown.to_json`; {} for
+    None: a method without one)."""
+    return by_depth([breakdown[g] for g in GROUPS[:2]]) if breakdown else {}
+
+
+def deep_share(depths: dict[str, tuple[int, int]]) -> float:
+    """The share of `by_depth`'s positions met after 2 or more accepted drafts of the same pass."""
+    total = sum(n for n, _ in depths.values())
+    return sum(n for label, (n, _) in depths.items() if label not in ("0", "1")) / total if total else 0.0
+
+
 def at_depths(method: dict[str, tuple[int, int]], reference: dict[str, tuple[int, int]]) -> float | None:
     """``method``'s acceptance at each depth (`by_depth`), weighted by ``reference``'s share of positions
     at that depth: what ``method`` would accept at ``reference``'s mix of depths. None when

@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from recap.bench.coverage import DEPTH_BUCKETS, GROUPS, at_depths, by_depth
+from recap.bench.coverage import DEPTH_BUCKETS, GROUPS, at_depths, sensitive_depths
 from recap.bench.metrics import BenchmarkResult, MethodResult
 from recap.drafters import is_recap_method
 
@@ -105,22 +105,26 @@ def coverage_table(result: BenchmarkResult) -> str:
 DEPTH_REFERENCE = "tr"
 
 
-def sensitive_depths(result: MethodResult) -> dict[str, tuple[int, int]]:
-    """Bucket -> (positions, accepted) at ``result``'s image-sensitive positions ({} without a breakdown)."""
-    if not result.breakdown:
-        return {}
-    return by_depth([result.breakdown[g] for g in ("sensitive-first", "sensitive-later")])
+def depth_cells(depths: dict[str, tuple[int, int]], reference: dict[str, tuple[int, int]]) -> list[str]:
+    """One method's cells of a depth table: ``accepted% of positions`` per `DEPTH_BUCKETS` bucket (``-``
+    where it has none), in all, and (with a ``reference``'s depths) at the reference's mix of depths."""
+    cells = [_depth_cell(*depths[label]) if label in depths else "-" for label, _, _ in DEPTH_BUCKETS]
+    cells.append(_depth_cell(*(sum(v) for v in zip(*depths.values()))))
+    if reference:
+        weighed = at_depths(depths, reference)
+        cells.append("n/a" if weighed is None else f"{100 * weighed:.0f}%")
+    return cells
 
 
 def depth_table(result: BenchmarkResult) -> str:
     """At image-sensitive positions, each method's acceptance by the depth of the state (`DEPTH_BUCKETS`),
     and, when Token Recycling ran, weighed by TR's mix of depths (`recap.bench.coverage.at_depths`);
     "" when no method has depths."""
-    rows = [r for r in result.methods.values() if r.method != "ar" and sensitive_depths(r)]
+    rows = _with_depths(result)
     if not rows:
         return ""
     reference = result.methods.get(DEPTH_REFERENCE)
-    ref_depths = sensitive_depths(reference) if reference is not None else {}
+    ref_depths = sensitive_depths(reference.breakdown) if reference is not None else {}
     labels = [label for label, _, _ in DEPTH_BUCKETS]
     extra = " | at TR's depths" if ref_depths else ""
     table = (
@@ -139,16 +143,15 @@ def depth_table(result: BenchmarkResult) -> str:
         + " |\n"
         "|---|" + "---|" * (len(labels) + 1 + bool(ref_depths)) + "\n"
     )
-    for r in rows:
-        depths = sensitive_depths(r)
-        cells = [_depth_cell(*depths[label]) if label in depths else "-" for label in labels]
-        n, accepted = (sum(v) for v in zip(*depths.values()))
-        cells.append(_depth_cell(n, accepted))
-        if ref_depths:
-            weighed = at_depths(depths, ref_depths)
-            cells.append("n/a" if weighed is None else f"{100 * weighed:.0f}%")
-        table += f"| {r.method} | " + " | ".join(cells) + " |\n"
+    for method, depths in rows:
+        table += f"| {method} | " + " | ".join(depth_cells(depths, ref_depths)) + " |\n"
     return table
+
+
+def _with_depths(result: BenchmarkResult) -> list[tuple[str, dict[str, tuple[int, int]]]]:
+    """(method, its `sensitive_depths`) for every method but AR that has depths."""
+    found = [(r.method, sensitive_depths(r.breakdown)) for r in result.methods.values() if r.method != "ar"]
+    return [(method, depths) for method, depths in found if depths]
 
 
 def _depth_cell(positions: int, accepted: int) -> str:
@@ -278,17 +281,17 @@ def charts(result: BenchmarkResult) -> dict[str, Any]:
             barmode="group", title="At image-sensitive positions", yaxis={"tickformat": ".0%"}
         )
         figures["coverage"] = cover
-    deep = [(r, sensitive_depths(r)) for r in rows if r.method != "ar" and sensitive_depths(r)]
+    deep = _with_depths(result)
     if deep:
         labels = [label for label, _, _ in DEPTH_BUCKETS]
         depth = go.Figure()
-        for r, depths in deep:
+        for method, depths in deep:
             depth.add_bar(
                 x=labels,
                 y=[depths[b][1] / depths[b][0] if b in depths else None for b in labels],
                 customdata=[depths[b][0] if b in depths else 0 for b in labels],
                 hovertemplate="%{y:.0%} of %{customdata} positions",
-                name=r.method,
+                name=method,
             )
         depth.update_layout(
             barmode="group",

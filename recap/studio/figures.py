@@ -119,10 +119,9 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
         by_source.setdefault(main_source(node.sources, node.contributions), []).append(node)
     for source, nodes in by_source.items():
         figure.add_scatter(**_node_trace(source, nodes, places))
-    _add_bonus(figure, step, places, root)
+    bonus_x = _add_bonus(figure, step, places, root)
     depth = max((n.depth for n in step.nodes), default=0) + 1
-    # the bonus hangs one column right of the last accepted node, its label to its right: room for both
-    right = max([depth, *(x for trace in figure.data if trace.name == "bonus" for x in trace.x)]) + 0.9
+    right = max(depth, bonus_x if bonus_x is not None else 0) + 0.9  # room for the bonus's label
     title = f"step {step.step} · {len(step.nodes)} nodes drafted · {step.accepted_len} accepted"
     if step.step == 0:
         title = "step 0 · prefill<br>(no draft: the first token comes from the prompt pass)"
@@ -218,9 +217,10 @@ def _node_trace(source: str, nodes: Sequence[NodeRecord], places) -> dict:
     }
 
 
-def _add_bonus(figure: go.Figure, step: StepRecord, places, root: _Placed) -> None:
+def _add_bonus(figure: go.Figure, step: StepRecord, places, root: _Placed) -> float | None:
+    """Hang the bonus token off the accepted path; its column (None: no bonus drawn)."""
     if step.bonus_token is None or step.step == 0 or not step.new_texts:
-        return
+        return None
     anchor = places[step.accepted_ids[-1]] if step.accepted_ids else root
     # A row of its own below the tree: at the anchor's row it would hide the rejected siblings there.
     anchor_next = _Placed(anchor.x + 1, _bottom_row(places, root))
@@ -251,6 +251,7 @@ def _add_bonus(figure: go.Figure, step: StepRecord, places, root: _Placed) -> No
         ],
         hoverinfo="text",
     )
+    return anchor_next.x
 
 
 # ------------------------------------------------------------------------------------ fused bars

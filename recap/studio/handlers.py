@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import html
 import inspect
 import logging
 import time
@@ -34,8 +33,8 @@ from recap.studio.validation import (
     markdown_text,
     refusal,
     setting_names,
+    toast_text,
     upload_problem,
-    without_paths,
 )
 from recap.trace import RunTrace, StepRecord
 
@@ -125,7 +124,7 @@ def wire_image_check(studio: Studio, ui: dict) -> None:
         problem = upload_problem(value, studio.upload_roots)
         if problem is None:
             return gr.skip()
-        gr.Warning(html.escape(without_paths(problem), quote=False))
+        gr.Warning(toast_text(problem))
         return None
 
     ui["image"].upload(

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from recap.bench.coverage import at_depths
+from recap.bench.coverage import at_depths, deep_share
 from recap.models.cost import CostModel, load_curve, projected_seconds
 from recap.studio.environment import EMBEDDED_FOLDERS
 from recap.studio.render import method_label
@@ -247,12 +247,6 @@ def summary_line(summary: dict | None) -> str:
     )
 
 
-def _deep_share(depths: dict[str, tuple[int, int]]) -> float:
-    """The share of positions met after 2 or more accepted drafts of the same pass."""
-    total = sum(n for n, _ in depths.values())
-    return sum(n for b, (n, _) in depths.items() if b not in ("0", "1")) / total if total else 0.0
-
-
 def _at_tr_depths(methods: dict) -> str:
     """RECAP's acceptance at image-sensitive tokens at Token Recycling's mix of depths, as a sentence
     ("" when the summary has no depths)."""
@@ -264,7 +258,7 @@ def _at_tr_depths(methods: dict) -> str:
     if weighed is None:
         return ""
     why = ""
-    if _deep_share(recap) > _deep_share(tr):
+    if deep_share(recap) > deep_share(tr):
         why = (
             " RECAP's longer accepted chains meet more of those tokens deep in its tree, where fewer "
             "candidates are left."

@@ -23,7 +23,7 @@ import plotly.graph_objects as go
 
 from recap.bench.sensitivity import common_prefix, split_against_reference, token_sources
 from recap.studio.explain import explain_step
-from recap.studio.story import token_depths
+from recap.studio.story import accepted_by_depth
 from recap.trace import StepRecord, summarize
 from recap.tree import SOURCE_TABLE
 
@@ -364,7 +364,7 @@ def sensitivity_rows(
     (not the first), and where ``coverage`` says (the Compare tab's probe, `recap.bench.coverage`): at
     how many image-sensitive positions a memory already held the token, and how many of those a record
     of this request (this image); then the image-sensitive ones split by where the method met them (a
-    pass's first draft, or deeper: `recap.studio.story.token_depths`).
+    pass's first draft, or deeper: `recap.studio.story.accepted_by_depth`).
 
     ``flags`` mark the positions of the first run's answer (the reference the sensitivity pass
     forced); a method is counted only where its answer agrees with it (`split_against_reference`).
@@ -391,12 +391,8 @@ def sensitivity_rows(
 def _by_depth(steps: Sequence[StepRecord], flags: Sequence[bool], agree: int) -> str:
     """``accepted/met`` at the image-sensitive positions met at a pass's first draft, then deeper (after
     accepted drafts of the same pass, where a tree has fewer candidates left)."""
-    depths, sources = token_depths(steps), token_sources(steps)
     counted = [i for i, flag in enumerate(flags[:agree]) if flag and i > 0]
-    parts = []
-    for group in ([i for i in counted if depths[i] == 0], [i for i in counted if depths[i] > 0]):
-        parts.append(f"{sum(sources[i] != 'target' for i in group)}/{len(group)}")
-    return " · ".join(parts)
+    return " · ".join(f"{won}/{met}" for won, met in accepted_by_depth(steps, counted))
 
 
 def _held(positions: Sequence | None, flags: Sequence[bool], agree: int) -> str:

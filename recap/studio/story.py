@@ -111,25 +111,30 @@ def token_depths(steps: Sequence[StepRecord]) -> list[int]:
     return [i for step in steps for i in range(len(step.new_tokens))]
 
 
+def accepted_by_depth(
+    steps: Sequence[StepRecord], positions: Sequence[int]
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """At ``positions`` (indices of committed tokens): ``(accepted, met)`` at a pass's first draft, then
+    after accepted drafts of the same pass (deeper in the tree, where fewer candidates are left)."""
+    depths, sources = token_depths(steps), token_sources(steps)
+    groups = ([i for i in positions if depths[i] == 0], [i for i in positions if depths[i] > 0])
+    first, deeper = ((sum(sources[i] != "target" for i in g), len(g)) for g in groups)
+    return first, deeper
+
+
 def _depths(tr, recap, ref_tokens, counted, labels) -> str:
-    """Where each method met the image-dependent tokens: at a pass's first draft or after accepted
-    drafts of the same pass (deeper in its tree, where fewer candidates are left), and how many it
-    accepted at each."""
-    parts = []
+    """Where each method met the image-dependent tokens, and how many it accepted there."""
+    split = {}
     for method, steps in (("tr", tr), ("recap", recap)):
         agree = common_prefix(_tokens(steps), ref_tokens)
-        drafts, depths = token_drafts(steps), token_depths(steps)
-        here = [i for i in counted if i < agree]
-        first = [i for i in here if depths[i] == 0]
-        deeper = [i for i in here if depths[i] > 0]
-        won = [sum(drafts[i].outcome == "accepted" for i in group) for group in (first, deeper)]
-        parts.append((labels.get(method, method), won, (len(first), len(deeper))))
-    (tr_name, tr_won, tr_n), (recap_name, recap_won, recap_n) = parts
+        split[method] = accepted_by_depth(steps, [i for i in counted if i < agree])
+    tr_name, recap_name = labels.get("tr", "tr"), labels.get("recap", "recap")
+    (tr_first, tr_deeper), (recap_first, recap_deeper) = split["tr"], split["recap"]
     return (
         f"Accepted there at a pass's first draft, where a tree offers its widest fan: {tr_name} "
-        f"{tr_won[0]} of {tr_n[0]}, {recap_name} {recap_won[0]} of {recap_n[0]}; after accepted drafts "
-        f"of the same pass, deeper in the tree: {tr_name} {tr_won[1]} of {tr_n[1]}, {recap_name} "
-        f"{recap_won[1]} of {recap_n[1]}."
+        f"{tr_first[0]} of {tr_first[1]}, {recap_name} {recap_first[0]} of {recap_first[1]}; after "
+        f"accepted drafts of the same pass, deeper in the tree: {tr_name} {tr_deeper[0]} of "
+        f"{tr_deeper[1]}, {recap_name} {recap_deeper[0]} of {recap_deeper[1]}."
     )
 
 

@@ -78,15 +78,19 @@ def without_paths(message: str) -> str:
     return _SERVER_PATH.sub(lambda m: "…/" + re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1], message)
 
 
+def toast_text(message: str) -> str:
+    """``message`` as a toast shows it: without server paths, and HTML-escaped, because gradio renders
+    toasts (errors and warnings) as HTML and messages echo values that visitors sent."""
+    return html.escape(without_paths(message.strip()) or "Something went wrong.", quote=False)
+
+
 def refusal(message: str) -> gr.Error:
-    """The error a visitor sees for ``message``: without server paths, and HTML-escaped, because gradio
-    renders error toasts as HTML and messages echo values that visitors sent.
+    """The error a visitor sees for ``message`` (`toast_text`).
 
     A refusal is the studio answering a request, not a fault: it is logged as one line (``refused:
     ...``), and gradio is told not to print its traceback."""
-    message = without_paths(message.strip()) or "Something went wrong."
-    log.info("refused: %s", " ".join(message.split())[:300])
-    return gr.Error(html.escape(message, quote=False), print_exception=False)
+    log.info("refused: %s", " ".join(without_paths(message).split())[:300])
+    return gr.Error(toast_text(message), print_exception=False)
 
 
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-%'-/:<-@\[-`{-~])")  # ASCII punctuation except & and ;
