@@ -584,3 +584,145 @@ def test_the_sessions_of_the_client_holding_the_most_are_dropped_first():
     assert all(size == SESSION_BYTES for _, size in ledger.sizes())
     assert ledger.sweep(force=True) == 3
     assert set(data) == {"visitor", "greedy1", "greedy4", "fresh"}  # (greedy1 is busy: never dropped)
+
+
+def test_heartbeats_come_only_without_news_and_never_hold_back_an_item():
+    # A handler waiting for its job gets a None (values, waits) or an idle Update (paced) after every
+    # heartbeat without news, and the job's items as they come.
+    from recap.studio.slots import DecodeJob, paced
+
+    job = DecodeJob()
+    values = job.values(heartbeat_s=0.01)
+    assert next(values) is None and next(values) is None
+    job.put("step", "a")
+    assert next(values) == "a"
+    job.put("end")
+    assert list(values) == []
+
+    async def paced_updates() -> list:
+        job = DecodeJob(asyncio.get_running_loop())
+        steps, seen = [], []
+        async for update in paced(job, steps, 0.0, 0.0, 0.0, heartbeat_s=0.01):
+            seen.append("idle" if update.idle else (update.shown, update.final))
+            if len(seen) == 2:
+                job.put("step", "a")
+                job.put("end")
+        return seen
+
+    assert asyncio.run(paced_updates()) == ["idle", "idle", (1, False), (1, True)]
+
+    async def waits() -> tuple:
+        job = DecodeJob(asyncio.get_running_loop())
+        beats = 0
+        async for _ in job.waits(0.01):
+            beats += 1
+            if beats == 2:
+                job.result = "done"
+                job.put("end")
+        return beats, job.result
+
+    assert asyncio.run(waits()) == (2, "done")
+
+
+def _raw_post(url: str, api: str, data_json: str, address: str) -> str:
+    """Start ``api`` through gradio's /call API as the client at ``address``; its event id."""
+    import httpx
+
+    body = '{"data": ' + data_json + "}"
+    headers = {"content-type": "application/json", "X-Forwarded-For": address}
+    response = httpx.post(f"{url}gradio_api/call/{api}", content=body, headers=headers, timeout=60)
+    response.raise_for_status()
+    return response.json()["event_id"]
+
+
+def _upload(url: str, path) -> str:
+    import httpx
+
+    with open(path, "rb") as handle:
+        response = httpx.post(f"{url}gradio_api/upload", files={"files": handle}, timeout=60)
+    response.raise_for_status()
+    return response.json()[0]
+
+
+@pytest.mark.parametrize("api", ["run", "compare"])
+def test_work_waiting_in_line_whose_visitor_left_leaves_the_line(server, monkeypatch, api):
+    # One slot, held by A's run at the gate. B's run (or comparison) waits in line; its handler says the
+    # line's length, then B closes the connection (a closed tab). Before, a waiting handler yielded
+    # nothing, so gradio could not stop it: the work kept its place, and B's share, until A's run ended.
+    # Now it yields every heartbeat, and gradio stops it and it leaves the line while the gate is shut.
+    import json
+
+    import httpx
+
+    from recap.studio import compare, handlers
+    from recap.studio.line import DecodeSlots
+    from recap.studio.measure import EQUAL
+
+    for module in (compare, handlers):
+        monkeypatch.setattr(module, "HEARTBEAT_S", 0.2)
+    one = DecodeSlots(1, 10, per_client=2, turn_s=0.0)
+    monkeypatch.setattr(server.studio, "slots", one)
+    holder, leaver = "192.0.2.41", "192.0.2.42"
+    first = _client(server.url, holder)
+    try:
+        held = first.submit(*_args(server.image, "greedy holder", max_new=4), 0, api_name="/run")
+        _wait(lambda: one.counts() == (1, 0), "the first run to hold the slot")
+        image = json.dumps({"path": _upload(server.url, server.image), "meta": {"_type": "gradio.FileData"}})
+        settings = [TINY, "ar", "fixed", 8, 8, 8, True, True, True, 4, "per session", 0, 0, 1, None]
+        last = 0 if api == "run" else EQUAL  # the display delay, or the budgets
+        data = json.dumps([None, "a visitor", *settings, last]).replace("null", image, 1)
+        event = _raw_post(server.url, api, data, leaver)
+        seen = []
+        with httpx.stream("GET", f"{server.url}gradio_api/call/{api}/{event}", timeout=WAIT_S) as stream:
+            for line in stream.iter_lines():
+                seen.append(line)
+                assert not line.startswith("event: error"), seen
+                if "Waiting for a decode slot: 1 decoding and 1 waiting" in line:
+                    break  # the visitor saw where it stands, and leaves
+        assert one.held(leaver) == 1
+        _wait(lambda: one.held(leaver) == 0, "the work of the visitor who left to leave the line")
+        assert one.counts() == (1, 0) and not held.done()
+        server.gate.set()
+        assert held.result(timeout=WAIT_S)[STATUS].startswith("Done: 4 tokens")
+    finally:
+        server.gate.set()
+        one.shutdown()
+        first.close()
+    server.gate.clear()
+
+
+def test_a_sensitivity_pass_waiting_in_line_leaves_it_when_its_handler_is_closed(server, monkeypatch):
+    # gradio closes a handler whose visitor left at its next yield (the test above, for runs and
+    # comparisons); the sensitivity pass's handler yields the line's length while it waits, and closing
+    # it there takes its work out of the line.
+    from recap.studio import sensitivity_tab
+    from recap.studio.line import DecodeSlots
+    from recap.studio.slots import NO_CLIENT, DecodeJob
+
+    one = DecodeSlots(1, 10, per_client=2, turn_s=0.0)
+    monkeypatch.setattr(server.studio, "slots", one)
+    monkeypatch.setattr(sensitivity_tab, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(server.studio.cache, "loaded", lambda model_id: object())
+    gate = threading.Event()
+    holder = one.submit(lambda job: gate.wait(WAIT_S), "192.0.2.51")
+    _wait(lambda: one.counts() == (1, 0), "the holder to take the slot")
+    handler = next(fn for fn in server.demo.fns.values() if fn.api_name == "sensitivity").fn
+    trace = SimpleNamespace(settings={"method": "ar"}, steps=[])
+    state = {"trace": trace, "image": noise_image(1), "prompt": "a visitor", "model": TINY}
+
+    async def wait_then_leave() -> list:
+        updates = handler(state, None, "blank (grey)", None)
+        shown = [await updates.__anext__(), await updates.__anext__()]  # at once, then a heartbeat
+        assert one.held(NO_CLIENT) == 1
+        await updates.aclose()  # what gradio does once the visitor is gone
+        return shown
+
+    try:
+        shown = asyncio.run(wait_then_leave())
+        assert all("Waiting for a decode slot: 1 decoding and 1 waiting" in str(u) for u in shown), shown
+        assert one.held(NO_CLIENT) == 0 and one.counts() == (1, 0)
+    finally:
+        gate.set()
+        holder.take(WAIT_S)
+        one.shutdown()
+    assert isinstance(holder, DecodeJob)

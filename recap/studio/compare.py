@@ -39,6 +39,7 @@ from recap.studio import measure, render, story
 from recap.studio.examples import BLANK_IMAGE, other_image
 from recap.studio.handlers import input_key
 from recap.studio.serving import Studio, fresh_drafter
+from recap.studio.slots import HEARTBEAT_S
 from recap.studio.validation import offered_methods, refusal
 from recap.trace import StepRecord
 
@@ -106,11 +107,14 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         with studio.awaiting(
             request, "compare", job, "This comparison was replaced by a newer one of the same session."
         ):
-            running, waiting = studio.slots.counts()
-            if running + waiting > studio.slots.slots and not job.started.is_set():
-                status = f"Waiting for a decode slot: other visitors' runs are decoding…{note}"
-                yield _progress(cmp, compare_state, {}, {}, None, status)
-            yield from job.values()
+            if line := studio.waiting_status(job):
+                yield _progress(cmp, compare_state, {}, {}, None, line + note)
+            for update in job.values(HEARTBEAT_S):
+                if update is None:  # a yield, so that gradio can stop the event if its visitor left
+                    line = studio.waiting_status(job)
+                    yield {cmp["status"]: line + note if line else gr.skip()}
+                else:
+                    yield update
 
     cmp["button"].click(
         compare,

@@ -306,6 +306,14 @@ class Studio:
         self.jobs.replace(session, event, job)
         return job
 
+    def waiting_status(self, job: DecodeJob) -> str | None:
+        """What a handler shows while ``job`` waits in a busy line for its first slot (None otherwise):
+        the line's length, every visitor's work counted, nobody's named."""
+        running, waiting = self.slots.counts()
+        if not job.waiting or running + waiting <= self.slots.slots:
+            return None
+        return f"Waiting for a decode slot: {running} decoding and {waiting} waiting, every visitor's work…"
+
     @contextlib.contextmanager
     def awaiting(self, request, event: str, job: DecodeJob, replaced: str) -> Iterator[None]:
         """Around a handler's wait for ``job`` (its session's job of ``event``, from `submit`): a job

@@ -14,6 +14,11 @@
   display (no delay: it lasts while its run decodes in a slot) is bounded by the slots themselves.
 - `paced`: when a run's display updates: step ``i`` is shown ``min(i * delay, cap)`` seconds after the
   first (never before it arrives), at most one update per ``interval``, the last one always.
+- **Heartbeats** (`HEARTBEAT_S`): gradio stops an event whose client is gone (a closed tab) only when
+  its handler next yields, and a handler waiting in the line for a slot yields nothing. So `paced` and
+  `DecodeJob.values` also come back after ``heartbeat_s`` without news (an idle `Update`, a None), the
+  handler yields (the line's length while it waits), and work whose visitor left leaves the line within
+  a heartbeat of gradio noticing, instead of keeping its place, and its client's share, until a slot.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ log = logging.getLogger("recap.studio")
 Item = tuple[str, Any]
 #: The client of work submitted without one (a caller outside any request).
 NO_CLIENT = "-"
+#: Seconds a handler waits for its job's news before it yields anyway (see the module docstring).
+HEARTBEAT_S = 5.0
 
 
 class Cancelled(Exception):
@@ -108,16 +115,38 @@ class DecodeJob:
     async def outcome(self) -> Any:
         """Wait for the work to end (an async handler) and return what it returned; a worker's error is
         raised, a cancelled job raises `Cancelled` with its reason."""
-        while True:
-            kind, _ = _raised(*await self.next())
-            if kind == "end":
-                return self.result
+        async for _ in self.waits():
+            pass
+        return self.result
 
-    def values(self) -> Iterator[Any]:
-        """The ``("step", value)`` items' values as they come (a sync handler), until the work ends; a
-        worker's error is raised, a cancelled job raises `Cancelled` with its reason."""
+    async def waits(self, heartbeat_s: float | None = None) -> AsyncIterator[None]:
+        """Wait for the work to end (an async handler; its return value is then ``result``), with a None
+        after every ``heartbeat_s`` seconds without news (so that the handler yields); a worker's error
+        is raised, a cancelled job raises `Cancelled` with its reason."""
         while True:
-            kind, value = self.take()
+            item = await self.next(heartbeat_s)
+            if item is None:
+                yield None
+                continue
+            kind, _ = _raised(*item)
+            if kind == "end":
+                return
+
+    @property
+    def waiting(self) -> bool:
+        """The job waits for its first slot (it has not started and is not cancelled)."""
+        return not self.started.is_set() and not self._cancelled.is_set()
+
+    def values(self, heartbeat_s: float | None = None) -> Iterator[Any]:
+        """The ``("step", value)`` items' values as they come (a sync handler), until the work ends; a
+        worker's error is raised, a cancelled job raises `Cancelled` with its reason. ``heartbeat_s``:
+        also a None after that many seconds without an item (so that the handler yields)."""
+        while True:
+            item = self.take(heartbeat_s)
+            if item is None:
+                yield None
+                continue
+            kind, value = item
             _raised(kind, value)
             if kind == "step":
                 yield value
@@ -248,6 +277,7 @@ class Update:
     shown: int = 0
     status: str | None = None
     final: bool = False
+    idle: bool = False  # a heartbeat: nothing new for ``heartbeat_s`` seconds
 
 
 async def paced(
@@ -257,6 +287,7 @@ async def paced(
     cap_s: float,
     interval_s: float,
     budget: RenderBudget | None = None,
+    heartbeat_s: float | None = None,
 ) -> AsyncIterator[Update]:
     """Receive ``job``'s steps into ``steps`` and say when to show how many of them.
 
@@ -264,8 +295,9 @@ async def paced(
     that is later; an update shows every step due, at most one per ``interval_s``, the first step at
     once. With a delay, an update also waits for its turn of the shared ``budget``; without one it does
     not (a live display lasts while its run decodes in a slot, and the slots bound those). The last
-    update (``final``) comes when the job is done and every step was shown. A worker's error is raised
-    here; a cancelled job raises `Cancelled` with its reason.
+    update (``final``) comes when the job is done and every step was shown. ``heartbeat_s``: an
+    ``idle`` update after that many seconds without news (see the module docstring). A worker's error
+    is raised here; a cancelled job raises `Cancelled` with its reason.
     """
     first: float | None = None
     shown, done, last_update = 0, False, -math.inf
@@ -290,8 +322,13 @@ async def paced(
             timeout = last_update + interval_s - now
         elif shown < len(steps):  # waiting for the next step to be due
             timeout = first + min(shown * delay_s, cap_s) - now
+        beat = heartbeat_s is not None and (timeout is None or timeout > heartbeat_s)
+        if beat:
+            timeout = heartbeat_s
         item = await job.next(max(timeout, 0.001) if timeout is not None else None)
         if item is None:
+            if beat:
+                yield Update(shown, idle=True)
             continue
         kind, value = item
         if kind == "step":
