@@ -174,10 +174,11 @@ def shown(value: object, limit: int = 40) -> str:
 
 def check_integer(name: str, value: object, low: int, high: int) -> int:
     """``value`` as an int in ``[low, high]``; ``8.0`` counts, ``True``, ``"8"`` and ``8.5`` don't."""
+    given = value  # echoed as sent (1e308, not its 309 digits)
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {shown(value)}")
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {shown(given)}")
     return value
 
 

@@ -202,7 +202,9 @@ def parse_trace(text: str) -> dict[str, Any]:
         raise ValueError(f"not a RECAP trace: invalid JSON ({error.msg} at line {error.lineno})") from None
     except RecursionError:
         raise ValueError("not a RECAP trace: its JSON is nested too deeply") from None
-    except ValueError as error:  # NaN/Infinity, or an integer of thousands of digits
+    except ValueError as error:  # NaN/Infinity (our words), or an integer of thousands of digits
+        if "a trace can hold" not in str(error):  # (Python's words name its own settings: not shown)
+            error = ValueError("a number has thousands of digits")
         raise ValueError(f"not a RECAP trace: {error}") from None
 
 
@@ -431,8 +433,8 @@ def _check_value(value: Any, kind: _FieldKind, where: str) -> None:
             "bool": "true or false",
             "text": f"a string of at most {MAX_TOKEN_TEXT} characters",
             "number": "a finite number",
-            "int": "a whole number from -1",
+            "int": "a whole number from -1 to 2**31 - 1",
             "token": "a whole number from 0 to 2**31 - 1",
-            "count": "a whole number from 0",
+            "count": "a whole number from 0 to 2**31 - 1",
         }[kind]
         raise ValueError(f"not a RECAP trace: {where} must be {expected}")

@@ -265,6 +265,7 @@ _FIELDS += ["delay_ms"]
         ("temperature", "-1", "temperature must be a number from 0 to 2"),
         ("temperature", '"hot"', "temperature must be a number"),
         ("top_k", "1e9", "top-k must be a whole number from 0 to 1000"),
+        ("top_k", "1e308", "top-k must be a whole number from 0 to 1000, got 1e+308"),  # as sent
         ("top_k", "2.5", "top-k must be a whole number"),
         ("top_p", "0", "top-p must be a number from 0.01 to 1"),
         ("top_p", "1.5", "top-p must be a number from 0.01 to 1"),

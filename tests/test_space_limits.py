@@ -432,8 +432,9 @@ def test_the_api_names_its_parameters_and_needs_no_internet(space):
         client.close()
     run = {p["parameter_name"]: p for p in api["named_endpoints"]["/run"]["parameters"]}
     assert list(run) == ["image", "prompt", *setting_names(), "delay_ms"]
-    compare = [p["parameter_name"] for p in api["named_endpoints"]["/compare"]["parameters"]]
-    assert compare == ["image", "prompt", *setting_names(), "budgets"]
+    compare = {p["parameter_name"]: p for p in api["named_endpoints"]["/compare"]["parameters"]}
+    assert list(compare) == ["image", "prompt", *setting_names(), "budgets"]
+    assert compare["seed"]["parameter_has_default"] and compare["budgets"]["parameter_has_default"]
     assert "param_" not in text and "value_" not in text, text
     assert "http" not in json.dumps(api), "a default or an example is a remote URL"
     assert run["seed"]["parameter_has_default"] and run["image"]["parameter_has_default"]

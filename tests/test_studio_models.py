@@ -57,18 +57,31 @@ def test_v2_is_the_default_model_everywhere():
 def test_the_old_id_embedded_names_the_default_with_a_warning(monkeypatch, caplog):
     """``embedded`` meant v1 until v2 became the default: it is still accepted (an API client's run, an
     operator's RECAP_MODELS) as the default, and the operator is told what it means now."""
-    from recap.studio.validation import parse_settings
+    from recap.studio.validation import check_model, parse_settings
 
     values = ["embedded", "recap", "auto", 8, 8, 8, True, True, True, 8, "per session", 0.0, 0, 1.0, None]
     assert parse_settings(values, [EMBEDDED_V2_ID], ("per session",)).model == EMBEDDED_V2_ID
     with pytest.raises(ValueError, match="unknown model"):  # an alias of a model not offered: refused
         parse_settings(values, [EMBEDDED_V1_ID], ("per session",))
+    assert check_model("embedded", [EMBEDDED_V2_ID]) == EMBEDDED_V2_ID  # (the resets' check too)
     monkeypatch.delenv("RECAP_MODEL", raising=False)
     monkeypatch.setenv("RECAP_MODELS", "embedded")
     with caplog.at_level("WARNING"):
         models = offered_models()
     assert "embedded" not in models and models[0] == EMBEDDED_V2_ID
     assert "alias" in caplog.text and EMBEDDED_V1_ID in caplog.text
+
+
+def test_the_resets_accept_the_old_id_as_runs_do():
+    import app
+
+    def unloadable(model_id):
+        raise ValueError(f"cannot load model {model_id!r}")
+
+    demo = app.build_demo(runtime_factory=unloadable, models=[EMBEDDED_V2_ID])
+    reset = next(fn.fn for fn in demo.fns.values() if fn.api_name == "reset_empty")
+    memories, line = reset("embedded", "per session", {})
+    assert list(memories) == [EMBEDDED_V2_ID] and "on your first run, empty (you reset it)" in line
 
 
 @pytest.mark.parametrize(

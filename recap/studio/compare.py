@@ -86,7 +86,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
 
     def compare(
         image, prompt, model, method, budget_mode, budget, depth, k, use_persistent, use_context, suffix,
-        max_new_tokens, scope, temperature, top_k, top_p, seed, budgets, request: gr.Request = None,
+        max_new_tokens, scope, temperature, top_k, top_p, seed=None, budgets=None, request: gr.Request = None,
     ):  # fmt: skip
         """The Run tab's input through every method (greedy), timed as the benchmark times them."""
         choice = measure.EQUAL if budgets is None else budgets  # the radio's default, if omitted

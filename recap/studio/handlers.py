@@ -92,7 +92,8 @@ def memory_state(studio: Studio, model_id: object, scope: object, session: objec
         studio.cache.loaded(model_id) if isinstance(model_id, str) and model_id in studio.models else None
     )
     if runtime is None:
-        return render.MemoryState(scope)
+        emptied = scope != SHARED_SCOPE and isinstance(session, dict) and session.get(model_id) == EMPTIED
+        return render.MemoryState(scope, emptied=emptied)
     start, vocab = studio.cache.start(model_id), runtime.target.vocab_size
     if scope == SHARED_SCOPE:
         state = studio.cache.peek_shared(model_id)
@@ -324,8 +325,10 @@ def wire_reset(studio: Studio, ui: dict, session) -> None:
 
     def resetter(to: str, message: str):
         def reset(model_id, scope, memories):
-            if not isinstance(model_id, str) or model_id not in studio.models:
-                raise refusal(f"Unknown model {shown(model_id)}: choose one from the list.")
+            try:
+                model_id = validation.check_model(model_id, studio.models)
+            except ValueError as error:
+                raise refusal(f"{str(error)[0].upper()}{str(error)[1:]}.") from None
             if not isinstance(scope, str) or scope not in studio.scopes:
                 raise refusal(f"Unknown memory scope {shown(scope)}: choose one from the list.")
             memories = memories if isinstance(memories, dict) else {}

@@ -120,7 +120,8 @@ ORIGIN_WORDS: dict[str, str] = {
 class MemoryState:
     """What the memory line shows: the scope, tokens known of the vocabulary (None: the model is not
     loaded yet), where the memory started (`ORIGIN_WORDS`), a note (why a file did not load), and how
-    many 2- and 3-token contexts the contextual memories hold (None: not counted)."""
+    many 2- and 3-token contexts the contextual memories hold (None: not counted); ``emptied``: the
+    visitor emptied it before the model loaded (its first run then starts empty)."""
 
     scope: str
     tokens: int | None = None
@@ -128,6 +129,7 @@ class MemoryState:
     origin: str = "empty"
     note: str = ""
     contexts: int | None = None
+    emptied: bool = False
 
 
 def memory_state_html(state: MemoryState) -> str:
@@ -137,7 +139,8 @@ def memory_state_html(state: MemoryState) -> str:
     (warmed on training scenes).``"""
     scope = html.escape(state.scope, quote=False)
     if state.tokens is None:
-        body = "loads with the model on your first run, from the model's starting memory."
+        start = "empty (you reset it)" if state.emptied else "from the model's starting memory"
+        body = f"loads with the model on your first run, {start}."
     else:
         warmth = "warm" if state.tokens > 0 else "cold"
         known = (

@@ -151,6 +151,16 @@ def setting_names() -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(RunSettings))
 
 
+def check_model(model_id: object, models: list[str]) -> str:
+    """``model_id`` if the studio offers it (an API client's old alias, ``embedded``, resolved), else a
+    ``ValueError``."""
+    if isinstance(model_id, str) and model_id in MODEL_ALIASES and model_id not in models:
+        model_id = MODEL_ALIASES[model_id]
+    if not isinstance(model_id, str) or model_id not in models:
+        raise ValueError(f"unknown model {shown(model_id)}: choose one from the list")
+    return model_id
+
+
 def parse_settings(values: list | tuple, models: list[str], scopes: tuple[str, ...]) -> RunSettings:
     """The Run tab's setting values, in `RunSettings` field order, checked against the UI's bounds.
 
@@ -160,10 +170,7 @@ def parse_settings(values: list | tuple, models: list[str], scopes: tuple[str, .
     if not isinstance(values, list | tuple) or len(values) != len(setting_names()):
         raise ValueError("the request does not carry the Run tab's settings")
     raw = dict(zip(setting_names(), values))
-    if isinstance(raw["model"], str) and raw["model"] in MODEL_ALIASES and raw["model"] not in models:
-        raw["model"] = MODEL_ALIASES[raw["model"]]  # (an API client's old id: ``embedded``)
-    if not isinstance(raw["model"], str) or raw["model"] not in models:
-        raise ValueError(f"unknown model {shown(raw['model'])}: choose one from the list")
+    raw["model"] = check_model(raw["model"], models)
     if raw["scope"] == SHARED_SCOPE and raw["scope"] not in scopes:
         raise ValueError("the process-wide memory scope is not offered on this server")
     settings = RunSettings(
