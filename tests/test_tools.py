@@ -57,3 +57,19 @@ def test_calibration_bins_node_scores_against_acceptance():
     ]
     assert bins[1]["mean_score"] == 0.45
     assert by_depth == {1: 1.0, 2: 0.0}
+
+
+def test_depth_calibration_compares_path_scores_with_acceptance_by_depth():
+    from types import SimpleNamespace as Node
+
+    from scripts.calibration import depth_calibration
+
+    steps = [
+        Node(nodes=[]),  # prefill
+        Node(nodes=[Node(score=0.6, accepted=True, depth=1), Node(score=0.2, accepted=False, depth=1)]),
+        Node(nodes=[Node(score=0.1, accepted=True, depth=5), Node(score=0.05, accepted=False, depth=12)]),
+    ]
+    rows = depth_calibration([steps])
+    table = [(r["depths"], r["nodes"], r["accepted"]) for r in rows]
+    assert table == [("1", 2, 0.5), ("4-5", 1, 1.0), ("9+", 1, 0.0)]
+    assert abs(rows[0]["mean_score"] - 0.4) < 1e-12
