@@ -7,9 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from recap.studio import exports as exports_module
 from recap.studio import handlers, layout
+from recap.studio.bodylimit import BodyLimit
 from recap.studio.compare import wire_compare
 from recap.studio.environment import (
     configure_environment,
@@ -32,7 +34,14 @@ API_FILE_EXAMPLES = {"Image": "scene.png", "File": "recap-run.json"}
 
 
 class StudioBlocks(gr.Blocks):
-    """The studio's Blocks: its API documents file parameters without remote URLs (`get_api_info`)."""
+    """The studio's Blocks: its API documents file parameters without remote URLs (`get_api_info`),
+    and every server it starts bounds the request bodies it reads (`launch`)."""
+
+    def launch(self, *args, **kwargs):
+        """gradio's ``launch``, with `recap.studio.bodylimit.BodyLimit` in front of its app."""
+        app_kwargs = dict(kwargs.get("app_kwargs") or {})
+        app_kwargs["middleware"] = [*app_kwargs.get("middleware", ()), Middleware(BodyLimit)]
+        return super().launch(*args, **{**kwargs, "app_kwargs": app_kwargs})
 
     def get_api_info(self, all_endpoints: bool = False, page: str | None = None):
         """gradio's API description, where an image parameter defaults to no image (a client passes
