@@ -464,6 +464,48 @@ def test_a_request_body_over_the_bound_is_refused_before_it_is_read(space):
     assert event == "complete", data
 
 
+def test_the_upload_ledger_counts_a_clients_bytes_within_its_window():
+    from recap.studio.bodylimit import UploadLedger
+
+    now = [0.0]
+    ledger = UploadLedger(window_s=600, clock=lambda: now[0])
+    ledger.add("a", 100)
+    now[0] = 300
+    ledger.add("a", 50)
+    ledger.add("b", 7)
+    assert (ledger.used("a"), ledger.used("b")) == (150, 7)
+    now[0] = 601  # the first upload left the window
+    assert ledger.used("a") == 50
+    now[0] = 1000  # every upload did: the clients are forgotten
+    assert ledger.used("a") == ledger.used("b") == 0 and not ledger._spent
+
+
+def test_uploads_are_bounded_per_client_and_by_the_free_disk(space, monkeypatch):
+    # Uploads are what fills the disk (gradio keeps them for a day): a client that has uploaded its
+    # budget in the window is refused (429, with the reason) while another client is not, and no upload
+    # is taken while the disk is nearly full (503); a run on a file already uploaded goes on.
+    from recap.studio import bodylimit
+
+    monkeypatch.setattr(bodylimit, "UPLOAD_BUDGET_BYTES", 3 * space.image.stat().st_size)
+
+    def upload(address: str) -> httpx.Response:
+        with open(space.image, "rb") as handle:
+            files, headers = {"files": handle}, {"X-Forwarded-For": address}
+            return httpx.post(f"{space.url}gradio_api/upload", files=files, headers=headers, timeout=60)
+
+    taken = [upload("198.51.100.91") for _ in range(2)]  # the bodies' overhead: two fit, not three
+    assert [r.status_code for r in taken] == [200, 200]
+    refused = upload("198.51.100.91")
+    said = "You have uploaded 0 MiB in the last 10 minutes, and a visitor may upload 0 MiB in that time"
+    assert refused.status_code == 429 and said in refused.text
+    assert upload("198.51.100.92").status_code == 200  # another client
+    monkeypatch.setattr(bodylimit, "disk_free", lambda folder: bodylimit.MIN_FREE_BYTES - 1)
+    full = upload("198.51.100.93")
+    assert full.status_code == 503 and "disk is nearly full" in full.text
+    event, data = _raw_call(space.url, "run", _raw_json(taken[0].json()[0]))
+    assert event == "complete", data
+
+
 def test_a_lone_surrogate_in_a_prompt_is_refused_with_a_message(space):
     event, data = _raw_call(
         space.url, "run", _raw_json(_upload(space.url, space.image), prompt='"hi \\ud800"')
