@@ -60,12 +60,14 @@ def spread(
     return seen
 
 
-def compare_handler() -> tuple:
+def compare_handler(warmup: int | None = None) -> tuple:
     """The Compare tab's handler on a studio built in this process (a fresh server), and the page's
-    default inputs."""
+    default inputs; ``warmup``: the requests each method is warmed on (None: the studio's own)."""
     from recap.studio.demo import build_demo
 
     demo = build_demo()
+    if warmup is not None:
+        demo.studio.compare_warmup = warmup
     handler = next(fn for fn in demo.fns.values() if fn.api_name == "compare")
     return handler.fn, [component.value for component in handler.inputs]
 

@@ -6,7 +6,7 @@ each method's accepted drafts at the image-dependent tokens (and how many it dra
 RECAP's split by where each met them (a pass's first draft, or deeper), then how many examples have
 RECAP at or above Token Recycling there.
 
-    python -m scripts.compare_story [--budgets equal|device]
+    python -m scripts.compare_story [--budgets equal|device] [--warmup N]
 """
 
 from __future__ import annotations
@@ -41,14 +41,19 @@ def counts(line: str) -> dict[str, tuple[int, int]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budgets", choices=("equal", "device"), default="equal")
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="requests each method is warmed on (default: 8)"
+    )
     args = parser.parse_args(argv)
+    if args.warmup is not None and not 0 <= args.warmup <= 64:
+        parser.error("--warmup must be a whole number from 0 to 64")
     import torch
 
     from recap.studio.environment import DEFAULT_MODEL_ID
     from recap.studio.examples import examples
 
     torch.set_num_threads(1)
-    compare, defaults = compare_spread.compare_handler()
+    compare, defaults = compare_spread.compare_handler(args.warmup)
     wins = 0
     shown = examples(DEFAULT_MODEL_ID)
     for number, (image, prompt) in enumerate(shown, start=1):

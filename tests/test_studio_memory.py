@@ -439,9 +439,9 @@ class RecordingRuntime(Runtime):
 
 def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path):
     import app
-    from recap.studio.compare import WARMUP_REQUESTS
     from recap.studio.examples import EXAMPLES_V1_DIR, OTHER_SET, examples
     from recap.studio.measure import EQUAL, REPEATS
+    from recap.studio.serving import COMPARE_WARMUP
 
     runtime = RecordingRuntime(tiny("llava"))
     demo = app.build_demo(runtime_factory=lambda _: runtime, models=["tiny-recorded"], cache=RuntimeCache())
@@ -475,7 +475,7 @@ def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path)
     # each of the REPEATS rounds: a fresh drafter, the same warm-up requests, then the compared input
     remembering = [m for m in ("tr", "suffix", "recap") if m in seen]
     count = len(state["warmup"])
-    assert 0 < count <= WARMUP_REQUESTS
+    assert 0 < count <= COMPARE_WARMUP
     size = count + 1
     rounds = {m: [seen[m][r * size : (r + 1) * size] for r in range(REPEATS)] for m in remembering}
     for method in remembering:
@@ -487,6 +487,24 @@ def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path)
     assert seen["ar"] == [timed] * (REPEATS + 1)  # AR's one short untimed run first
     status = next(v for v in final.values() if isinstance(v, str) and v.startswith("Done"))
     assert "warmed on the same" in status and "not this input" in status
+
+
+def test_the_compare_warm_up_is_as_long_as_the_studio_says():
+    # scripts.compare_story --warmup N sets it: the story's counts move with the warm-up (docs/studio.md)
+    import app
+    from recap.studio.measure import EQUAL
+
+    runtime = RecordingRuntime(tiny("llava"))
+    demo = app.build_demo(runtime_factory=lambda _: runtime, models=["tiny-recorded"], cache=RuntimeCache())
+    demo.studio.compare_warmup = 2
+    compare = next(fn.fn for fn in demo.fns.values() if fn.api_name == "compare")
+    settings = ["tiny-recorded", "recap", "fixed", 8, 8, 8, True, True, True, 2, SESSION_SCOPE, 0.0, 0, 1.0]
+    from recap.studio.examples import OTHER_SET, examples
+
+    image, prompt = examples(OTHER_SET)[0]
+    *_, final = compare({"path": image}, prompt, *settings, None, EQUAL)
+    state = next(v for v in final.values() if isinstance(v, dict) and "runs" in v)
+    assert len(state["warmup"]) == 2
 
 
 # ------------------------------------------------------------------------------------- the story line

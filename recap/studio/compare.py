@@ -47,8 +47,7 @@ from recap.trace import StepRecord
 #: its package is installed.
 COMPARED = ("ar", "pld", "tr", "suffix", "recap")
 GREEDY_NOTE = " Compare decodes greedily: the sampling settings apply to the Run tab only."
-#: Warm-up requests every method with memories sees before its timed run, and their token limit.
-WARMUP_REQUESTS = 8
+#: The token limit of each warm-up request (how many: `recap.studio.serving.COMPARE_WARMUP`).
 WARMUP_MAX_NEW = 64
 #: Shared state that outlives a request (what the warm-up fills).
 MEMORIES = frozenset({"persistent", "successors", "suffix_cache"})
@@ -136,7 +135,7 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
     runtime, config, prompt, images = studio.prepare(image, prompt, settings)
     config, suffix_config = budgets(choice, config)
     max_new, model = settings.max_new_tokens, settings.model
-    warmup = studio.warmup_requests(runtime, exclude=(str(path) if path else None, prompt))
+    warmup = studio.warmup_requests(runtime, (str(path) if path else None, prompt), studio.compare_warmup)
     methods = [m for m in COMPARED if m in offered_methods()]
     fair = fairness_note(len(warmup), studio.warmup_source(runtime), methods)
     projection = measure.projection_for(runtime.target.name, runtime.target.device.type)

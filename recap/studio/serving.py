@@ -243,6 +243,10 @@ def fresh_drafter(
         raise refusal(str(error)) from None
 
 
+#: Requests the Compare tab warms every method with memories on (`Studio.compare_warmup`).
+COMPARE_WARMUP = 8
+
+
 class Studio:
     """What every visitor's requests share: the model factory and cache, the offered models and memory
     scopes, the folders an image may come from, and the bounds that keep one visitor from taking the
@@ -264,6 +268,8 @@ class Studio:
         self.cache = cache
         self.scopes = scopes
         self.plan = plan or MemoryPlan()
+        #: Requests every compared method is warmed on before its timed run (`Studio.warmup_requests`).
+        self.compare_warmup = COMPARE_WARMUP
         #: Folders an image may come from: gradio's upload cache (set by `build_demo`) and the examples.
         self.upload_roots: list[Path] = list(EXAMPLE_ROOTS)
         self.slots = DecodeSlots(concurrency(), waiting(), per_client(), turn_s())
@@ -359,7 +365,9 @@ class Studio:
             )
         return EMPTY_START
 
-    def warmup_requests(self, runtime: Runtime, exclude: tuple[str | None, str] | None = None, n: int = 8):
+    def warmup_requests(
+        self, runtime: Runtime, exclude: tuple[str | None, str] | None = None, n: int = COMPARE_WARMUP
+    ):
         """``n`` warm-up requests for ``runtime``'s model: training scenes of its world for an embedded
         model (v1's or v2's own distribution, never the held-out scenes of the examples), else the
         studio's examples (the photos too), leaving out ``exclude`` (image file, prompt)."""
