@@ -624,6 +624,21 @@ def test_heartbeats_come_only_without_news_and_never_hold_back_an_item():
     assert asyncio.run(waits()) == (2, "done")
 
 
+def test_a_waiting_line_never_outlives_the_wait():
+    # At each heartbeat: the line's length while the job waits; once it has its slot, "Starting…" once
+    # in place of the stale line, and nothing after another update replaced it.
+    from recap.studio.slots import WaitingLine
+
+    told = iter(["Waiting: 2 ahead", "Waiting: 1 ahead", None, None, "Waiting: 1 ahead", None])
+    line = WaitingLine(lambda: next(told))
+    assert [line.status(), line.status(), line.status(), line.status()] == [
+        "Waiting: 2 ahead", "Waiting: 1 ahead", "Starting…", None
+    ]
+    assert line.status() == "Waiting: 1 ahead"
+    line.shown_other()  # (a step was shown)
+    assert line.status() is None
+
+
 def _raw_post(url: str, api: str, data_json: str, address: str) -> str:
     """Start ``api`` through gradio's /call API as the client at ``address``; its event id."""
     import httpx
@@ -697,7 +712,7 @@ def test_a_sensitivity_pass_waiting_in_line_leaves_it_when_its_handler_is_closed
     # it there takes its work out of the line.
     from recap.studio import sensitivity_tab
     from recap.studio.line import DecodeSlots
-    from recap.studio.slots import NO_CLIENT, DecodeJob
+    from recap.studio.slots import NO_CLIENT
 
     one = DecodeSlots(1, 10, per_client=2, turn_s=0.0)
     monkeypatch.setattr(server.studio, "slots", one)
@@ -725,4 +740,3 @@ def test_a_sensitivity_pass_waiting_in_line_leaves_it_when_its_handler_is_closed
         gate.set()
         holder.take(WAIT_S)
         one.shutdown()
-    assert isinstance(holder, DecodeJob)

@@ -464,20 +464,40 @@ def test_a_request_body_over_the_bound_is_refused_before_it_is_read(space):
     assert event == "complete", data
 
 
-def test_the_upload_ledger_counts_a_clients_bytes_within_its_window():
+def test_the_upload_ledger_counts_uploads_as_they_start_and_forgets_idle_clients():
     from recap.studio.bodylimit import UploadLedger
 
     now = [0.0]
     ledger = UploadLedger(window_s=600, clock=lambda: now[0])
-    ledger.add("a", 100)
+    assert ledger.reserve("a", 60, budget=100) is None
+    assert ledger.reserve("a", 60, budget=100) == 60  # counted as it started: two at once cannot pass
+    assert ledger.reserve("a", 0, budget=100) is None and ledger.used("a") == 60  # (an empty one: none)
     now[0] = 300
-    ledger.add("a", 50)
-    ledger.add("b", 7)
-    assert (ledger.used("a"), ledger.used("b")) == (150, 7)
+    assert ledger.reserve("a", 40, budget=100) is None and ledger.reserve("b", 7, budget=100) is None
+    assert (ledger.used("a"), ledger.used("b")) == (100, 7)
     now[0] = 601  # the first upload left the window
-    assert ledger.used("a") == 50
-    now[0] = 1000  # every upload did: the clients are forgotten
-    assert ledger.used("a") == ledger.used("b") == 0 and not ledger._spent
+    assert ledger.used("a") == 40
+    for client in range(1000):  # clients that never come back ...
+        ledger.reserve(f"one-off {client}", 1, budget=100)
+    now[0] = 1500  # ... are forgotten by the next sweep, whoever uploads then
+    ledger.reserve("c", 1, budget=100)
+    assert len(ledger) == 1
+
+
+def test_gradios_files_of_uploads_broken_off_are_swept_once_stale(tmp_path):
+    import os
+
+    from recap.studio.bodylimit import sweep_stale_uploads
+
+    stale, fresh, kept = tmp_path / "tmpabc", tmp_path / "tmpdef", tmp_path / "scene.png"
+    for path in (stale, fresh, kept):
+        path.write_bytes(b"x")
+    (tmp_path / "tmpfolder").mkdir()  # (a finished upload's folder is never touched)
+    old = os.stat(stale).st_mtime - 7200
+    os.utime(stale, (old, old))
+    os.utime(kept, (old, old))
+    assert sweep_stale_uploads(tmp_path, older_than_s=3600) == 1
+    assert not stale.exists() and fresh.exists() and kept.exists() and (tmp_path / "tmpfolder").is_dir()
 
 
 def test_uploads_are_bounded_per_client_and_by_the_free_disk(space, monkeypatch):
@@ -496,14 +516,39 @@ def test_uploads_are_bounded_per_client_and_by_the_free_disk(space, monkeypatch)
     taken = [upload("198.51.100.91") for _ in range(2)]  # the bodies' overhead: two fit, not three
     assert [r.status_code for r in taken] == [200, 200]
     refused = upload("198.51.100.91")
-    said = "You have uploaded 0 MiB in the last 10 minutes, and a visitor may upload 0 MiB in that time"
-    assert refused.status_code == 429 and said in refused.text
+    said = "You have uploaded 0.0 MiB in the last 10 minutes, and this upload (0.0 MiB) would pass the"
+    assert refused.status_code == 429 and said in refused.text and "wait a few minutes" in refused.text
     assert upload("198.51.100.92").status_code == 200  # another client
     monkeypatch.setattr(bodylimit, "disk_free", lambda folder: bodylimit.MIN_FREE_BYTES - 1)
     full = upload("198.51.100.93")
     assert full.status_code == 503 and "disk is nearly full" in full.text
     event, data = _raw_call(space.url, "run", _raw_json(taken[0].json()[0]))
     assert event == "complete", data
+
+
+def test_an_upload_is_refused_by_what_it_declares_before_a_byte_is_written(space, monkeypatch):
+    # An upload over the bound is refused before it is read (gradio would keep the part it had written
+    # of one cut short), and one that does not say its size is refused too: nothing lands on the disk.
+    from gradio.utils import get_upload_folder
+
+    from recap.studio import bodylimit
+
+    folder = Path(get_upload_folder())
+    before = set(folder.glob("tmp*"))
+    monkeypatch.setattr(bodylimit, "MAX_UPLOAD_BYTES", 10_000)
+    large = space.folder / "large-upload.png"
+    noise_image(2, size=(300, 300)).save(large)
+    with open(large, "rb") as handle:
+        response = httpx.post(f"{space.url}gradio_api/upload", files={"files": handle}, timeout=60)
+    assert response.status_code == 413 and "at most 0 MiB" in response.text
+
+    def chunks():
+        yield b"--x\r\n"
+
+    headers = {"content-type": "multipart/form-data; boundary=x"}
+    unsized = httpx.post(f"{space.url}gradio_api/upload", content=chunks(), headers=headers, timeout=60)
+    assert unsized.status_code == 411 and "Content-Length" in unsized.text
+    assert set(folder.glob("tmp*")) <= before
 
 
 def test_a_lone_surrogate_in_a_prompt_is_refused_with_a_message(space):

@@ -1,22 +1,28 @@
-"""A bound on what one HTTP request may make the server read: `BodyLimit`, an ASGI middleware.
+"""Bounds on what one HTTP request may make the server read and keep: `BodyLimit`, an ASGI middleware.
 
 gradio reads a request's whole JSON body into memory before any studio check runs (and queues an event
 whose prompt is 300 MB as readily as one of 30 characters): one client posting bodies of a few hundred
 megabytes at a time could take the server's memory from every visitor. No studio request needs more
 than a few hundred kilobytes (a prompt is at most 8000 characters; images and traces come as uploads),
 so a body over `MAX_BODY_BYTES` is answered 413 before it is read (its ``Content-Length``) or as soon as
-it passes the bound (a body sent in chunks, without one). Uploads (paths ending in ``/upload``) have
-gradio's own bound, ``launch(max_file_size=...)``; they get `MAX_UPLOAD_BYTES`, above it, as a second
-bound. `StudioBlocks.launch` installs the middleware, so every server the studio starts has it.
+it passes the bound (a body sent in chunks, without one). `StudioBlocks.launch` installs the middleware,
+so every server the studio starts has it.
 
-Uploads are also what fills the server's disk (gradio keeps them for a day): a client may upload at
-most `UPLOAD_BUDGET_BYTES` in any `UPLOAD_WINDOW_S` seconds (429 beyond, with a message), and no upload
-is taken while the upload folder's disk has less than `MIN_FREE_BYTES` free (503: runs on the examples
-and on files already uploaded go on).
+Uploads (POSTs to a path ending in ``/upload``) are what fills the server's disk (gradio keeps them for
+a day), so they are bounded before a byte is read, by what they declare: an upload must say its
+``Content-Length`` (411 otherwise; browsers and HTTP clients do), at most `MAX_UPLOAD_BYTES` (413;
+gradio's own ``max_file_size``, 50 MB, refuses a file before that); a client may upload at most
+`UPLOAD_BUDGET_BYTES` in any `UPLOAD_WINDOW_S` seconds, counted as each upload starts, so uploads sent
+at once cannot pass it together (429, with a message); and no upload is taken while the upload
+folder's disk has less than `MIN_FREE_BYTES` free (503: runs on the examples and on files already
+uploaded go on). An upload is never cut short here (gradio would keep the part it had written); one
+its client breaks off leaves gradio a temporary file, which `sweep_stale_uploads` deletes once an hour
+old.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
@@ -32,18 +38,24 @@ from recap.studio.line import client_key
 
 #: The largest request body read for any path but an upload's (a studio request is a few kilobytes).
 MAX_BODY_BYTES = 1 << 20
-#: The largest upload body read (gradio's ``max_file_size``, 50 MB, refuses a file before this).
+#: The largest upload body taken (gradio's ``max_file_size``, 50 MB, refuses a file before this).
 MAX_UPLOAD_BYTES = 64 << 20
 #: What one client may upload in any `UPLOAD_WINDOW_S` seconds (an image is a few MB at most).
 UPLOAD_BUDGET_BYTES = 256 << 20
 UPLOAD_WINDOW_S = 600.0
 #: No upload is taken while the upload folder's disk has less free than this.
 MIN_FREE_BYTES = 512 << 20
+#: gradio's temporary files of uploads broken off are deleted once this old (seconds), checked at most
+#: once per `SWEEP_EVERY_S` as uploads come.
+STALE_UPLOAD_S = 3600.0
+SWEEP_EVERY_S = 600.0
 #: What a refused request is told.
 TOO_LARGE = "This request is too large for the studio (at most {limit} MiB)."
+LENGTH_REQUIRED = "An upload must say its size (a Content-Length header)."
 UPLOADED_TOO_MUCH = (
-    "You have uploaded {used} MiB in the last {minutes} minutes, and a visitor may upload {budget} MiB in"
-    " that time: wait a few minutes before the next upload (the examples need none)."
+    "You have uploaded {used} MiB in the last {minutes} minutes, and this upload ({size} MiB) would pass"
+    " the {budget} MiB a visitor may upload in that time: wait a few minutes before the next upload (the"
+    " examples need none)."
 )
 DISK_FULL = (
     "The studio's disk is nearly full, so it takes no upload for now: try again later (the examples"
@@ -52,30 +64,56 @@ DISK_FULL = (
 
 
 class UploadLedger:
-    """Bytes each client uploaded in the last ``window_s`` seconds (thread-safe)."""
+    """Bytes each client uploaded in the last ``window_s`` seconds (thread-safe): a running total per
+    client, its entries dropped as they leave the window, every client's at least once a window."""
 
     def __init__(self, window_s: float = UPLOAD_WINDOW_S, clock=time.monotonic) -> None:
         self.window_s, self.clock = window_s, clock
-        self._spent: dict[str, deque[tuple[float, int]]] = {}
+        self._entries: dict[str, deque[tuple[float, int]]] = {}
+        self._totals: dict[str, int] = {}
+        self._swept = clock()
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """Clients with an upload in the window (after the last sweep)."""
+        return len(self._entries)
 
     def used(self, client: str) -> int:
         with self._lock:
-            return sum(size for _, size in self._recent(client))
+            self._expire(client)
+            return self._totals.get(client, 0)
 
-    def add(self, client: str, size: int) -> None:
+    def reserve(self, client: str, size: int, budget: int) -> int | None:
+        """Count ``size`` bytes for ``client`` now if its window stays within ``budget`` (None), else
+        count nothing and return what it used."""
         with self._lock:
-            self._spent.setdefault(client, deque()).append((self.clock(), size))
-            self._recent(client)
+            self._sweep()
+            self._expire(client)
+            used = self._totals.get(client, 0)
+            if used + size > budget:
+                return used
+            if size > 0:
+                self._entries.setdefault(client, deque()).append((self.clock(), size))
+                self._totals[client] = used + size
+            return None
 
-    def _recent(self, client: str) -> deque[tuple[float, int]]:
-        """``client``'s uploads within the window (older ones dropped; an idle client is forgotten)."""
-        entries = self._spent.get(client, deque())
-        while entries and entries[0][0] < self.clock() - self.window_s:
-            entries.popleft()
+    def _expire(self, client: str) -> None:
+        entries = self._entries.get(client)
+        if entries is None:
+            return
+        cutoff = self.clock() - self.window_s
+        while entries and entries[0][0] < cutoff:
+            self._totals[client] -= entries.popleft()[1]
         if not entries:
-            self._spent.pop(client, None)
-        return entries
+            del self._entries[client], self._totals[client]
+
+    def _sweep(self) -> None:
+        """Forget every client whose uploads all left the window (at most once a window)."""
+        if self.clock() - self._swept < self.window_s:
+            return
+        self._swept = self.clock()
+        for client in list(self._entries):
+            self._expire(client)
 
 
 def disk_free(folder: str) -> int:
@@ -86,37 +124,45 @@ def disk_free(folder: str) -> int:
     return shutil.disk_usage(path).free
 
 
+def sweep_stale_uploads(folder: str | Path, older_than_s: float = STALE_UPLOAD_S) -> int:
+    """Delete gradio's temporary upload files (``tmp*``, directly in its upload folder) last written
+    over ``older_than_s`` seconds ago: what uploads broken off leave (a finished upload's file is moved
+    into a folder of its own). Returns how many were deleted."""
+    deleted, cutoff = 0, time.time() - older_than_s
+    with contextlib.suppress(OSError):
+        for path in Path(folder).glob("tmp*"):
+            with contextlib.suppress(OSError):
+                if path.is_file() and not path.is_symlink() and path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    deleted += 1
+    return deleted
+
+
 class BodyLimit:
     """ASGI middleware: an HTTP request whose body is over its path's bound gets 413 with a one-line
-    message, and the app never sees it; an upload over its client's budget 429, one while the disk is
-    nearly full 503 (see the module docstring)."""
+    message, and the app never sees it; an upload without a declared size 411, one over its client's
+    budget 429, one while the disk is nearly full 503 (see the module docstring)."""
 
-    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES, upload_limit: int = MAX_UPLOAD_BYTES) -> None:
-        self.app, self.limit, self.upload_limit = app, limit, upload_limit
+    def __init__(self, app: Any) -> None:
+        self.app = app
         self.uploads = UploadLedger()
         self.hops = proxy_hops()
+        self._swept = -float("inf")
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope.get("type") != "http":
             await self.app(scope, receive, send)
             return
-        upload = scope.get("method") == "POST" and scope.get("path", "").rstrip("/").endswith("/upload")
-        limit = self.upload_limit if upload else self.limit
         declared = _content_length(scope)
-        if declared is not None and declared > limit:
-            await _refuse(send, 413, TOO_LARGE.format(limit=limit >> 20))
+        if scope.get("method") == "POST" and scope.get("path", "").rstrip("/").endswith("/upload"):
+            if (refusal := self._upload_refusal(scope, declared)) is not None:
+                await _refuse(send, *refusal)
+                return
+            await self.app(scope, receive, send)  # (uvicorn reads no more than the declared length)
             return
-        client = client_key(Request(scope), self.hops) if upload else ""
-        if upload:
-            used = self.uploads.used(client)
-            if used + (declared or 0) > UPLOAD_BUDGET_BYTES:
-                minutes, budget = round(self.uploads.window_s / 60), UPLOAD_BUDGET_BYTES >> 20
-                message = UPLOADED_TOO_MUCH.format(used=used >> 20, minutes=minutes, budget=budget)
-                await _refuse(send, 429, message)
-                return
-            if disk_free(get_upload_folder()) < MIN_FREE_BYTES:
-                await _refuse(send, 503, DISK_FULL)
-                return
+        if declared is not None and declared > MAX_BODY_BYTES:
+            await _refuse(send, 413, TOO_LARGE.format(limit=MAX_BODY_BYTES >> 20))
+            return
         received, started, refused = 0, False, False
 
         async def bounded_receive() -> dict:
@@ -126,10 +172,10 @@ class BodyLimit:
             message = await receive()
             if message.get("type") == "http.request":
                 received += len(message.get("body", b""))
-                if received > limit:  # answered here; the app is told the client left
+                if received > MAX_BODY_BYTES:  # answered here; the app is told the client left
                     refused = True
                     if not started:
-                        await _refuse(send, 413, TOO_LARGE.format(limit=limit >> 20))
+                        await _refuse(send, 413, TOO_LARGE.format(limit=MAX_BODY_BYTES >> 20))
                     return {"type": "http.disconnect"}
             return message
 
@@ -140,11 +186,27 @@ class BodyLimit:
             started = started or message.get("type") == "http.response.start"
             await send(message)
 
-        try:
-            await self.app(scope, bounded_receive, watched_send)
-        finally:
-            if upload:
-                self.uploads.add(client, received)
+        await self.app(scope, bounded_receive, watched_send)
+
+    def _upload_refusal(self, scope: dict, declared: int | None) -> tuple[int, str] | None:
+        """Why an upload is refused before it is read (status, message), or None: it is counted."""
+        folder = get_upload_folder()
+        if time.monotonic() - self._swept >= SWEEP_EVERY_S:
+            self._swept = time.monotonic()
+            sweep_stale_uploads(folder)
+        if declared is None:
+            return 411, LENGTH_REQUIRED
+        if declared > MAX_UPLOAD_BYTES:
+            return 413, TOO_LARGE.format(limit=MAX_UPLOAD_BYTES >> 20)
+        if disk_free(folder) < MIN_FREE_BYTES:
+            return 503, DISK_FULL
+        client = client_key(Request(scope), self.hops)
+        used = self.uploads.reserve(client, declared, UPLOAD_BUDGET_BYTES)
+        if used is None:
+            return None
+        minutes, budget = round(self.uploads.window_s / 60), UPLOAD_BUDGET_BYTES >> 20
+        used_mib, size_mib = f"{used / (1 << 20):.1f}", f"{declared / (1 << 20):.1f}"
+        return 429, UPLOADED_TOO_MUCH.format(used=used_mib, minutes=minutes, size=size_mib, budget=budget)
 
 
 def _content_length(scope: dict) -> int | None:
@@ -152,9 +214,10 @@ def _content_length(scope: dict) -> int | None:
     for name, value in scope.get("headers", ()):
         if name.lower() == b"content-length":
             try:
-                return int(value)
+                length = int(value)
             except ValueError:
                 return None
+            return length if length >= 0 else None
     return None
 
 

@@ -270,6 +270,33 @@ class RenderBudget:
             self.cost_s += 0.1 * (min(seconds, 1.0) - self.cost_s)
 
 
+class WaitingLine:
+    """What a handler's status line says at its heartbeats while its job waits for a slot: ``describe()``
+    (the line's length; None once the job has its slot), then "Starting…" once, at the first heartbeat
+    after the job got its slot, unless the handler showed another update since (`shown_other`): a
+    waiting line never outlives the wait."""
+
+    STARTING = "Starting…"
+
+    def __init__(self, describe: Callable[[], str | None]) -> None:
+        self.describe, self._waiting_shown = describe, False
+
+    def status(self) -> str | None:
+        """The status to show now, or None: nothing new."""
+        line = self.describe()
+        if line is not None:
+            self._waiting_shown = True
+            return line
+        if self._waiting_shown:
+            self._waiting_shown = False
+            return self.STARTING
+        return None
+
+    def shown_other(self) -> None:
+        """The handler showed another update (the waiting line is gone from the page)."""
+        self._waiting_shown = False
+
+
 @dataclass
 class Update:
     """What `paced` asks its handler to show: the first ``shown`` steps, or a status line only."""
