@@ -202,10 +202,10 @@ def parse_trace(text: str) -> dict[str, Any]:
         raise ValueError(f"not a RECAP trace: invalid JSON ({error.msg} at line {error.lineno})") from None
     except RecursionError:
         raise ValueError("not a RECAP trace: its JSON is nested too deeply") from None
-    except ValueError as error:  # NaN/Infinity (our words), or an integer of thousands of digits
-        if "a trace can hold" not in str(error):  # (Python's words name its own settings: not shown)
-            error = ValueError("a number has thousands of digits")
+    except _Constant as error:  # NaN/Infinity
         raise ValueError(f"not a RECAP trace: {error}") from None
+    except ValueError:  # an integer of thousands of digits (Python's words name its own settings)
+        raise ValueError("not a RECAP trace: a number has thousands of digits") from None
 
 
 # ------------------------------------------------------------------------------- checking a trace's shape
@@ -274,8 +274,12 @@ _REQUIRED_STEP_FIELDS = ("step", "committed_len", "method")
 _LIST_ITEMS: dict[str, _FieldKind] = {"texts": "text", "ints": "token", "bools": "bool"}
 
 
+class _Constant(ValueError):
+    """A JSON constant (NaN, Infinity) that no trace holds."""
+
+
 def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number a trace can hold")
+    raise _Constant(f"{name} is not a number a trace can hold")
 
 
 def check_trace_data(data: Any) -> None:

@@ -6,8 +6,8 @@
 Runs one method over a dataset as one stream of requests (fresh memories, sample ``i`` seeded
 ``seed + i`` as in the benchmark), bins every drafted node by its score (RECAP: its path estimate,
 the chance the drafter gives it of being accepted) and prints, per bin, the mean score beside the share
-of those nodes that were accepted (a calibrated drafter has the two equal), and the same by the nodes'
-depth. ``--greedy-labels`` hides
+of those nodes that were accepted (a calibrated drafter has the two equal), and the same by the depth
+of the state each node was drafted at. ``--greedy-labels`` hides
 the sampling labels from the drafter (`Observation.commit_probs`), so that RECAP's acceptance estimates
 learn "is the argmax" while sampling, as they did before they learnt sampling acceptance.
 """
@@ -23,8 +23,6 @@ import numpy as np
 
 #: Upper edges of the score bins.
 EDGES = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
-#: Depth buckets of the by-depth table: (first, last) depth, inclusive.
-DEPTHS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 8), (9, 10**9))
 
 
 def calibration(steps_of_runs, edges: Sequence[float] = EDGES) -> tuple[list[dict], dict[int, float]]:
@@ -56,27 +54,31 @@ def calibration(steps_of_runs, edges: Sequence[float] = EDGES) -> tuple[list[dic
     return bins, {depth: by_depth[depth] / max(passes, 1) for depth in sorted(by_depth)}
 
 
-def depth_calibration(steps_of_runs, buckets: Sequence[tuple[int, int]] = DEPTHS) -> list[dict]:
-    """Per depth bucket ``{"depths", "nodes", "mean_score", "accepted"}`` (empty buckets left out): are
-    the path scores of deep nodes as calibrated as those of shallow ones (a search that multiplies
-    estimates along a path would under- or over-invest in depth otherwise)?"""
-    count, score, accepted = (np.zeros(len(buckets)) for _ in range(3))
+def depth_calibration(steps_of_runs) -> list[dict]:
+    """Per depth of the state a node was drafted at (drafts its pass had accepted before it, in
+    `recap.bench.coverage.DEPTH_BUCKETS`, as the benchmark's depth tables) ``{"depths", "nodes",
+    "mean_score", "accepted"}`` (empty buckets left out): are the path scores of deep nodes as
+    calibrated as those of shallow ones (a search that multiplies estimates along a path would under- or
+    over-invest in depth otherwise)?"""
+    from recap.bench.coverage import DEPTH_LABELS, depth_bucket
+
+    count, score, accepted = Counter(), Counter(), Counter()
     for steps in steps_of_runs:
         for step in steps[1:]:
             for node in step.nodes:
-                at = next(i for i, (low, high) in enumerate(buckets) if node.depth <= high)
-                count[at] += 1
-                score[at] += node.score
-                accepted[at] += node.accepted
+                bucket = depth_bucket(node.depth - 1)  # (a node at depth 1 is drafted at the root)
+                count[bucket] += 1
+                score[bucket] += node.score
+                accepted[bucket] += node.accepted
     return [
         {
-            "depths": f"{low}" if low == high else f"{low}+" if high >= 10**9 else f"{low}-{high}",
-            "nodes": int(count[i]),
-            "mean_score": score[i] / count[i],
-            "accepted": accepted[i] / count[i],
+            "depths": label,
+            "nodes": count[label],
+            "mean_score": score[label] / count[label],
+            "accepted": accepted[label] / count[label],
         }
-        for i, (low, high) in enumerate(buckets)
-        if count[i]
+        for label in DEPTH_LABELS
+        if count[label]
     ]
 
 
@@ -87,6 +89,8 @@ def _hide_sampling_labels(drafter) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from tqdm import tqdm
+
     from recap.bench.cli import local_image_size
     from recap.bench.datasets import check_scene_world, default_dataset, load_dataset
     from recap.decode import generate
@@ -118,8 +122,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.greedy_labels:
         _hide_sampling_labels(drafter)
     runs, tokens, passes = [], 0, 0
-    from tqdm import tqdm
-
     for index, sample in enumerate(tqdm(samples, desc=args.method, unit="req")):
         seeded = (
             sampling if sampling.greedy else dataclasses.replace(sampling, seed=(sampling.seed or 0) + index)
@@ -141,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("| score below | nodes | mean score | accepted |\n|---|---|---|---|")
     for row in bins:
         print(f"| {row['upper']:.2f} | {row['nodes']} | {row['mean_score']:.3f} | {row['accepted']:.3f} |")
-    print("\n| depth | nodes | mean score | accepted |\n|---|---|---|---|")
+    print("\n| depth of the state | nodes | mean score | accepted |\n|---|---|---|---|")
     for row in depth_calibration(runs):
         print(f"| {row['depths']} | {row['nodes']} | {row['mean_score']:.3f} | {row['accepted']:.3f} |")
     return 0

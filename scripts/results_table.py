@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from recap.bench.coverage import DEPTH_BUCKETS, at_depths, sensitive_depths
+from recap.bench.coverage import DEPTH_LABELS, at_depths, sensitive_depths
 from recap.bench.report import depth_cells
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,10 +149,11 @@ def coverage_tables() -> str:
 def depth_tables() -> str:
     """At image-sensitive tokens, by the depth of the state: accepted of positions per depth bucket, in
     all, and at TR's mix of depths; TR, RECAP and the paper's per-request scope."""
-    labels = [label for label, _, _ in DEPTH_BUCKETS]
     out = [
-        "| run | method | " + " | ".join(f"depth {label}" for label in labels) + " | all | at TR's depths |",
-        "|---|---|" + "---|" * (len(labels) + 2),
+        "| run | method | "
+        + " | ".join(f"depth {label}" for label in DEPTH_LABELS)
+        + " | all | at TR's depths |",
+        "|---|---|" + "---|" * (len(DEPTH_LABELS) + 2),
     ]
     for folder in COVERAGE_ROWS:
         methods = json.loads((RESULTS / folder / "results.json").read_text(encoding="utf-8"))["methods"]

@@ -71,5 +71,5 @@ def test_depth_calibration_compares_path_scores_with_acceptance_by_depth():
     ]
     rows = depth_calibration([steps])
     table = [(r["depths"], r["nodes"], r["accepted"]) for r in rows]
-    assert table == [("1", 2, 0.5), ("4-5", 1, 1.0), ("9+", 1, 0.0)]
+    assert table == [("0", 2, 0.5), ("4-7", 1, 1.0), ("8+", 1, 0.0)]  # (depths of the states drafted at)
     assert abs(rows[0]["mean_score"] - 0.4) < 1e-12

@@ -41,6 +41,7 @@ GROUPS = ("sensitive-first", "sensitive-later", "insensitive-first", "insensitiv
 BASE_KEYS = ("positions", "covered", "covered_this_request", "drafted", "accepted")
 #: Depth buckets of a state: (label, lowest depth, highest depth or None).
 DEPTH_BUCKETS = (("0", 0, 0), ("1", 1, 1), ("2-3", 2, 3), ("4-7", 4, 7), ("8+", 8, None))
+DEPTH_LABELS = tuple(label for label, _, _ in DEPTH_BUCKETS)
 
 
 def depth_bucket(depth: int) -> str:
@@ -55,7 +56,7 @@ def by_depth(counts: Sequence[dict[str, int]]) -> dict[str, tuple[int, int]]:
     """Bucket label -> (positions, accepted) summed over ``counts`` (groups of a method's breakdown,
     as `Breakdown.to_json` writes them), for the buckets that have positions."""
     found = {}
-    for label, _, _ in DEPTH_BUCKETS:
+    for label in DEPTH_LABELS:
         positions = sum(c.get(f"depth_{label}", 0) for c in counts)
         if positions:
             found[label] = (positions, sum(c.get(f"accepted_depth_{label}", 0) for c in counts))

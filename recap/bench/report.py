@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from recap.bench.coverage import DEPTH_BUCKETS, GROUPS, at_depths, sensitive_depths
+from recap.bench.coverage import DEPTH_LABELS, GROUPS, at_depths, sensitive_depths
 from recap.bench.metrics import BenchmarkResult, MethodResult
 from recap.drafters import is_recap_method
 
@@ -108,7 +108,7 @@ DEPTH_REFERENCE = "tr"
 def depth_cells(depths: dict[str, tuple[int, int]], reference: dict[str, tuple[int, int]]) -> list[str]:
     """One method's cells of a depth table: ``accepted% of positions`` per `DEPTH_BUCKETS` bucket (``-``
     where it has none), in all, and (with a ``reference``'s depths) at the reference's mix of depths."""
-    cells = [_depth_cell(*depths[label]) if label in depths else "-" for label, _, _ in DEPTH_BUCKETS]
+    cells = [_depth_cell(*depths[label]) if label in depths else "-" for label in DEPTH_LABELS]
     cells.append(_depth_cell(*(sum(v) for v in zip(*depths.values()))))
     if reference:
         weighed = at_depths(depths, reference)
@@ -125,7 +125,6 @@ def depth_table(result: BenchmarkResult) -> str:
         return ""
     reference = result.methods.get(DEPTH_REFERENCE)
     ref_depths = sensitive_depths(reference.breakdown) if reference is not None else {}
-    labels = [label for label, _, _ in DEPTH_BUCKETS]
     extra = " | at TR's depths" if ref_depths else ""
     table = (
         "\nAt image-sensitive positions by the depth of the state (drafts the pass had accepted before it; "
@@ -137,11 +136,11 @@ def depth_table(result: BenchmarkResult) -> str:
             else ""
         )
         + ":\n\n| method | "
-        + " | ".join(labels)
+        + " | ".join(DEPTH_LABELS)
         + " | all"
         + extra
         + " |\n"
-        "|---|" + "---|" * (len(labels) + 1 + bool(ref_depths)) + "\n"
+        "|---|" + "---|" * (len(DEPTH_LABELS) + 1 + bool(ref_depths)) + "\n"
     )
     for method, depths in rows:
         table += f"| {method} | " + " | ".join(depth_cells(depths, ref_depths)) + " |\n"
@@ -283,13 +282,12 @@ def charts(result: BenchmarkResult) -> dict[str, Any]:
         figures["coverage"] = cover
     deep = _with_depths(result)
     if deep:
-        labels = [label for label, _, _ in DEPTH_BUCKETS]
         depth = go.Figure()
         for method, depths in deep:
             depth.add_bar(
-                x=labels,
-                y=[depths[b][1] / depths[b][0] if b in depths else None for b in labels],
-                customdata=[depths[b][0] if b in depths else 0 for b in labels],
+                x=list(DEPTH_LABELS),
+                y=[depths[b][1] / depths[b][0] if b in depths else None for b in DEPTH_LABELS],
+                customdata=[depths[b][0] if b in depths else 0 for b in DEPTH_LABELS],
                 hovertemplate="%{y:.0%} of %{customdata} positions",
                 name=method,
             )

@@ -39,7 +39,7 @@ from recap.studio import measure, render, story
 from recap.studio.examples import BLANK_IMAGE, other_image
 from recap.studio.handlers import input_key
 from recap.studio.serving import Studio, fresh_drafter
-from recap.studio.slots import HEARTBEAT_S, WaitingLine
+from recap.studio.slots import HEARTBEAT_S
 from recap.studio.validation import offered_methods, refusal
 from recap.trace import StepRecord
 
@@ -106,7 +106,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         with studio.awaiting(
             request, "compare", job, "This comparison was replaced by a newer one of the same session."
         ):
-            waiting = WaitingLine(lambda: studio.waiting_status(job))
+            waiting = studio.waiting_line(job)
             if line := waiting.status():
                 yield _progress(cmp, compare_state, {}, {}, None, line + note)
             for update in job.values(HEARTBEAT_S):

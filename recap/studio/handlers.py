@@ -27,7 +27,7 @@ from recap.studio.environment import REPLAY_CONCURRENCY, SESSION_SCOPE, SHARED_S
 from recap.studio.exports import TraceExports, read_trace
 from recap.studio.serving import EMPTIED, Studio, drafter_for
 from recap.studio.sessions import release_memory
-from recap.studio.slots import HEARTBEAT_S, WaitingLine, paced
+from recap.studio.slots import HEARTBEAT_S, paced
 from recap.studio.validation import (
     display_delay_s,
     markdown_text,
@@ -233,7 +233,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
             with studio.awaiting(
                 request, "run", job, "This run was replaced by a newer run of the same session."
             ):
-                waiting = WaitingLine(lambda: studio.waiting_status(job))
+                waiting = studio.waiting_line(job)
                 if line := waiting.status():
                     yield {ui["status"]: line}
                 cap, interval = validation.MAX_TOTAL_DELAY_S, MIN_UPDATE_INTERVAL

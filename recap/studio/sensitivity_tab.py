@@ -17,7 +17,7 @@ from recap.bench.sensitivity import mark_steps, sensitive_flags
 from recap.studio import render
 from recap.studio.examples import check_other_image, other_image
 from recap.studio.serving import Studio
-from recap.studio.slots import HEARTBEAT_S, WaitingLine
+from recap.studio.slots import HEARTBEAT_S
 from recap.studio.validation import refusal
 
 
@@ -58,7 +58,7 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
         with studio.awaiting(
             request, "sensitivity", job, "This check was replaced by a newer one of the same session."
         ):
-            waiting = WaitingLine(lambda: studio.waiting_status(job))
+            waiting = studio.waiting_line(job)
             if line := waiting.status():
                 yield {sens["status"]: line}
             async for _ in job.waits(HEARTBEAT_S):  # yields, so that gradio can stop the event if its

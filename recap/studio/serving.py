@@ -53,7 +53,7 @@ from recap.studio.environment import (
 from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
 from recap.studio.line import Busy, DecodeSlots, client_key
 from recap.studio.sessions import SessionLedger
-from recap.studio.slots import Cancelled, DecodeJob, DisplayTickets, RenderBudget, SessionJobs
+from recap.studio.slots import Cancelled, DecodeJob, DisplayTickets, RenderBudget, SessionJobs, WaitingLine
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
 from recap.trace import StepRecord
 
@@ -312,13 +312,19 @@ class Studio:
         self.jobs.replace(session, event, job)
         return job
 
-    def waiting_status(self, job: DecodeJob) -> str | None:
-        """What a handler shows while ``job`` waits in a busy line for its first slot (None otherwise):
-        the line's length, every visitor's work counted, nobody's named."""
-        running, waiting = self.slots.counts()
-        if not job.waiting or running + waiting <= self.slots.slots:
-            return None
-        return f"Waiting for a decode slot: {running} decoding and {waiting} waiting, every visitor's work…"
+    def waiting_line(self, job: DecodeJob) -> WaitingLine:
+        """What a handler's status line says while ``job`` waits in a busy line for its first slot: the
+        line's length, every visitor's work counted, nobody's named (`WaitingLine`)."""
+
+        def describe() -> str | None:
+            running, waiting = self.slots.counts()
+            if not job.waiting or running + waiting <= self.slots.slots:
+                return None
+            return (
+                f"Waiting for a decode slot: {running} decoding and {waiting} waiting, every visitor's work…"
+            )
+
+        return WaitingLine(describe)
 
     @contextlib.contextmanager
     def awaiting(self, request, event: str, job: DecodeJob, replaced: str) -> Iterator[None]:
