@@ -324,6 +324,20 @@ def test_stream_contexts_are_shared_and_stamped_with_the_request_that_wrote_them
     assert second.ctx2 is first.ctx2 and second.ctx2.lookup((1, 2)).request == written_by + 1
 
 
+@pytest.mark.parametrize(("method", "expected"), [("recap", [3, 4]), ("recap-latest-context", [4, 5])])
+def test_a_stream_context_offers_the_earlier_requests_consensus(method, expected):
+    """Two earlier requests (images) predicted 3 and then 4 after (1, 2); a third request that has not
+    computed (1, 2) yet drafts from both by default, from the latest one only in the ablation."""
+    shared = PersistentMemory(VOCAB, 8)
+    for greedy in (3, 3, 4):  # requests 0 and 1 predict 3, request 2 predicts 4
+        drafter = make_drafter(method, persistent=shared)
+        start(drafter, [1, 2], Target(lambda context, greedy=greedy: greedy if context[-1] == 2 else 9))
+    third = make_drafter(method, persistent=shared)
+    third.begin(RequestInfo((7, 1, 2), frozenset({IMAGE}), VOCAB))
+    assert third.ctx2.lookup((1, 2)).ids[:2] == expected
+    assert third.ctx2.lookup((1, 2)).request == 2  # still another request's record for the estimates
+
+
 def test_shared_persistent_memory_is_used_across_drafters():
     shared = PersistentMemory(VOCAB, 8)
     start(make_drafter("recap", persistent=shared), [1, 2, 3], Target(cycle_rule([1, 2, 3])))

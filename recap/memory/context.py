@@ -2,7 +2,12 @@
 
 Request-local in the paper (the drafter clears them at every request); kept for the whole stream
 with ``context_scope="stream"`` (`recap.memory.persistent.PersistentMemory.context2` / ``context3``, bounded).
-Overwrite-with-latest. Which keys are written is the drafter's business (`recap.memory.recycling`).
+Overwrite-with-latest within a request. Across requests a stream memory can instead keep a
+*consensus* (`ContextMemory.fold`, ``RecapConfig.context_consensus``): at a request's start every
+record the earlier requests wrote since the last fold is blended into the decayed mean of the records
+earlier requests left under its key, so a key this request has not written yet offers what most
+earlier requests (images) predicted there, not only the latest one. Which keys are written is the
+drafter's business (`recap.memory.recycling`).
 
 Example::
 
@@ -47,6 +52,11 @@ class ContextMemory:
         self.table = np.zeros((0, 2), dtype=np.float32)
         self.index = KeyIndex(capacity)  # packed key -> row
         self._lock = threading.Lock()  # stream-scope memories are shared by concurrent requests
+        # `fold`: each row's consensus (`record_table` layout, the last column its weight), the key it
+        # belongs to (a bounded memory reuses rows), and the first request not folded yet.
+        self._consensus = np.zeros((0, 2), dtype=np.float32)
+        self._consensus_keys = np.zeros(0, dtype=np.int64)
+        self._folded_from = -1
 
     def __len__(self) -> int:
         return len(self.index)
@@ -146,9 +156,49 @@ class ContextMemory:
         return self._lock
 
     def clear(self) -> None:
-        """Forget every record (start of a request)."""
+        """Forget every record (start of a request), and the consensus."""
         with self._lock:
             self.index.clear()
+            self._consensus_keys.fill(-1)
+            self._folded_from = -1
+
+    def fold(self, request: int, decay: float) -> None:
+        """Blend the records written since the last fold by requests numbered below ``request`` into the
+        consensus of their keys, and make each such row hold the consensus (call it as ``request``
+        starts; with ``decay`` in (0, 1]).
+
+        A key's consensus is the mean of the records earlier requests left there, each request's
+        weight ``decay`` times the next one's: ``c <- (decay * w * c + r) / (decay * w + 1)``, ``w <-
+        decay * w + 1``, cut to the top k and its concentration recomputed. The row keeps the stamp of
+        the last request that wrote it, so the acceptance kinds still see another request's record;
+        this request's own writes then replace the row as before. Requests that run at once on one
+        memory may see a record of theirs folded early, or not folded: only what is drafted changes.
+
+        Example (k = 2, decay 1)::
+
+            c3.write((1, 2, 3), PredictionRecord([7, 8], [0.6, 0.4], 0.0, 0))
+            c3.fold(1, 1.0)
+            c3.write((1, 2, 3), PredictionRecord([8, 9], [0.8, 0.2], 0.0, 1))
+            c3.fold(2, 1.0)
+            c3.lookup((1, 2, 3)).ids      # [8, 7]: 8 has (0.4 + 0.8) / 2, 7 has 0.6 / 2
+        """
+        if not (isinstance(decay, int | float) and 0.0 < decay <= 1.0):
+            raise ValueError(f"decay must be a number in (0, 1], got {decay!r}")
+        with self._lock:
+            if self.k == 0:
+                return
+            if len(self._consensus) < len(self.table):
+                grown = np.zeros((len(self.table), self.table.shape[1]), dtype=np.float32)
+                owners = np.full(len(self.table), -1, dtype=np.int64)
+                if len(self._consensus_keys):
+                    grown[: len(self._consensus)] = self._consensus
+                    owners[: len(self._consensus_keys)] = self._consensus_keys
+                self._consensus, self._consensus_keys = grown, owners
+            _fold_rows(
+                self.table, self._consensus, self._consensus_keys, self.index.owner,
+                self.index.rows_used + 1, self.k, self._folded_from, request, float(decay),
+            )  # fmt: skip
+            self._folded_from = max(self._folded_from, request)
 
     def _pack(self, key: tuple[int, ...]) -> int:
         if len(key) != self.order:
@@ -176,3 +226,56 @@ def has_room(keys, owner, state, table, count):
         return False
     rows = next_row - 1 + count if capacity < 0 else min(next_row - 1 + count, capacity)
     return rows + 1 <= len(table)  # `ContextMemory.reserve`: the record table
+
+
+@numba.njit(cache=True, nogil=True)
+def _fold_rows(table, consensus, consensus_keys, owner, used, k, since, request, decay):
+    """`ContextMemory.fold` on the arrays: rows ``1..used-1`` stamped in ``[since, request)``."""
+    log_k = np.log(k) if k > 1 else 1.0
+    ids = np.empty(2 * k, dtype=np.int64)
+    scores = np.empty(2 * k, dtype=np.float64)
+    for row in range(1, used):
+        stamp = table[row, 2 * k + 1]
+        if stamp < since or stamp >= request:
+            continue
+        weight = np.float64(consensus[row, 2 * k + 1]) if consensus_keys[row] == owner[row] else 0.0
+        n = 0
+        for j in range(k):  # the new record, then the consensus merged into it
+            if table[row, k + j] > 0:
+                ids[n], scores[n] = np.int64(table[row, j]), np.float64(table[row, k + j])
+                n += 1
+        for j in range(k if weight > 0 else 0):
+            p = decay * weight * np.float64(consensus[row, k + j])
+            if p <= 0:
+                continue
+            token, at = np.int64(consensus[row, j]), -1
+            for i in range(n):
+                if ids[i] == token:
+                    at = i
+                    break
+            if at >= 0:
+                scores[at] += p
+            else:
+                ids[n], scores[n] = token, p
+                n += 1
+        if n == 0:
+            continue
+        norm = decay * weight + 1.0
+        order = np.argsort(-scores[:n], kind="mergesort")
+        total = 0.0
+        for j in range(k):
+            if j < n:
+                table[row, j] = np.float32(ids[order[j]])
+                table[row, k + j] = np.float32(scores[order[j]] / norm)
+            else:  # fewer than k tokens: the last id again, probability 0 (`fit_topk`'s padding)
+                table[row, j] = table[row, n - 1]
+                table[row, k + j] = 0.0
+            total += np.float64(table[row, k + j])
+        entropy = 0.0
+        for j in range(k):
+            p = np.float64(table[row, k + j]) / total if total > 0 else 1.0 / k
+            entropy -= p * np.log(max(p, 1e-30))
+        table[row, 2 * k] = np.float32(min(max(1.0 - entropy / log_k, 0.0), 1.0))
+        consensus[row, : 2 * k + 1] = table[row, : 2 * k + 1]
+        consensus[row, 2 * k + 1] = norm
+        consensus_keys[row] = owner[row]

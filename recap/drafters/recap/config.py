@@ -42,7 +42,10 @@ class RecapConfig:
     probabilities; ``suffix_prior``: the cold-start estimate of a suffix-matched token the memories do
     not back; ``context_scope``: ``"request"`` clears the contextual memories per request (the paper),
     ``"stream"`` keeps the earlier requests' records as a fallback that this request's writes replace
-    (the acceptance estimates tell the two apart); ``backoff``: where no memory has a record, draft the
+    (the acceptance estimates tell the two apart); ``context_consensus``: with ``"stream"``, the decay of
+    the consensus a key keeps of the earlier requests' records (`recap.memory.context.ContextMemory.fold`:
+    a key this request has not written offers the decayed mean of what earlier requests predicted there),
+    0 keeps the latest request's record only; ``backoff``: where no memory has a record, draft the
     stream's most often committed tokens (`recap.memory.backoff`) instead of nothing; ``suffix_scope``:
     ``"stream"`` lets the suffix match also continue the stream's earlier requests (their last
     `recap.drafters.recap.mirror.STREAM_SUFFIX_TOKENS` tokens), ``"request"`` only this request's.
@@ -66,6 +69,7 @@ class RecapConfig:
     calibrate: bool = True
     suffix_prior: float = 0.5
     context_scope: Literal["request", "stream"] = "stream"
+    context_consensus: float = 0.9
     suffix_scope: Literal["request", "stream"] = "stream"
     backoff: bool = True
 
@@ -100,6 +104,12 @@ class RecapConfig:
             raise ValueError(f"suffix_prior must be a number in [0, 1], got {self.suffix_prior!r}")
         if self.context_scope not in ("request", "stream"):
             raise ValueError(f'context_scope must be "request" or "stream", got {self.context_scope!r}')
+        if not (
+            isinstance(self.context_consensus, int | float)
+            and not isinstance(self.context_consensus, bool)
+            and 0.0 <= self.context_consensus <= 1.0
+        ):
+            raise ValueError(f"context_consensus must be a number in [0, 1], got {self.context_consensus!r}")
         if self.suffix_scope not in ("request", "stream"):
             raise ValueError(f'suffix_scope must be "request" or "stream", got {self.suffix_scope!r}')
         if not (self.use_persistent or self.use_context or self.suffix):
@@ -121,6 +131,7 @@ ABLATIONS: Mapping[str, Mapping[str, Any]] = {
     "recap-template": {"tree": "template"},
     "recap-uncalibrated": {"calibrate": False},
     "recap-request-context": {"context_scope": "request"},
+    "recap-latest-context": {"context_consensus": 0.0},
     "recap-no-backoff": {"backoff": False},
     "recap-request-suffix": {"suffix_scope": "request"},
 }

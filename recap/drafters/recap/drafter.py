@@ -135,6 +135,9 @@ class RecapDrafter:
         self._request = self.persistent.next_request()
         if self.config.context_scope == "stream":
             self.ctx2, self.ctx3 = self.persistent.context2, self.persistent.context3
+            if self.config.context_consensus > 0:
+                self.ctx2.fold(self._request, self.config.context_consensus)
+                self.ctx3.fold(self._request, self.config.context_consensus)
         else:
             self.ctx2.clear()
             self.ctx3.clear()
