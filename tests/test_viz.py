@@ -68,10 +68,12 @@ def test_tree_figure_draws_every_node_coloured_by_its_main_source():
     assert suffix.marker.opacity[0] < 1  # rejected: faded
     assert "suffix: 100%" in suffix.hovertext[0] and "rejected" in suffix.hovertext[0]
     assert not any("this image's own records" in h for t in traces for h in t.hovertext)
+    assert "earlier requests (their images' consensus)" in ctx3.hovertext[0]  # ctx3's record, not this one's
+    assert "earlier requests" not in suffix.hovertext[0]  # no contextual record proposed it
     step = _steps()[1]
     step.nodes[0].this_request = True  # a record this request wrote proposed node 0
     hover = next(t for t in _node_traces(figures.tree_figure(step)) if t.name == "ctx3").hovertext[0]
-    assert "from this image's own records" in hover
+    assert "from this image's own records" in hover and "earlier requests" not in hover
 
 
 def test_tree_figure_highlights_the_accepted_path_and_the_bonus_token():

@@ -47,10 +47,11 @@ HEADER = (
 ABOUT = """
 ### What you are looking at
 - **Answer**: each token is coloured by what proposed it: `ctx3`/`ctx2` (the contextual memories, keyed
-  by the last 3/2 tokens: what the model predicted under this request's image, and earlier requests'
-  records where this one has none yet), `persistent` (the 1-token memory kept across your requests),
-  `suffix` (a continuation copied from an earlier occurrence), Token Recycling's `template`, prompt
-  lookup's `lookup`, or `target`: the bonus token the model produced itself in a pass.
+  by the last 3/2 tokens: what the model predicted under this request's image, and where this one has
+  none yet a consensus of what it predicted there under earlier requests' images), `persistent` (the
+  1-token memory kept across your requests), `suffix` (a continuation copied from an earlier
+  occurrence), Token Recycling's `template`, prompt lookup's `lookup`, or `target`: the bonus token the
+  model produced itself in a pass.
 - **Inspect a step**: the step in plain words; the candidate tree the drafter proposed (x = depth;
   colour = main source, outline = a second source; thick line = accepted path; faded = rejected;
   ◆ = bonus token), the fused distribution at the root stacked by source (★ = the token the target
