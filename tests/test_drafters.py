@@ -326,15 +326,17 @@ def test_stream_contexts_are_shared_and_stamped_with_the_request_that_wrote_them
 
 @pytest.mark.parametrize(("method", "expected"), [("recap", [3, 4]), ("recap-latest-context", [4, 5])])
 def test_a_stream_context_offers_the_earlier_requests_consensus(method, expected):
-    """Two earlier requests (images) predicted 3 and then 4 after (1, 2); a third request that has not
-    computed (1, 2) yet drafts from both by default, from the latest one only in the ablation."""
+    """Earlier requests (images) predicted 3, 3 and then 4 after (7, 1, 2); a new request that has not
+    computed that context yet drafts from all of them by default, from the latest one only in the
+    ablation, under both the 2- and the 3-token key."""
     shared = PersistentMemory(VOCAB, 8)
     for greedy in (3, 3, 4):  # requests 0 and 1 predict 3, request 2 predicts 4
         drafter = make_drafter(method, persistent=shared)
-        start(drafter, [1, 2], Target(lambda context, greedy=greedy: greedy if context[-1] == 2 else 9))
+        start(drafter, [7, 1, 2], Target(lambda context, greedy=greedy: greedy if context[-1] == 2 else 9))
     third = make_drafter(method, persistent=shared)
     third.begin(RequestInfo((7, 1, 2), frozenset({IMAGE}), VOCAB))
     assert third.ctx2.lookup((1, 2)).ids[:2] == expected
+    assert third.ctx3.lookup((7, 1, 2)).ids[:2] == expected
     assert third.ctx2.lookup((1, 2)).request == 2  # still another request's record for the estimates
 
 

@@ -101,8 +101,10 @@ def test_fold_blends_earlier_requests_and_this_request_replaces():
     folded = memory.lookup((1, 2, 3))
     assert folded.ids == [8, 7] and folded.probs == pytest.approx([0.6, 0.3])  # (0.4 + 0.8) / 2, 0.6 / 2
     assert folded.request == 1 and folded.concentration == pytest.approx(float(concentration([0.6, 0.3])))
-    memory.fold(3, 1.0)
-    assert memory.lookup((1, 2, 3)).probs == pytest.approx([0.6, 0.3])  # nothing new: folded once only
+    memory.fold(3, 1.0)  # nothing new since request 2: the consensus still weighs two records
+    memory.write((1, 2, 3), PredictionRecord([9, 8], [1.0, 0.0], 0.0, 3))
+    memory.fold(4, 1.0)
+    assert memory.lookup((1, 2, 3)).probs == pytest.approx([0.4, 1 / 3])  # 8: 0.6 * 2 / 3, 9: 1 / 3
     memory.clear()
     memory.write((1, 2, 3), PredictionRecord([5, 6], [0.5, 0.5], 0.0, 4))
     memory.fold(5, 1.0)
@@ -160,6 +162,19 @@ def test_fold_matches_a_reference_mean(writes, decay):
         assert sorted(got.values()) == pytest.approx(sorted(expected.values()), rel=1e-5)
         ties = len(set(np.round(list(expected.values()), 5))) < len(expected)
         assert ties or got.keys() == expected.keys()  # the same tokens, unless a tie at the cut
+
+
+def test_fold_keeps_the_consensus_when_the_table_grows_between_folds():
+    memory = ContextMemory(2)
+    memory.write((1, 1), PredictionRecord([5, 6], [0.9, 0.1], 0.0, 0))
+    memory.fold(1, 1.0)
+    rows = len(memory.table)
+    for key in range(2, 3000):  # request 1 writes enough keys for the table to grow
+        memory.write((key, key), PredictionRecord([5, 6], [0.5, 0.5], 0.0, 1))
+    memory.write((1, 1), PredictionRecord([6, 5], [0.9, 0.1], 0.0, 1))
+    assert len(memory.table) > rows
+    memory.fold(2, 1.0)
+    assert memory.lookup((1, 1)).probs == pytest.approx([0.5, 0.5])  # (0.9 + 0.1) / 2 each
 
 
 def test_fold_starts_afresh_where_a_bounded_memory_reused_the_row():

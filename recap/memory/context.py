@@ -32,7 +32,7 @@ from recap.memory.records import KEY_BITS, PredictionRecord, fit_topk, last_rows
 class ContextMemory:
     """``C2``/``C3``: ``key -> record`` (overwrite-with-latest), cleared per request by the drafter unless
     it keeps them for the whole stream (then bounded by ``capacity``: a full memory reuses the row of
-    the key stored longest ago).
+    the key stored longest ago; `fold` turns the earlier requests' records into a consensus).
 
     Array-backed: a `recap.memory.key_index.KeyIndex` maps each packed key (`pack_keys`) to a row of
     ``table`` (`record_table` layout; row 0 is an empty record, id -1, for keys that have none), so that
@@ -73,7 +73,8 @@ class ContextMemory:
         ]
 
     def lookup(self, key: tuple[int, ...]) -> PredictionRecord | None:
-        """The latest record under ``key`` (a tuple of ``order`` tokens), or None."""
+        """The record under ``key`` (a tuple of ``order`` tokens): the latest one written, or the
+        consensus `fold` made of it and earlier ones; None when there is none."""
         row = self._row(key)
         if row == 0:
             return None
