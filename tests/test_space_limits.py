@@ -464,6 +464,16 @@ def test_a_request_body_over_the_bound_is_refused_before_it_is_read(space):
     assert event == "complete", data
 
 
+@pytest.mark.parametrize("route", ["call/nope", "call/v2/nope", "run/nope", "api/nope/"])
+def test_a_call_of_an_unknown_api_name_is_told_the_studios_names(space, route, capfd):
+    # gradio answered 500 and logged a traceback per call (a client could flood the log with them)
+    answer = httpx.post(f"{space.url}gradio_api/{route}", json={"data": []}, timeout=30)
+    assert answer.status_code == 404, answer.text
+    assert "no API endpoint of that name" in answer.text and "/run, /sensitivity" in answer.text
+    assert "nope" not in answer.text and "Traceback" not in capfd.readouterr().err
+    assert httpx.get(f"{space.url}gradio_api/info", timeout=30).status_code == 200  # still serving
+
+
 def test_the_upload_ledger_counts_uploads_as_they_start_and_forgets_idle_clients():
     from recap.studio.bodylimit import UploadLedger
 

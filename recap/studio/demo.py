@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import gradio as gr
+from gradio.route_utils import FnIndexInferError
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
 
 from recap.studio import exports as exports_module
 from recap.studio import handlers, layout
@@ -26,11 +30,17 @@ from recap.studio.sensitivity_tab import wire_sensitivity
 from recap.studio.serving import CACHE, RuntimeCache, RuntimeFactory, Studio
 from recap.studio.validation import setting_names
 
+logger = logging.getLogger(__name__)
+
 #: Per-visitor state (memories, the last run) is freed after this long without a change.
 SESSION_TTL_S = 2 * 3600
 #: What the API documents as an example of each file parameter (gradio's own examples are files on
 #: GitHub, which a client offline, or a server without internet, cannot fetch).
 API_FILE_EXAMPLES = {"Image": "scene.png", "File": "recap-run.json"}
+#: What a call of an API name the studio does not have is told.
+UNKNOWN_ENDPOINT = (
+    'This studio has no API endpoint of that name; its endpoints are {names} ("Use via API" below the page).'
+)
 
 
 class StudioBlocks(gr.Blocks):
@@ -38,10 +48,31 @@ class StudioBlocks(gr.Blocks):
     and every server it starts bounds the request bodies it reads (`launch`)."""
 
     def launch(self, *args, **kwargs):
-        """gradio's ``launch``, with `recap.studio.bodylimit.BodyLimit` in front of its app."""
+        """gradio's ``launch``, with `recap.studio.bodylimit.BodyLimit` in front of its app, and a call to
+        an API name the studio does not have answered 404 with its names (gradio answers 500 and logs a
+        traceback per call, which a client could flood the log with)."""
         app_kwargs = dict(kwargs.get("app_kwargs") or {})
         app_kwargs["middleware"] = [*app_kwargs.get("middleware", ()), Middleware(BodyLimit)]
+        handlers_ = dict(app_kwargs.get("exception_handlers") or {})
+        handlers_[FnIndexInferError] = self.unknown_endpoint
+        handlers_[KeyError] = self.missing_key  # gradio's /call/v2/<name> looks the name up unchecked
+        app_kwargs["exception_handlers"] = handlers_
         return super().launch(*args, **{**kwargs, "app_kwargs": app_kwargs})
+
+    async def unknown_endpoint(self, request: Request, error: Exception) -> PlainTextResponse:
+        """The answer to a call of an API name this studio does not have (no name echoed back)."""
+        names = ", ".join(sorted(self.get_api_info().get("named_endpoints", {})))
+        return PlainTextResponse(UNKNOWN_ENDPOINT.format(names=names), status_code=404)
+
+    async def missing_key(self, request: Request, error: Exception) -> PlainTextResponse:
+        """`unknown_endpoint` for gradio's ``/call/v2/<name>``; any other KeyError a route raises is
+        logged with its traceback and answered 500, as without this handler."""
+        path = request.url.path.rstrip("/")
+        name = f"/{path.rsplit('/', 1)[-1]}"
+        if "/call/v2/" in path and name not in self.get_api_info()["named_endpoints"]:
+            return await self.unknown_endpoint(request, error)
+        logger.error("KeyError in %s", path, exc_info=error)
+        return PlainTextResponse("Internal Server Error", status_code=500)
 
     def get_api_info(self, all_endpoints: bool = False, page: str | None = None):
         """gradio's API description, where an image parameter defaults to no image (a client passes
