@@ -474,6 +474,14 @@ def test_a_call_of_an_unknown_api_name_is_told_the_studios_names(space, route, c
     assert httpx.get(f"{space.url}gradio_api/info", timeout=30).status_code == 200  # still serving
 
 
+def test_a_call_with_too_few_values_is_told_how_many_without_a_traceback(space, capfd):
+    # gradio logged a traceback repeating every value sent, once per call
+    event, data = _raw_call(space.url, "run", json.dumps(["x"] * 3))
+    needed = len(space.demo.get_api_info()["named_endpoints"]["/run"]["parameters"])
+    assert event == "error" and f"takes {needed} values and the call sent 3" in data, data
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_the_upload_ledger_counts_uploads_as_they_start_and_forgets_idle_clients():
     from recap.studio.bodylimit import UploadLedger
 

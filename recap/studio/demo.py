@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import gradio as gr
 from gradio.route_utils import FnIndexInferError
@@ -37,6 +38,8 @@ SESSION_TTL_S = 2 * 3600
 #: What the API documents as an example of each file parameter (gradio's own examples are files on
 #: GitHub, which a client offline, or a server without internet, cannot fetch).
 API_FILE_EXAMPLES = {"Image": "scene.png", "File": "recap-run.json"}
+#: What a call with fewer values than its endpoint's inputs is told.
+TOO_FEW_VALUES = "This endpoint takes {needed} values and the call sent {got} (\"Use via API\" lists them)."
 #: What a call of an API name the studio does not have is told.
 UNKNOWN_ENDPOINT = (
     'This studio has no API endpoint of that name; its endpoints are {names} ("Use via API" below the page).'
@@ -73,6 +76,17 @@ class StudioBlocks(gr.Blocks):
             return await self.unknown_endpoint(request, error)
         logger.error("KeyError in %s", path, exc_info=error)
         return PlainTextResponse("Internal Server Error", status_code=500)
+
+    def validate_inputs(self, block_fn: Any, inputs: list[Any]) -> None:
+        """gradio's check that a call sent a value for every input, its refusal told to the client in one
+        line (how many values the endpoint takes) instead of a traceback in the log that repeats every
+        value sent, once per call."""
+        try:
+            super().validate_inputs(block_fn, inputs)
+        except ValueError:
+            needed = sum(not getattr(block, "skip_api", False) for block in block_fn.inputs)  # no State
+            message = TOO_FEW_VALUES.format(needed=needed, got=len(inputs))
+            raise gr.Error(message, print_exception=False) from None
 
     def get_api_info(self, all_endpoints: bool = False, page: str | None = None):
         """gradio's API description, where an image parameter defaults to no image (a client passes
