@@ -26,7 +26,14 @@ import numba
 import numpy as np
 
 from recap.memory.key_index import KeyIndex
-from recap.memory.records import KEY_BITS, PredictionRecord, fit_topk, last_rows, record_table
+from recap.memory.records import (
+    KEY_BITS,
+    PredictionRecord,
+    fit_topk,
+    last_rows,
+    record_table,
+    row_concentration,
+)
 
 
 class ContextMemory:
@@ -168,11 +175,12 @@ class ContextMemory:
         consensus of their keys, and make each such row hold the consensus (call it as ``request``
         starts; with ``decay`` in (0, 1]).
 
-        A key's consensus is the mean of the records earlier requests left there, each request's
-        weight ``decay`` times the next one's: ``c <- (decay * w * c + r) / (decay * w + 1)``, ``w <-
-        decay * w + 1``, cut to the top k and its concentration recomputed. The row keeps the stamp of
-        the last request that wrote it, so the acceptance kinds still see another request's record;
-        this request's own writes then replace the row as before. Requests that run at once on one
+        A key's consensus is the mean of the records earlier requests left there, each record's weight
+        ``decay`` times that of the next one left under the key:
+        ``c <- (decay * w * c + r) / (decay * w + 1)``, ``w <- decay * w + 1``, cut to the top k and its
+        concentration recomputed. The row keeps the stamp of the last request that wrote it, so the
+        acceptance kinds still see another request's record; this request's own writes then replace the
+        row as before. Requests that run at once on one
         memory may see a record of theirs folded early, or not folded: only what is drafted changes.
 
         Example (k = 2, decay 1)::
@@ -232,7 +240,6 @@ def has_room(keys, owner, state, table, count):
 @numba.njit(cache=True, nogil=True)
 def _fold_rows(table, consensus, consensus_keys, owner, used, k, since, request, decay):
     """`ContextMemory.fold` on the arrays: rows ``1..used-1`` stamped in ``[since, request)``."""
-    log_k = np.log(k) if k > 1 else 1.0
     ids = np.empty(2 * k, dtype=np.int64)
     scores = np.empty(2 * k, dtype=np.float64)
     for row in range(1, used):
@@ -263,7 +270,6 @@ def _fold_rows(table, consensus, consensus_keys, owner, used, k, since, request,
             continue
         norm = decay * weight + 1.0
         order = np.argsort(-scores[:n], kind="mergesort")
-        total = 0.0
         for j in range(k):
             if j < n:
                 table[row, j] = np.float32(ids[order[j]])
@@ -271,12 +277,7 @@ def _fold_rows(table, consensus, consensus_keys, owner, used, k, since, request,
             else:  # fewer than k tokens: the last id again, probability 0 (`fit_topk`'s padding)
                 table[row, j] = table[row, n - 1]
                 table[row, k + j] = 0.0
-            total += np.float64(table[row, k + j])
-        entropy = 0.0
-        for j in range(k):
-            p = np.float64(table[row, k + j]) / total if total > 0 else 1.0 / k
-            entropy -= p * np.log(max(p, 1e-30))
-        table[row, 2 * k] = np.float32(min(max(1.0 - entropy / log_k, 0.0), 1.0))
+        table[row, 2 * k] = np.float32(row_concentration(table[row], k))
         consensus[row, : 2 * k + 1] = table[row, : 2 * k + 1]
         consensus[row, 2 * k + 1] = norm
         consensus_keys[row] = owner[row]

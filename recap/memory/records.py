@@ -143,7 +143,6 @@ def record_rows_compiled(ids, probs, k, stamp):
     count, width = ids.shape
     rows = np.zeros((count, 2 * k + 2), dtype=np.float32)
     order = np.empty(width, dtype=np.int64)
-    log_k = np.log(k) if k > 1 else 1.0
     for r in range(count):
         for j in range(width):
             order[j] = j
@@ -152,22 +151,28 @@ def record_rows_compiled(ids, probs, k, stamp):
             while j > 0 and probs[r, order[j]] > probs[r, order[j - 1]]:
                 order[j], order[j - 1] = order[j - 1], order[j]
                 j -= 1
-        total = 0.0
         for j in range(k):
             if j < width:
                 rows[r, j] = np.float32(np.int32(ids[r, order[j]]))
                 rows[r, k + j] = probs[r, order[j]]
             else:  # padding (`fit_topk`): the row's last id again, probability 0
                 rows[r, j] = np.float32(np.int32(ids[r, width - 1]))
-            total += np.float64(rows[r, k + j])
-        if k <= 1:
-            concentration_ = 1.0
-        else:
-            entropy = 0.0
-            for j in range(k):
-                p = np.float64(rows[r, k + j]) / total if total > 0 else 1.0 / k
-                entropy -= p * np.log(max(p, 1e-30))
-            concentration_ = min(max(1.0 - entropy / log_k, 0.0), 1.0)
-        rows[r, 2 * k] = np.float32(concentration_)
+        rows[r, 2 * k] = np.float32(row_concentration(rows[r], k))
         rows[r, 2 * k + 1] = np.float32(stamp)
     return rows
+
+
+@numba.njit(cache=True, nogil=True)
+def row_concentration(row, k):
+    """`concentration` of one `record_table` row's ``k`` probabilities (``row[k:2k]``), for compiled
+    writers (`record_rows_compiled`, `recap.memory.context.ContextMemory.fold`)."""
+    if k <= 1:
+        return 1.0
+    total = 0.0
+    for j in range(k):
+        total += np.float64(row[k + j])
+    entropy = 0.0
+    for j in range(k):
+        p = np.float64(row[k + j]) / total if total > 0 else 1.0 / k
+        entropy -= p * np.log(max(p, 1e-30))
+    return min(max(1.0 - entropy / np.log(k), 0.0), 1.0)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Any
@@ -62,9 +63,14 @@ class StudioBlocks(gr.Blocks):
         app_kwargs["exception_handlers"] = handlers_
         return super().launch(*args, **{**kwargs, "app_kwargs": app_kwargs})
 
+    @functools.cached_property
+    def endpoint_names(self) -> frozenset[str]:
+        """The API's endpoint names (``/run``, …), fixed once the Blocks are built."""
+        return frozenset(self.get_api_info().get("named_endpoints", {}))
+
     async def unknown_endpoint(self, request: Request, error: Exception) -> PlainTextResponse:
         """The answer to a call of an API name this studio does not have (no name echoed back)."""
-        names = ", ".join(sorted(self.get_api_info().get("named_endpoints", {})))
+        names = ", ".join(sorted(self.endpoint_names))
         return PlainTextResponse(UNKNOWN_ENDPOINT.format(names=names), status_code=404)
 
     async def missing_key(self, request: Request, error: Exception) -> PlainTextResponse:
@@ -72,7 +78,7 @@ class StudioBlocks(gr.Blocks):
         logged with its traceback and answered 500, as without this handler."""
         path = request.url.path.rstrip("/")
         name = f"/{path.rsplit('/', 1)[-1]}"
-        if "/call/v2/" in path and name not in self.get_api_info()["named_endpoints"]:
+        if "/call/v2/" in path and name not in self.endpoint_names:
             return await self.unknown_endpoint(request, error)
         logger.error("KeyError in %s", path, exc_info=error)
         return PlainTextResponse("Internal Server Error", status_code=500)
