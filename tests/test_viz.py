@@ -68,7 +68,7 @@ def test_tree_figure_draws_every_node_coloured_by_its_main_source():
     assert suffix.marker.opacity[0] < 1  # rejected: faded
     assert "suffix: 100%" in suffix.hovertext[0] and "rejected" in suffix.hovertext[0]
     assert not any("this image's own records" in h for t in traces for h in t.hovertext)
-    assert "from earlier requests (made under other images)" in ctx3.hovertext[0]  # not this request's
+    assert "records of earlier requests (other images)" in ctx3.hovertext[0]  # not this request's
     assert "earlier requests" not in suffix.hovertext[0]  # no contextual record proposed it
     step = _steps()[1]
     step.nodes[0].this_request = True  # a record this request wrote proposed node 0

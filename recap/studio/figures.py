@@ -81,7 +81,7 @@ def _node_hover(node: NodeRecord) -> str:
     if node.this_request:
         lines.append("from this image's own records (computed in this request)")
     elif any(shares.get(name, 0) > 0 for name in ("ctx3", "ctx2")):
-        lines.append("contextual records from earlier requests (made under other images)")
+        lines.append("records of earlier requests (other images)")
     if total > 0:
         lines += [
             f"{plot_name(src)}: {100 * v / total:.0f}%"
