@@ -20,6 +20,7 @@ from recap.bench import (
     write_outputs,
 )
 from recap.bench.datasets import Sample, load_dataset
+from recap.bench.metrics import SampleWins, sample_wins
 from recap.bench.sensitivity import common_prefix, split_against_reference
 from recap.decode import generate
 from recap.drafters.recap.config import RecapConfig
@@ -112,6 +113,36 @@ def test_results_json_has_every_field(bench_dir):
     curve = data["settings"]["cost_curve_ms"]
     assert [t for t, _ in curve["measured"]] == [t for t, _ in curve["fitted"]] == list(COST_SIZES)
     assert all(a[1] <= b[1] for a, b in zip(curve["fitted"], curve["fitted"][1:], strict=False))
+
+
+def test_per_sample_accepted_drafts_sum_to_each_methods_totals(bench_dir):
+    """Every sample records each method's drafts accepted at its image-sensitive positions; summed over
+    the samples they are the method's own share (accept_sensitive x sensitive_positions)."""
+    data = json.loads((bench_dir / "results.json").read_text())
+    for name, result in data["methods"].items():
+        total = sum(sample["sensitive_accepted"][name] for sample in data["samples"])
+        assert total == round(result["accept_sensitive"] * result["sensitive_positions"]), name
+    assert all(s["sensitive_accepted"]["ar"] == 0 for s in data["samples"])  # AR drafts nothing
+    wins = sample_wins(data["samples"], "recap", "tr")
+    with_positions = [s for s in data["samples"] if s["sensitive_positions"]]
+    assert wins is not None and wins.samples == len(with_positions)
+    row = f"| recap | {wins.samples} | {wins.more} | {wins.tied} | {wins.fewer} |"
+    assert row in (bench_dir / "results.md").read_text()
+
+
+def test_sample_wins_on_a_hand_checked_case():
+    samples = [
+        {"sensitive_positions": 4, "sensitive_accepted": {"tr": 3, "recap": 5}},
+        {"sensitive_positions": 2, "sensitive_accepted": {"tr": 2, "recap": 2}},
+        {"sensitive_positions": 5, "sensitive_accepted": {"tr": 4, "recap": 1}},
+        {"sensitive_positions": 0, "sensitive_accepted": {"tr": 0, "recap": 0}},  # nothing to compare
+        {"sensitive_positions": None, "sensitive_accepted": {}},  # a text sample
+        {"sensitive_positions": 3, "passes": {}},  # written before the counts were recorded
+    ]
+    wins = sample_wins(samples, "recap", "tr")
+    assert wins == SampleWins(more=1, tied=1, fewer=1) and (wins.at_least, wins.samples) == (2, 3)
+    assert sample_wins(samples, "tr", "recap") == SampleWins(more=1, tied=1, fewer=1)
+    assert sample_wins(samples, "recap", "pld") is None and sample_wins([], "recap", "tr") is None
 
 
 def test_markdown_and_charts_are_written(bench_dir):

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from recap.bench.coverage import Breakdown, PositionCoverage
 from recap.bench.datasets import Sample
@@ -237,3 +237,42 @@ def per_category(
                 len(indices), total.mat, total.mat_no_bonus, total.speedup, total.tokens, total.passes
             )
     return results
+
+
+class SampleWins(NamedTuple):
+    """Samples where one method accepted more, as many or fewer drafts at image-sensitive positions
+    than a reference method (`sample_wins`)."""
+
+    more: int
+    tied: int
+    fewer: int
+
+    @property
+    def samples(self) -> int:
+        return self.more + self.tied + self.fewer
+
+    @property
+    def at_least(self) -> int:
+        """Samples where the method accepted at least as many as the reference."""
+        return self.more + self.tied
+
+
+def sample_wins(samples: Sequence[dict[str, Any]], method: str, reference: str) -> SampleWins | None:
+    """Per sample with image-sensitive positions, ``method``'s drafts accepted there against
+    ``reference``'s (the ``sensitive_accepted`` counts of `BenchmarkResult.samples`); None when no
+    sample has both counts. One sample's counts are a few tokens, so this is the spread behind the
+    overall shares: how often a single request (the studio's Compare tab shows one) goes either way.
+
+    Example: counts ``{tr: 3, recap: 5}``, ``{tr: 2, recap: 2}``, ``{tr: 4, recap: 1}`` ->
+    ``SampleWins(more=1, tied=1, fewer=1)``.
+    """
+    more = tied = fewer = 0
+    for sample in samples:
+        counts = sample.get("sensitive_accepted") or {}
+        if not sample.get("sensitive_positions") or method not in counts or reference not in counts:
+            continue
+        mine, theirs = counts[method], counts[reference]
+        more += mine > theirs
+        tied += mine == theirs
+        fewer += mine < theirs
+    return SampleWins(more, tied, fewer) if more + tied + fewer else None

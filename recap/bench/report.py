@@ -3,8 +3,9 @@
 Everything here reads a finished `BenchmarkResult`; nothing runs a model. Rows are methods in run order
 (AR first); the per-source table lists RECAP methods only, the per-category table appears when the
 samples carry categories (Spec-Bench, MT-Bench, scenes' question types), the coverage table (covered /
-drafted / accepted at image-sensitive positions, `recap.bench.coverage`) and the depth table (accepted
-there by the depth of the state) when the samples have images.
+drafted / accepted at image-sensitive positions, `recap.bench.coverage`), the depth table (accepted
+there by the depth of the state) and the per-sample table (accepted there against Token Recycling,
+sample by sample) when the samples have images.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from recap.bench.coverage import DEPTH_LABELS, GROUPS, at_depths, sensitive_depths
-from recap.bench.metrics import BenchmarkResult, MethodResult
+from recap.bench.metrics import BenchmarkResult, MethodResult, sample_wins
 from recap.drafters import is_recap_method
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def markdown_table(result: BenchmarkResult) -> str:
             + ".\n"
         )
     recap = [r for r in result.methods.values() if is_recap_method(r.method)]
-    categories = category_table(result) + coverage_table(result) + depth_table(result)
+    categories = category_table(result) + coverage_table(result) + depth_table(result) + wins_table(result)
     if not recap:
         return header + rows + categories
     sources = "\nAccepted drafted tokens by proposing memory (RECAP methods):\n\n"
@@ -144,6 +145,33 @@ def depth_table(result: BenchmarkResult) -> str:
     )
     for method, depths in rows:
         table += f"| {method} | " + " | ".join(depth_cells(depths, ref_depths)) + " |\n"
+    return table
+
+
+def wins_table(result: BenchmarkResult) -> str:
+    """Per sample, every tree method's drafts accepted at image-sensitive positions against Token
+    Recycling's (`recap.bench.metrics.sample_wins`); "" when TR did not run or no sample has counts."""
+    if DEPTH_REFERENCE not in result.methods:
+        return ""
+    rows = [
+        (method, wins)
+        for method in result.methods
+        if method not in ("ar", DEPTH_REFERENCE)
+        and (wins := sample_wins(result.samples, method, DEPTH_REFERENCE)) is not None
+    ]
+    if not rows:
+        return ""
+    table = (
+        "\nPer sample with image-sensitive positions, drafts accepted there against Token Recycling's "
+        "(one sample's counts are a few tokens: how often a single request goes either way):\n\n"
+        "| method | samples | more than TR | as many | fewer | at least as many |\n"
+        "|---|---|---|---|---|---|\n"
+    )
+    for method, wins in rows:
+        table += (
+            f"| {method} | {wins.samples} | {wins.more} | {wins.tied} | {wins.fewer} "
+            f"| {_share(wins.at_least, wins.samples)} |\n"
+        )
     return table
 
 

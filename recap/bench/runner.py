@@ -166,15 +166,18 @@ def run_benchmark(
             bar.update()
         ar_tokens = runs["ar"][-1].tokens
         flags = _sensitivity_flags(target, samples, index, ar_tokens)
+        accepted = {}  # per method: drafts accepted at this sample's image-sensitive positions
         if flags is not None:
             for method in methods:
                 run = runs[method][-1]
-                splits[method] += split_against_reference(run.tokens, run.sources, ar_tokens, flags)
+                split = split_against_reference(run.tokens, run.sources, ar_tokens, flags)
+                splits[method] += split
+                accepted[method] = split.sensitive_drafted
                 if run.coverage:
                     agree = common_prefix(run.tokens, ar_tokens)
                     breakdowns[method].add(run.coverage[:agree], run.sources[:agree], flags[:agree])
         passes = {m: runs[m][-1].passes for m in methods}
-        notes.append(_sample_note(sample, target.decode(ar_tokens), ar_tokens, flags, passes))
+        notes.append(_sample_note(sample, target.decode(ar_tokens), ar_tokens, flags, passes, accepted))
     bar.close()
 
     has_split = any(n["sensitive_positions"] is not None for n in notes)
@@ -296,7 +299,11 @@ def _sample_note(
     tokens: Sequence[int],
     flags: Sequence[bool] | None,
     passes: dict[str, int] | None = None,
+    sensitive_accepted: dict[str, int] | None = None,
 ) -> dict[str, Any]:
+    """What results.json keeps of one sample: its AR answer, its image-sensitive positions (None
+    without images), each method's passes and, where positions were flagged, each method's drafts
+    accepted there (counted where its output agrees with AR's, as the totals are)."""
     return {
         "id": sample.id,
         "prompt": sample.prompt,
@@ -305,6 +312,7 @@ def _sample_note(
         "ar_text": text,
         "sensitive_positions": sum(flags) if flags is not None else None,
         "passes": dict(passes or {}),
+        "sensitive_accepted": dict(sensitive_accepted or {}),
         "meta": {k: v for k, v in sample.meta.items() if isinstance(v, str | int | float | bool)},
     }
 
