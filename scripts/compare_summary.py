@@ -4,7 +4,8 @@ For each embedded model: the benchmark (`recap.bench.run_benchmark`) on its held
 ``scenes``, v2: ``scenes2``) at the Compare tab's default, equal budgets (every tree method
 `recap.studio.measure.EQUAL_NODES` nodes a pass), and one summary per model in
 ``assets/summaries/<model folder>.json``: per method MAT and the share of drafts accepted at
-image-sensitive and insensitive tokens (and there, by the depth of the state), the command that
+image-sensitive and insensitive tokens (and there, by the depth of the state), how many scenes each
+tree method accepted more, as many or fewer drafts there than Token Recycling, the command that
 reproduces it, and each method's passes on the first `CHECKED` samples, which
 ``tests/test_compare_summary.py`` recomputes with the current code (a drafter change that alters the
 trees makes the shipped summary fail the test until it is rebuilt).
@@ -26,6 +27,7 @@ import torch
 
 from recap.bench.coverage import sensitive_depths
 from recap.bench.datasets import load_dataset
+from recap.bench.metrics import sample_wins
 from recap.bench.runner import run_benchmark
 from recap.drafters.recap.config import RecapConfig
 from recap.drafters.suffix_decoding import SuffixConfig, suffix_decoding_available
@@ -97,6 +99,18 @@ def method_summary(result: dict) -> dict:
     return kept
 
 
+def wins_against_tr(data: dict, methods: list[str]) -> dict[str, list[int]]:
+    """Per tree method, the samples where it accepted more, as many or fewer drafts at image-sensitive
+    tokens than Token Recycling (`recap.bench.metrics.sample_wins`), ``{method: [more, tied, fewer]}``."""
+    found = {}
+    for method in methods:
+        if method not in ("ar", "tr"):
+            wins = sample_wins(data["samples"], method, "tr")
+            if wins is not None:
+                found[method] = list(wins)
+    return found
+
+
 def build(version: str, limit: int) -> dict:
     folder, dataset = MODELS[version]
     runtime = Runtime.load(str(folder), device="cpu", dtype=torch.float32)
@@ -110,6 +124,7 @@ def build(version: str, limit: int) -> dict:
         "new tokens, one CPU thread",
         "command": f"python -m scripts.compare_summary --model {version} --limit {limit}",
         "methods": {m: method_summary(data["methods"][m]) for m in methods},
+        "sample_wins": wins_against_tr(data, methods),
         "config": asdict(RecapConfig(budget=EQUAL_NODES)),
         "check": {"samples": CHECKED, "limit": limit, "passes": per_sample_passes(data, methods)},
         "environment": environment(),

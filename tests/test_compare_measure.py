@@ -153,6 +153,34 @@ def test_the_summary_line_weighs_recap_by_tr_depths_when_the_summary_has_them():
     assert "longer accepted chains" not in measure.summary_line(summary)
 
 
+def test_the_summary_line_says_how_often_a_single_scene_goes_either_way():
+    summary = {
+        "samples": 40,
+        "budget_note": "80 nodes a pass",
+        "command": "python -m scripts.compare_summary",
+        "methods": {"recap": {"mat": 3.8, "accept_sensitive": 0.6, "accept_insensitive": 0.8}},
+        "sample_wins": {"recap": [17, 12, 9]},
+    }
+    line = measure.summary_line(summary)
+    assert "RECAP accepted more drafts there than TR on 17, as many on 12 and fewer on 9 of the 38" in line
+    assert line.endswith("Made by `python -m scripts.compare_summary`.")
+    del summary["sample_wins"]  # a summary built before the counts were kept
+    assert "Scene by scene" not in measure.summary_line(summary)
+
+
+def test_wins_against_tr_counts_every_tree_method_but_tr():
+    from scripts import compare_summary
+
+    data = {
+        "samples": [
+            {"sensitive_positions": 3, "sensitive_accepted": {"ar": 0, "pld": 0, "tr": 2, "recap": 3}},
+            {"sensitive_positions": 2, "sensitive_accepted": {"ar": 0, "pld": 1, "tr": 1, "recap": 1}},
+        ]
+    }
+    found = compare_summary.wins_against_tr(data, ["ar", "pld", "tr", "recap"])
+    assert found == {"pld": [0, 1, 1], "recap": [1, 1, 0]}
+
+
 def test_the_spread_script_reads_the_tables_speedups_and_their_deviation():
     from scripts import compare_spread
 

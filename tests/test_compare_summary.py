@@ -56,3 +56,5 @@ def test_every_embedded_model_ships_a_summary_the_tab_can_show():
         assert summary is not None, version
         line = measure.summary_line(summary)
         assert line.startswith(f"**On {summary['samples']} held-out scenes**") and "RECAP" in line
+        more, tied, fewer = summary["sample_wins"]["recap"]  # scene by scene, against TR
+        assert 0 < more + tied + fewer <= summary["samples"] and "Scene by scene" in line

@@ -242,8 +242,22 @@ def summary_line(summary: dict | None) -> str:
     )
     return (
         f"**On {summary['samples']} held-out scenes** of this model ({summary['budget_note']}): MAT "
-        f"{mats}; drafts accepted at image-sensitive / insensitive tokens: {sens}.{_at_tr_depths(methods)} "
-        f"Made by `{summary['command']}`."
+        f"{mats}; drafts accepted at image-sensitive / insensitive tokens: {sens}.{_at_tr_depths(methods)}"
+        f"{_scene_by_scene(summary)} Made by `{summary['command']}`."
+    )
+
+
+def _scene_by_scene(summary: dict) -> str:
+    """How many of the held-out scenes RECAP accepted at least as many drafts at image-sensitive tokens
+    as Token Recycling on, as a sentence ("" for a summary without those counts)."""
+    counts = summary.get("sample_wins", {}).get("recap")
+    if not counts:
+        return ""
+    more, tied, fewer = counts
+    return (
+        f" Scene by scene, RECAP accepted more drafts there than TR on {more}, as many on {tied} and fewer "
+        f"on {fewer} of the {more + tied + fewer} scenes with such tokens: one scene has a few of them, "
+        "so a single example can go either way."
     )
 
 
