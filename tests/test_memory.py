@@ -506,3 +506,35 @@ def test_recycle_refuses_zero_width_top_k_rows():
     with pytest.raises(ValueError, match="top-k rows are empty"):
         recycle([1, 2, 3], np.array([1, 2]), [-1], [4], [0], np.zeros(0, np.int64), ids, probs, 4, 0,
                 persistent, None, None)
+
+
+def _guarded_memories():
+    from recap.drafters.token_recycling import SuccessorMatrix
+    from recap.memory.backoff import BackoffRecord
+
+    context = ContextMemory(order=2)
+    context.write((5, 6), PredictionRecord([1, 2], [0.6, 0.4], 0.5, request=3))
+    persistent = PersistentMemory(vocab_size=10, k=2)
+    persistent.write_many(np.array([4]), np.array([[1, 2]]), np.array([[0.7, 0.3]]), request=3)
+    backoff = BackoffRecord(vocab_size=10, k=2)
+    backoff.count([1, 1, 2])
+    return [context, persistent, backoff, AcceptanceModel(), SuccessorMatrix(vocab_size=10, k=2)]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_a_guarded_memory_copies_with_a_lock_of_its_own(index):
+    """`copy.deepcopy` of a memory that holds a lock (it failed: "cannot pickle '_thread.lock'") gives
+    equal records, its own unlocked lock, and arrays of its own, even when copied while locked."""
+    import copy
+
+    memory = _guarded_memories()[index]
+    with memory._lock:
+        twin = copy.deepcopy(memory)
+    assert type(twin) is type(memory) and twin._lock is not memory._lock and not twin._lock.locked()
+    arrays = {k: v for k, v in vars(memory).items() if isinstance(v, np.ndarray)}
+    for name, array in arrays.items():
+        copied = vars(twin)[name]
+        assert copied is not array and np.array_equal(copied, array), name
+    with twin._lock:  # usable, and independent of the original's
+        assert memory._lock.acquire(blocking=False)
+        memory._lock.release()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from recap.drafters.base import Observation, RequestInfo
+from recap.memory.guarded import Guarded
 from recap.memory.records import fit_topk, last_occurrence
 from recap.memory.recycling import recycling_keys
 from recap.tree import ROOT, DraftTree
@@ -88,7 +89,7 @@ def fill_template(
     return tree
 
 
-class SuccessorMatrix:
+class SuccessorMatrix(Guarded):
     """TR's memory: ``ids`` ``(vocab, k)`` int32; row ``t`` holds the latest top-k successors of ``t``."""
 
     def __init__(self, vocab_size: int, k: int = 8) -> None:

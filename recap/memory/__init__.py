@@ -5,6 +5,7 @@
 - `persistent`: ``P1``, the 1-token memory kept across requests, and its file format.
 - `context`: ``C2`` / ``C3``, the 2- and 3-token contextual memories.
 - `backoff`: the stream's most often committed tokens (the n-gram back-off's last level).
+- `guarded`: a memory with a lock of its own that can still be copied.
 - `recycling`: which computed position is written under which context keys.
 - `estimates`: online acceptance estimates of drafted candidates, by kind.
 """

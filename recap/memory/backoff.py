@@ -24,8 +24,10 @@ from collections.abc import Iterable
 import numba
 import numpy as np
 
+from recap.memory.guarded import Guarded
 
-class BackoffRecord:
+
+class BackoffRecord(Guarded):
     """The stream's ``k`` most often committed tokens and their unigram probabilities (thread-safe).
 
     Counts only grow, so the top ``k`` is kept exactly by letting a counted token replace the last of

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 import numba
 import numpy as np
 
+from recap.memory.guarded import Guarded
 from recap.memory.key_index import KeyIndex
 from recap.memory.records import (
     KEY_BITS,
@@ -36,7 +37,7 @@ from recap.memory.records import (
 )
 
 
-class ContextMemory:
+class ContextMemory(Guarded):
     """``C2``/``C3``: ``key -> record`` (overwrite-with-latest), cleared per request by the drafter unless
     it keeps them for the whole stream (then bounded by ``capacity``: a full memory reuses the row of
     the key stored longest ago; `fold` turns the earlier requests' records into a consensus).

@@ -42,6 +42,8 @@ import threading
 import numba
 import numpy as np
 
+from recap.memory.guarded import Guarded
+
 #: Upper edges of the fused-probability buckets (the last bucket is [0.99, 1]).
 EDGES: tuple[float, ...] = (0.01, 0.03, 0.1, 0.2, 0.35, 0.5, 0.7, 0.85, 0.95, 0.99)
 #: What one memory says about a candidate (`source_code`): 0 = no record at this context, else
@@ -87,7 +89,7 @@ SEEN, HITS, A, B, ADD_SEEN, ADD_HITS, MARK = range(7)
 KIND_COLUMNS = 8
 
 
-class AcceptanceModel:
+class AcceptanceModel(Guarded):
     """Online hit rates per candidate kind, shared by the requests of one stream (thread-safe updates).
 
     ``strength`` (``m``): weight of the prior, in labels. ``memory``: labels of a kind after which its

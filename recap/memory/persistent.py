@@ -34,6 +34,7 @@ from safetensors.numpy import save_file
 from recap.memory.backoff import BackoffRecord
 from recap.memory.context import ContextMemory
 from recap.memory.estimates import AcceptanceModel
+from recap.memory.guarded import Guarded
 from recap.memory.records import PredictionRecord, concentration, fit_topk, last_rows, record_table
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ FORMAT_VERSION = "1"
 #: Records a stream-scope contextual memory keeps (the oldest keys are dropped beyond it).
 STREAM_CONTEXT_CAPACITY = 1 << 17
 
-class PersistentMemory:
+class PersistentMemory(Guarded):
     """``P1``: one prediction record per token id, overwrite-with-latest; thread-safe writes and saves.
 
     Arrays: ``ids`` ``(vocab, k)`` int32, ``probs`` ``(vocab, k)`` float32, ``filled`` ``(vocab,)`` bool, and
