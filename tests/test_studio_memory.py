@@ -9,6 +9,7 @@ the CLI's default (v2) starts from v2's.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from pathlib import Path
@@ -418,21 +419,29 @@ class RecordingRuntime(Runtime):
         self.log: list[tuple[str, tuple[int, ...]]] = []
 
     def drafter(self, method="recap", **options):
-        inner = super().drafter(method, **options)
-        log = self.log
+        return Recorded(super().drafter(method, **options), method, self.log)
 
-        class Recorded:
-            name, record_k = inner.name, inner.record_k
 
-            def begin(self, request):
-                log.append((method, request.prompt_tokens))
-                inner.begin(request)
+class Recorded:
+    """A drafter that logs the prompt of every request it begins; copied whole, as the Compare tab copies a
+    warmed drafter."""
 
-            def propose(self, context):
-                return inner.propose(context)
+    def __init__(self, inner, method: str, log: list) -> None:
+        self.inner, self.method, self.log = inner, method, log
+        self.name, self.record_k = inner.name, inner.record_k
 
-            def observe(self, observation):
-                inner.observe(observation)
+    def begin(self, request):
+        self.log.append((self.method, request.prompt_tokens))
+        self.inner.begin(request)
+
+    def propose(self, context):
+        return self.inner.propose(context)
+
+    def observe(self, observation):
+        self.inner.observe(observation)
+
+    def __deepcopy__(self, memo):
+        return Recorded(copy.deepcopy(self.inner, memo), self.method, self.log)  # one log for all
 
         return Recorded()
 
@@ -472,21 +481,51 @@ def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path)
     for method, tokens in runtime.log:
         seen.setdefault(method, []).append(tokens)
     timed = seen["ar"][-1]  # every method's last request is the compared input
-    # each of the REPEATS rounds: a fresh drafter, the same warm-up requests, then the compared input
-    remembering = [m for m in ("tr", "suffix", "recap") if m in seen]
+    # TR and RECAP: one warm-up on the same requests, then the compared input once per repeat, each
+    # repeat from a copy of the warmed drafter; SuffixDecoding (its tree cannot be copied): a fresh
+    # drafter and the same warm-up before every repeat
     count = len(state["warmup"])
     assert 0 < count <= COMPARE_WARMUP
-    size = count + 1
-    rounds = {m: [seen[m][r * size : (r + 1) * size] for r in range(REPEATS)] for m in remembering}
-    for method in remembering:
-        assert len(seen[method]) == REPEATS * (count + 1)
-        assert all(block[-1] == timed for block in rounds[method])
-        assert all(block[:-1] == rounds["recap"][0][:-1] for block in rounds[method])  # the same warm-up
+    warm_up = seen["recap"][:count]
+    for method in ("tr", "recap"):
+        assert seen[method] == warm_up + [timed] * REPEATS, method
+    if "suffix" in seen:
+        assert seen["suffix"] == [*warm_up, timed] * REPEATS
     assert image is None or f"example {Path(image).name}" not in state["warmup"]  # never this input
     assert seen["pld"] == [timed] * REPEATS  # no warm-up for a method without memories
     assert seen["ar"] == [timed] * (REPEATS + 1)  # AR's one short untimed run first
     status = next(v for v in final.values() if isinstance(v, str) and v.startswith("Done"))
     assert "warmed on the same" in status and "not this input" in status
+
+
+@pytest.mark.parametrize("method", ["tr", "recap"])
+def test_a_copied_warm_drafter_drafts_the_same_trees_and_learns_on_its_own(method):
+    """The Compare tab warms TR and RECAP once and starts every repeat from a copy of the warmed drafter:
+    each copy must draft exactly the trees the warmed drafter would, and what one learns must not
+    reach another."""
+    from recap.decode import generate
+    from recap.drafters.recap.config import RecapConfig
+    from recap.state import DrafterState
+
+    target = tiny("llava")
+    drafter = Runtime(target).drafter(
+        method, config=RecapConfig(budget=16), state=DrafterState(target.vocab_size)
+    )
+    images = [noise_image(1)]
+    for prompt in ("the cat is", "a dog and a cat", "the cat is on the"):  # the warm-up
+        generate(target, drafter, prompt, images, 10)
+    first, second = copy.deepcopy(drafter), copy.deepcopy(drafter)
+    memory = "successors" if method == "tr" else "persistent"
+    assert getattr(first, memory) is not getattr(drafter, memory) is not getattr(second, memory)
+
+    def trees(d, prompt):
+        steps = generate(target, d, prompt, images, 10).steps
+        return [(s.new_tokens, [n.token for n in s.nodes]) for s in steps]
+
+    alone = trees(copy.deepcopy(drafter), "the cat is on")  # what the warmed drafter drafts
+    trees(drafter, "a dog on the cat")  # the original learns something else
+    assert trees(first, "the cat is on") == alone
+    assert trees(second, "the cat is on") == alone  # nor did the first copy's request reach it
 
 
 def test_the_compare_warm_up_is_as_long_as_the_studio_says():

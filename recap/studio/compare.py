@@ -7,9 +7,10 @@ model, the other examples otherwise; never the compared input). AR and prompt lo
 between requests. The visitor's own session memories are neither used nor changed.
 
 Measured like the benchmark (`recap.studio.measure`): equal node budgets by default, the timed phases
-of every pass, `measure.REPEATS` interleaved repeats (each after its own warm-up, so every repeat
-drafts the same trees), the median and range; a projection on an H200 where a curve was recorded; and
-the benchmark's held-out summary for the model under the table.
+of every pass, `measure.REPEATS` interleaved repeats (a method is warmed once and every repeat starts
+from a copy of its warmed drafter, so every repeat drafts the same trees; SuffixDecoding, whose tree
+cannot be copied, is warmed again before each), the median and range; a projection on an H200 where a
+curve was recorded; and the benchmark's held-out summary for the model under the table.
 
 Greedy decoding always (sampling settings apply to the Run tab only, and the tab says so): then every
 method's output is identical to AR's, which the table checks. A short AR run first, so the first timed
@@ -25,6 +26,7 @@ work between its methods.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import gradio as gr
@@ -51,6 +53,12 @@ GREEDY_NOTE = " Compare decodes greedily: the sampling settings apply to the Run
 WARMUP_MAX_NEW = 64
 #: Shared state that outlives a request (what the warm-up fills).
 MEMORIES = frozenset({"persistent", "successors", "suffix_cache"})
+
+
+#: Methods warmed again before every repeat instead of copied: SuffixDecoding's global tree lives in its
+#: authors' package, which cannot copy it. Every other method's warmed drafter is copied
+#: (`copy.deepcopy`; TR's and RECAP's memories, `recap.memory.guarded`).
+REWARMED = frozenset({"suffix"})
 
 
 def remembers(method: str, config) -> bool:
@@ -148,13 +156,17 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
     runs: dict[str, list[StepRecord]] = {}
     coverage: dict[str, list] = {}  # what each method's memories held at every token (TR, RECAP)
     times: dict[str, list[list[float]]] = {m: [] for m in methods}  # each repeat's pass times
+    warmed: dict[str, object] = {}  # per method, a copy of its drafter right after the warm-up
     for repeat in range(measure.REPEATS):
         shift = repeat % len(methods)  # interleaved: each repeat starts with another method
         for method in methods[shift:] + methods[:shift]:
             where = f"(repeat {repeat + 1} of {measure.REPEATS})"
             label = render.method_label(method)
-            drafter = fresh_drafter(runtime, method, config, suffix_config)
-            if remembers(method, config):
+            if method in warmed:  # the same warmed state as the first repeat's, not warmed again
+                drafter = copy.deepcopy(warmed[method])
+            else:
+                drafter = fresh_drafter(runtime, method, config, suffix_config)
+            if remembers(method, config) and method not in warmed:
                 status = f"Warming up {label} {where}…{note}"
                 yield _progress(cmp, compare_state, runs, times, projection, status)
                 for request in warmup:
@@ -164,6 +176,8 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
                     )  # fmt: skip
                     for _ in steps:
                         job.check()
+                if method not in REWARMED:
+                    warmed[method] = copy.deepcopy(drafter)
             status = f"Running {label} {where}…{note}"
             yield _progress(cmp, compare_state, runs, times, projection, status)
             probe = CoverageProbe(drafter) if repeat == 0 else None  # untimed: outside the phases
