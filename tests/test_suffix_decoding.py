@@ -6,6 +6,7 @@ global tree across requests, settings, the missing-package message, and lossless
 from __future__ import annotations
 
 import ast
+import copy
 import gc
 import importlib.util
 import sys
@@ -242,6 +243,43 @@ def test_reset_forgets_the_global_tree_and_requests_in_flight():
     assert len(drafter.propose([3, 4, 20, 21, 22])) == 0  # the dropped request drafts nothing
     first = serve(drafter, [5, 6], answer)
     assert not any(len(t) for t in first)  # nothing left to copy from
+
+
+def _drafts(cache: SuffixTreeCache, request: int, contexts) -> list:
+    config = SuffixConfig()
+    found = []
+    for context in contexts:
+        draft = cache.speculate(request, context, config)
+        found.append(draft and (list(draft.token_ids), list(draft.parents), list(draft.probs)))
+    return found
+
+
+def test_a_replayable_cache_is_copied_by_making_its_calls_again():
+    """The Compare tab warms SuffixDecoding once and copies it for every repeat: the copy holds the same
+    trees (the same drafts on any context), the same open request, and learns on its own."""
+    cache = SuffixTreeCache(replayable=True)
+    drafter = SuffixDecodingDrafter(cache)
+    serve(drafter, [1, 2], [*range(20, 36), EOS])
+    serve(drafter, [3, 4], [20, 21, 40, 41, 42, 43, 20, 21, 22], stop_after=2)  # left open
+    twin = copy.deepcopy(drafter)
+    assert twin.cache is not cache and twin.request_id == drafter.request_id is not None
+    assert (twin.cache.active_requests, twin.cache.cached_requests) == (1, 2)
+    contexts = [[3, 4, 20, 21, 40], [5, 20, 21], [9, 30, 31, 32], [41, 42], [7]]
+    shown = _drafts(cache, drafter.request_id, contexts)
+    assert any(d and d[0] for d in shown) and _drafts(twin.cache, twin.request_id, contexts) == shown
+    serve(twin, [5, 6], [50, 51, 52, 53, EOS])  # the copy learns another answer; the original does not
+    assert (cache.cached_requests, twin.cache.cached_requests) == (2, 3)
+    assert cache.active_requests == 1 and twin.cache.active_requests == 0  # the twin's begin closed its own
+    assert _drafts(cache, drafter.request_id, contexts) == shown
+    cache.reset()  # forgets its log too
+    assert copy.deepcopy(cache).cached_requests == 0
+
+
+def test_a_shared_cache_keeps_no_log_and_is_not_copied():
+    cache = SuffixTreeCache()
+    serve(SuffixDecodingDrafter(cache), [1, 2], [20, 21, 22])
+    with pytest.raises(TypeError, match=r"keeps no log .*\(SuffixTreeCache\(replayable=True\) can\)"):
+        copy.deepcopy(cache)
 
 
 # --------------------------------------------------------------------------- without the package

@@ -28,6 +28,7 @@ Without the package, `SuffixTreeCache` raises a ``ValueError`` naming `INSTALL_C
 
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.util
 import itertools
@@ -118,11 +119,18 @@ class SuffixTreeCache:
     Requests get process-unique integer ids, so any number of drafters may share one cache. Methods on
     a request that is not active (stopped, or dropped by `reset`) do nothing: `speculate` then returns
     None, `stop` is idempotent.
+
+    The authors' trees cannot be copied. A cache made with ``replayable=True`` keeps the calls that
+    changed it (the prompts and answers it learnt), and `copy.deepcopy` builds a new cache by making them
+    again: the same trees, since the authors' cache is deterministic. The Compare tab warms its private
+    caches this way once a click (a shared cache keeps no log: it would grow with every request).
     """
 
     _ids = itertools.count()
 
-    def __init__(self, max_tree_depth: int = 64, max_cached_requests: int = 100_000) -> None:
+    def __init__(
+        self, max_tree_depth: int = 64, max_cached_requests: int = 100_000, replayable: bool = False
+    ) -> None:
         SuffixConfig(max_tree_depth=max_tree_depth, max_cached_requests=max_cached_requests)  # validate
         self._cache_class = _authors_cache_class()
         self.max_tree_depth = max_tree_depth
@@ -130,25 +138,50 @@ class SuffixTreeCache:
         # Re-entrant: a garbage-collected drafter's finalizer may stop its request from inside a call.
         self._lock = threading.RLock()
         self._cache = self._cache_class(max_tree_depth, max_cached_requests)
+        #: With ``replayable``: (call, request, tokens) of every change, in order (`__deepcopy__`).
+        self._log: list[tuple[str, int, tuple[int, ...]]] | None = [] if replayable else None
 
     @classmethod
-    def for_config(cls, config: SuffixConfig) -> SuffixTreeCache:
-        return cls(config.max_tree_depth, config.max_cached_requests)
+    def for_config(cls, config: SuffixConfig, replayable: bool = False) -> SuffixTreeCache:
+        return cls(config.max_tree_depth, config.max_cached_requests, replayable)
+
+    def __deepcopy__(self, memo: dict) -> SuffixTreeCache:
+        if self._log is None:
+            raise TypeError(
+                "this SuffixDecoding cache keeps no log of what it learnt, so it cannot be copied "
+                "(SuffixTreeCache(replayable=True) can)"
+            )
+        twin = SuffixTreeCache(self.max_tree_depth, self.max_cached_requests, replayable=True)
+        with self._lock:
+            log = list(self._log)
+        for call, request, tokens in log:  # the same calls with the same request ids
+            twin._apply(call, request, tokens)
+        memo[id(self)] = twin
+        return twin
+
+    def _apply(self, call: str, request: int, tokens: tuple[int, ...]) -> None:
+        with self._lock:
+            if call == "start":
+                self._cache.start_request(request, list(tokens))
+            elif request not in self._cache.active_requests:
+                return
+            elif call == "extend":
+                self._cache.add_active_response(request, list(tokens))
+            else:
+                self._cache.stop_request(request)
+            if self._log is not None:
+                self._log.append((call, request, tokens))
 
     def start(self, prompt: Sequence[int]) -> int:
         """Start a request over ``prompt`` (its local tree) and return its id."""
         request = next(self._ids)
-        with self._lock:
-            self._cache.start_request(request, [int(t) for t in prompt])
+        self._apply("start", request, tuple(int(t) for t in prompt))
         return request
 
     def extend(self, request: int, tokens: Sequence[int]) -> None:
         """Append committed tokens to the request's response (its local tree and the global tree)."""
-        if not tokens:
-            return
-        with self._lock:
-            if request in self._cache.active_requests:
-                self._cache.add_active_response(request, [int(t) for t in tokens])
+        if tokens:
+            self._apply("extend", request, tuple(int(t) for t in tokens))
 
     def speculate(self, request: int | None, context: Sequence[int], config: SuffixConfig) -> Any | None:
         """The authors' tree draft (``token_ids``, ``parents``, ``probs``) continuing ``context``, or None
@@ -169,14 +202,14 @@ class SuffixTreeCache:
 
     def stop(self, request: int) -> None:
         """End a request: its local tree is dropped, its response stays in the global tree."""
-        with self._lock:
-            if request in self._cache.active_requests:
-                self._cache.stop_request(request)
+        self._apply("stop", request, ())
 
     def reset(self) -> None:
         """Forget everything (global tree and requests in flight, whose drafts then stay empty)."""
         with self._lock:
             self._cache = self._cache_class(self.max_tree_depth, self.max_cached_requests)
+            if self._log is not None:
+                self._log.clear()
 
     @property
     def active_requests(self) -> int:
@@ -260,6 +293,15 @@ class SuffixDecodingDrafter:
         self._eos: frozenset[int] = frozenset()
         self._text: list[int] = []  # the request's tokens without excluded ids, as the trees hold them
         self._seen = 0  # tokens of the request (excluded ids included) already added
+
+    def __deepcopy__(self, memo: dict) -> SuffixDecodingDrafter:
+        """A drafter over a copy of its cache (`SuffixTreeCache.__deepcopy__`: only a replayable one),
+        with the same open request and its own finalizer."""
+        twin = object.__new__(type(self))
+        memo[id(self)] = twin
+        twin.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        weakref.finalize(twin, twin._open.close)
+        return twin
 
     def begin(self, request: RequestInfo) -> None:
         self._open.close()

@@ -8,9 +8,9 @@ between requests. The visitor's own session memories are neither used nor change
 
 Measured like the benchmark (`recap.studio.measure`): equal node budgets by default, the timed phases
 of every pass, `measure.REPEATS` interleaved repeats (a method is warmed once and every repeat starts
-from a copy of its warmed drafter, so every repeat drafts the same trees; SuffixDecoding, whose tree
-cannot be copied, is warmed again before each), the median and range; a projection on an H200 where a
-curve was recorded; and the benchmark's held-out summary for the model under the table.
+from a copy of its warmed drafter, so every repeat drafts the same trees), the median and range; a
+projection on an H200 where a curve was recorded; and the benchmark's held-out summary for the model
+under the table.
 
 Greedy decoding always (sampling settings apply to the Run tab only, and the tab says so): then every
 method's output is identical to AR's, which the table checks. A short AR run first, so the first timed
@@ -55,10 +55,6 @@ WARMUP_MAX_NEW = 64
 MEMORIES = frozenset({"persistent", "successors", "suffix_cache"})
 
 
-#: Methods warmed again before every repeat instead of copied: SuffixDecoding's global tree lives in its
-#: authors' package, which cannot copy it. Every other method's warmed drafter is copied
-#: (`copy.deepcopy`; TR's and RECAP's memories, `recap.memory.guarded`).
-REWARMED = frozenset({"suffix"})
 
 
 def remembers(method: str, config) -> bool:
@@ -176,8 +172,7 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
                     )  # fmt: skip
                     for _ in steps:
                         job.check()
-                if method not in REWARMED:
-                    warmed[method] = copy.deepcopy(drafter)
+                warmed[method] = copy.deepcopy(drafter)  # `recap.memory.guarded`, a replayable suffix cache
             status = f"Running {label} {where}…{note}"
             yield _progress(cmp, compare_state, runs, times, projection, status)
             probe = CoverageProbe(drafter) if repeat == 0 else None  # untimed: outside the phases

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from recap.decode import generate_steps
 from recap.drafters.recap.config import RecapConfig
-from recap.drafters.suffix_decoding import SuffixConfig
+from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.embedded import embedded_world, training_requests
 from recap.hotstart import (
     EMPTY_START,
@@ -234,11 +234,14 @@ def drafter_for(
 def fresh_drafter(
     runtime: Runtime, method: str, config: RecapConfig, suffix_config: SuffixConfig | None = None
 ):
-    """A drafter with fresh, empty memories of its own (the Compare tab warms them itself);
-    ``suffix_config``: SuffixDecoding's settings (its tree's depth and size too)."""
+    """A drafter with fresh, empty memories of its own (the Compare tab warms them itself, then copies it:
+    SuffixDecoding's cache is replayable); ``suffix_config``: its settings (its tree's depth and size too)."""
     state = DrafterState(runtime.target.vocab_size, suffix_config=suffix_config)
+    suffix = suffix_config or SuffixConfig()
     try:
-        return runtime.drafter(method, config=config, state=state, suffix_config=suffix_config)
+        own = SuffixTreeCache.for_config(suffix, replayable=True) if method == "suffix" else None
+        options = {"config": config, "state": state, "suffix_config": suffix_config, "suffix_cache": own}
+        return runtime.drafter(method, **options)
     except ValueError as error:
         raise refusal(str(error)) from None
 
