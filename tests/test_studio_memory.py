@@ -449,7 +449,7 @@ class Recorded:
 def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path):
     import app
     from recap.studio.examples import EXAMPLES_V1_DIR, OTHER_SET, examples
-    from recap.studio.measure import EQUAL, REPEATS
+    from recap.studio.measure import DEVICE, EQUAL, REPEATS
     from recap.studio.serving import COMPARE_WARMUP
 
     runtime = RecordingRuntime(tiny("llava"))
@@ -493,6 +493,79 @@ def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path)
     assert seen["ar"] == [timed] * (REPEATS + 1)  # AR's one short untimed run first
     status = next(v for v in final.values() if isinstance(v, str) and v.startswith("Done"))
     assert "warmed on the same" in status and "not this input" in status
+    # a second click with the same settings copies the kept warmed drafters: no warm-up, same trees
+    runtime.log.clear()
+    *_, again = compare({"path": image} if image else None, prompt, *settings, EQUAL)
+    second = next(v for v in again.values() if isinstance(v, dict) and "runs" in v)
+    seen = {}
+    for method, tokens in runtime.log:
+        seen.setdefault(method, []).append(tokens)
+    assert all(requests == [timed] * REPEATS for m, requests in seen.items() if m != "ar"), seen
+    for method, steps in state["runs"].items():
+        assert [s.new_tokens for s in second["runs"][method]] == [s.new_tokens for s in steps]
+        assert [len(s.nodes) for s in second["runs"][method]] == [len(s.nodes) for s in steps], method
+    # another budget choice is another warm-up
+    runtime.log.clear()
+    for _ in compare({"path": image} if image else None, prompt, *settings, DEVICE):
+        pass
+    assert [tokens for m, tokens in runtime.log if m == "recap"][:count] == warm_up
+
+
+def test_kept_warm_drafters_are_bounded_and_least_recently_used_go_first():
+    from recap.studio import compare
+
+    runtime = Runtime(tiny("llava"))
+    for index in range(compare.WARMED_KEPT + 2):
+        compare.keep_warm(runtime, ("tr", index), f"drafter {index}")
+    assert compare.kept_warm(runtime, ("tr", 0)) is None and compare.kept_warm(runtime, ("tr", 1)) is None
+    assert compare.kept_warm(runtime, ("tr", 2)) == "drafter 2"  # used: now the most recent
+    compare.keep_warm(runtime, ("tr", "new"), "drafter new")
+    assert compare.kept_warm(runtime, ("tr", 2)) == "drafter 2"
+    assert compare.kept_warm(runtime, ("tr", 3)) is None
+    assert compare.kept_warm(Runtime(tiny("llava")), ("tr", 2)) is None  # another model's runtime
+
+
+def test_kept_warm_drafters_go_with_their_models_runtime():
+    # a kept drafter must not hold its runtime (RECAP's auto budget keeps the device's cost model): an
+    # evicted model would stay in memory through it
+    import gc
+
+    from recap.drafters.recap.config import RecapConfig
+    from recap.studio import compare
+    from recap.studio.serving import fresh_drafter
+
+    runtime = Runtime(tiny("llava"))
+    for method, budget in (("recap", "auto"), ("tr", 80)):
+        compare.keep_warm(runtime, (method,), fresh_drafter(runtime, method, RecapConfig(budget=budget)))
+    assert compare.kept_warm(runtime, ("recap",)) is not None
+    count = len(compare._WARMED)
+    del runtime
+    gc.collect()
+    assert len(compare._WARMED) == count - 1
+
+
+def test_kept_warm_drafters_never_hold_the_visitors_input():
+    import app
+    from recap.drafters.suffix_decoding import suffix_decoding_available
+    from recap.studio import compare
+    from recap.studio.examples import OTHER_SET, examples
+    from recap.studio.measure import EQUAL
+
+    if not suffix_decoding_available():
+        pytest.skip("SuffixDecoding's package is not installed (scripts/install_suffix.sh)")
+    runtime = Runtime(tiny("llava"))
+    demo = app.build_demo(runtime_factory=lambda _: runtime, models=["tiny-kept"], cache=RuntimeCache())
+    demo.studio.compare_warmup = 2
+    handler = next(fn.fn for fn in demo.fns.values() if fn.api_name == "compare")
+    prompt = "zebra quokka narwhal"
+    settings = ["tiny-kept", "recap", "fixed", 8, 8, 8, True, True, True, 4, SESSION_SCOPE, 0.0, 0, 1.0, None]
+    *_, final = handler({"path": str(examples(OTHER_SET)[0][0])}, prompt, *settings, EQUAL)
+    kept = compare._WARMED[runtime]
+    suffix = next(d for key, d in kept.items() if key[0] == "suffix")
+    prompts = [runtime.target.decode(tokens) for call, _, tokens in suffix.cache._log if call == "start"]
+    assert len(prompts) == 2 and not any("zebra" in text for text in prompts)  # the 2 warm-up requests
+    run = next(v for v in final.values() if isinstance(v, dict) and "runs" in v)
+    assert "zebra" in run["prompt"]  # the input did run, on copies
 
 
 @pytest.mark.parametrize("method", ["tr", "suffix", "recap"])

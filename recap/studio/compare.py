@@ -3,12 +3,14 @@
 Fair by construction: every method starts from fresh memories of its own, and each method that keeps
 memories across requests (Token Recycling's matrix, RECAP's memories, SuffixDecoding's global tree) is
 first warmed on the SAME warm-up requests (`Studio.warmup_requests`: training scenes for the embedded
-model, the other examples otherwise; never the compared input). AR and prompt lookup keep nothing
+model, the other examples otherwise; never the compared input), once for all clicks with the same
+settings (`keep_warm`). AR and prompt lookup keep nothing
 between requests. The visitor's own session memories are neither used nor changed.
 
 Measured like the benchmark (`recap.studio.measure`): equal node budgets by default, the timed phases
 of every pass, `measure.REPEATS` interleaved repeats (a method is warmed once and every repeat starts
-from a copy of its warmed drafter, so every repeat drafts the same trees), the median and range; a
+from a copy of its warmed drafter, so every repeat drafts the same trees; the warmed drafter is kept
+for later clicks with the same settings, `keep_warm`), the median and range; a
 projection on an H200 where a curve was recorded; and the benchmark's held-out summary for the model
 under the table.
 
@@ -27,6 +29,9 @@ work between its methods.
 from __future__ import annotations
 
 import copy
+import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import replace
 
 import gradio as gr
@@ -55,6 +60,35 @@ WARMUP_MAX_NEW = 64
 MEMORIES = frozenset({"persistent", "successors", "suffix_cache"})
 
 
+
+
+#: Warmed drafters kept per model across clicks (the least recently used go first).
+WARMED_KEPT = 6
+_WARMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # runtime -> OrderedDict(key -> drafter)
+_WARMED_LOCK = threading.Lock()
+
+
+def kept_warm(runtime, key: tuple):
+    """The drafter kept for ``runtime`` under ``key`` (method, settings, warm-up requests) right after
+    its warm-up, or None. Never changed once kept: a click runs a copy of it (`copy.deepcopy`)."""
+    with _WARMED_LOCK:
+        kept = _WARMED.get(runtime)
+        if kept is None or key not in kept:
+            return None
+        kept.move_to_end(key)
+        return kept[key]
+
+
+def keep_warm(runtime, key: tuple, drafter) -> None:
+    """Keep a warmed ``drafter`` (a copy no click runs) for ``runtime``'s later clicks, at most
+    `WARMED_KEPT` a model. It holds what the studio's warm-up requests taught it, never a visitor's
+    input, so every visitor's clicks may share it; the entries go with the model's runtime."""
+    with _WARMED_LOCK:
+        kept = _WARMED.setdefault(runtime, OrderedDict())
+        kept[key] = drafter
+        kept.move_to_end(key)
+        while len(kept) > WARMED_KEPT:
+            kept.popitem(last=False)
 
 
 def remembers(method: str, config) -> bool:
@@ -152,27 +186,29 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
     runs: dict[str, list[StepRecord]] = {}
     coverage: dict[str, list] = {}  # what each method's memories held at every token (TR, RECAP)
     times: dict[str, list[list[float]]] = {m: [] for m in methods}  # each repeat's pass times
-    warmed: dict[str, object] = {}  # per method, a copy of its drafter right after the warm-up
+    warm_new = min(max_new, WARMUP_MAX_NEW)
+    warm_labels = tuple(request.label for request in warmup)
     for repeat in range(measure.REPEATS):
         shift = repeat % len(methods)  # interleaved: each repeat starts with another method
         for method in methods[shift:] + methods[:shift]:
             where = f"(repeat {repeat + 1} of {measure.REPEATS})"
             label = render.method_label(method)
-            if method in warmed:  # the same warmed state as the first repeat's, not warmed again
-                drafter = copy.deepcopy(warmed[method])
+            key = (method, config, suffix_config, warm_new, warm_labels)
+            kept = kept_warm(runtime, key) if remembers(method, config) else None
+            if kept is not None:  # warmed on these requests before: a copy, not warmed again
+                drafter = copy.deepcopy(kept)
             else:
                 drafter = fresh_drafter(runtime, method, config, suffix_config)
-            if remembers(method, config) and method not in warmed:
+            if remembers(method, config) and kept is None:
                 status = f"Warming up {label} {where}…{note}"
                 yield _progress(cmp, compare_state, runs, times, projection, status)
                 for request in warmup:
                     steps = studio.stream(
-                        runtime, model, drafter, request.prompt, list(request.images),
-                        min(max_new, WARMUP_MAX_NEW), method,
-                    )  # fmt: skip
+                        runtime, model, drafter, request.prompt, list(request.images), warm_new, method
+                    )
                     for _ in steps:
                         job.check()
-                warmed[method] = copy.deepcopy(drafter)  # `recap.memory.guarded`, a replayable suffix cache
+                keep_warm(runtime, key, copy.deepcopy(drafter))  # before it sees the visitor's input
             status = f"Running {label} {where}…{note}"
             yield _progress(cmp, compare_state, runs, times, projection, status)
             probe = CoverageProbe(drafter) if repeat == 0 else None  # untimed: outside the phases
