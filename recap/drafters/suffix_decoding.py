@@ -123,7 +123,8 @@ class SuffixTreeCache:
     The authors' trees cannot be copied. A cache made with ``replayable=True`` keeps the calls that
     changed it (the prompts and answers it learnt), and `copy.deepcopy` builds a new cache by making them
     again: the same trees, since the authors' cache is deterministic. The Compare tab warms its private
-    caches this way once a click (a shared cache keeps no log: it would grow with every request).
+    caches this way, once for all clicks with the same settings (a shared cache keeps no log: it would
+    grow with every request).
     """
 
     _ids = itertools.count()

@@ -106,6 +106,15 @@ class AcceptanceModel(Guarded):
         self._lock = threading.Lock()
         self._updates = np.zeros(1, dtype=np.int64)  # updates so far, counted by the compiled counting
 
+    def __setstate__(self, state: dict) -> None:
+        """A copy's tables start on 64-byte boundaries too (`_rows`), as the original's do."""
+        super().__setstate__(state)
+        for name in ("_fine", "_coarse"):
+            table = getattr(self, name)
+            aligned = _rows(len(table))
+            aligned[:] = table
+            setattr(self, name, aligned)
+
     # Counts per kind (views of the tables; after decay, not integers).
     @property
     def seen_fine(self) -> np.ndarray:

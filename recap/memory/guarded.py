@@ -21,6 +21,12 @@ from typing import Any
 class Guarded:
     """Mixin for a class whose instances keep their lock in ``self._lock`` (a plain `threading.Lock`)."""
 
+    def __copy__(self) -> Guarded:
+        raise TypeError(
+            f"a shallow copy of {type(self).__name__} would share its records under another lock: "
+            "use copy.deepcopy"
+        )
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("_lock", None)

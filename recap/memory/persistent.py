@@ -18,7 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import tempfile
@@ -74,7 +73,7 @@ class PersistentMemory(Guarded):
         #: what is drafted changes.
         self.suffix_history = np.zeros(0, dtype=np.int64)
         self.suffix_request: Any = None
-        self._requests = itertools.count()
+        self._requests = 0  # requests numbered so far (`next_request`)
         self._table: np.ndarray | None = None  # `table`, built on first use
         self._lock = threading.Lock()
 
@@ -102,7 +101,9 @@ class PersistentMemory(Guarded):
 
     def next_request(self) -> int:
         """A new request number for the stamps of what the request writes (unique per memory)."""
-        return next(self._requests)
+        with self._lock:
+            self._requests += 1
+            return self._requests - 1
 
     def __len__(self) -> int:
         """Number of tokens that have a record."""

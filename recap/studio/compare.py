@@ -9,8 +9,9 @@ between requests. The visitor's own session memories are neither used nor change
 
 Measured like the benchmark (`recap.studio.measure`): equal node budgets by default, the timed phases
 of every pass, `measure.REPEATS` interleaved repeats (a method is warmed once and every repeat starts
-from a copy of its warmed drafter, so every repeat drafts the same trees; the warmed drafter is kept
-for later clicks with the same settings, `keep_warm`), the median and range; a
+from a copy of its warmed drafter, so at equal budgets every repeat drafts the same trees; an `auto`
+budget also reads the drafting time it measures; the warmed drafter is kept for later clicks with the
+same settings, `keep_warm`), the median and range; a
 projection on an H200 where a curve was recorded; and the benchmark's held-out summary for the model
 under the table.
 
@@ -39,7 +40,7 @@ import torch
 
 from recap.bench.coverage import CoverageProbe
 from recap.bench.sensitivity import sensitive_flags
-from recap.drafters import shared_state
+from recap.drafters import is_recap_method, shared_state
 from recap.drafters.suffix_decoding import SuffixConfig
 from recap.inputs import shown
 from recap.studio import measure, render, story
@@ -59,13 +60,18 @@ WARMUP_MAX_NEW = 64
 #: Shared state that outlives a request (what the warm-up fills).
 MEMORIES = frozenset({"persistent", "successors", "suffix_cache"})
 
-
-
-
 #: Warmed drafters kept per model across clicks (the least recently used go first).
 WARMED_KEPT = 6
 _WARMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # runtime -> OrderedDict(key -> drafter)
 _WARMED_LOCK = threading.Lock()
+
+
+def warm_key(method: str, config, suffix_config, max_new: int, warmup) -> tuple:
+    """What a warmed drafter depends on: the method, the settings it reads (RECAP's config,
+    SuffixDecoding's; Token Recycling reads neither), the warm-up's token limit and its requests (each
+    by its label and prompt)."""
+    settings = config if is_recap_method(method) else suffix_config if method == "suffix" else None
+    return method, settings, max_new, tuple((request.label, request.prompt) for request in warmup)
 
 
 def kept_warm(runtime, key: tuple):
@@ -80,9 +86,11 @@ def kept_warm(runtime, key: tuple):
 
 
 def keep_warm(runtime, key: tuple, drafter) -> None:
-    """Keep a warmed ``drafter`` (a copy no click runs) for ``runtime``'s later clicks, at most
+    """Keep a warmed ``drafter`` (no click runs it: each runs a copy) for ``runtime``'s later clicks, at most
     `WARMED_KEPT` a model. It holds what the studio's warm-up requests taught it, never a visitor's
     input, so every visitor's clicks may share it; the entries go with the model's runtime."""
+    # Two clicks that miss the same key at once both warm, and the last one kept stays: the same
+    # drafter either way, only the warm-up done twice.
     with _WARMED_LOCK:
         kept = _WARMED.setdefault(runtime, OrderedDict())
         kept[key] = drafter
@@ -187,28 +195,26 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
     coverage: dict[str, list] = {}  # what each method's memories held at every token (TR, RECAP)
     times: dict[str, list[list[float]]] = {m: [] for m in methods}  # each repeat's pass times
     warm_new = min(max_new, WARMUP_MAX_NEW)
-    warm_labels = tuple(request.label for request in warmup)
     for repeat in range(measure.REPEATS):
         shift = repeat % len(methods)  # interleaved: each repeat starts with another method
         for method in methods[shift:] + methods[:shift]:
             where = f"(repeat {repeat + 1} of {measure.REPEATS})"
             label = render.method_label(method)
-            key = (method, config, suffix_config, warm_new, warm_labels)
+            key = warm_key(method, config, suffix_config, warm_new, warmup)
             kept = kept_warm(runtime, key) if remembers(method, config) else None
-            if kept is not None:  # warmed on these requests before: a copy, not warmed again
-                drafter = copy.deepcopy(kept)
-            else:
-                drafter = fresh_drafter(runtime, method, config, suffix_config)
-            if remembers(method, config) and kept is None:
+            if kept is None and remembers(method, config):
+                kept = fresh_drafter(runtime, method, config, suffix_config)
                 status = f"Warming up {label} {where}…{note}"
                 yield _progress(cmp, compare_state, runs, times, projection, status)
                 for request in warmup:
                     steps = studio.stream(
-                        runtime, model, drafter, request.prompt, list(request.images), warm_new, method
+                        runtime, model, kept, request.prompt, list(request.images), warm_new, method
                     )
                     for _ in steps:
                         job.check()
-                keep_warm(runtime, key, copy.deepcopy(drafter))  # before it sees the visitor's input
+                keep_warm(runtime, key, kept)  # it never runs the visitor's input: every run is a copy
+            # every timed run starts from a copy of the warmed drafter (the same trees in each repeat)
+            drafter = copy.deepcopy(kept) if kept is not None else fresh_drafter(runtime, method, config)
             status = f"Running {label} {where}…{note}"
             yield _progress(cmp, compare_state, runs, times, projection, status)
             probe = CoverageProbe(drafter) if repeat == 0 else None  # untimed: outside the phases

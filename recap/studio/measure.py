@@ -248,8 +248,8 @@ def summary_line(summary: dict | None) -> str:
 
 
 def _scene_by_scene(summary: dict) -> str:
-    """How many of the held-out scenes RECAP accepted at least as many drafts at image-sensitive tokens
-    as Token Recycling on, as a sentence ("" for a summary without those counts)."""
+    """On how many of the held-out scenes RECAP accepted more, as many or fewer drafts at image-sensitive
+    tokens than Token Recycling, as a sentence ("" for a summary without those counts)."""
     counts = summary.get("sample_wins", {}).get("recap")
     if not counts:
         return ""

@@ -23,6 +23,7 @@ at once,
 """
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Sequence
@@ -113,6 +114,16 @@ class RecapDrafter:
         self._root_tail: Tail | None = None
         self._growth: Growth | None = None
         self._kept = 0  # nodes of the grown tree kept in the proposal (a cost-aware budget may cut it)
+
+    def __deepcopy__(self, memo: dict) -> RecapDrafter:
+        """A drafter with copies of everything it learnt (its memories copy with locks of their own,
+        `recap.memory.guarded`) and this one's compiled-search settings: they never change, and a
+        writable copy of their read-only arrays would make numba compile the search again."""
+        twin = object.__new__(type(self))
+        memo[id(self)] = twin
+        twin.__dict__.update(copy.deepcopy({k: v for k, v in vars(self).items() if k != "_search"}, memo))
+        twin._search = self._search
+        return twin
 
     @property
     def acceptance(self) -> AcceptanceModel:
