@@ -4,16 +4,15 @@ Fair by construction: every method starts from fresh memories of its own, and ea
 memories across requests (Token Recycling's matrix, RECAP's memories, SuffixDecoding's global tree) is
 first warmed on the SAME warm-up requests (`Studio.warmup_requests`: training scenes for the embedded
 model, the other examples otherwise; never the compared input), once for all clicks with the same
-settings (`keep_warm`). AR and prompt lookup keep nothing
-between requests. The visitor's own session memories are neither used nor changed.
+settings (`keep_warm`). AR and prompt lookup keep nothing between requests. The visitor's own session
+memories are neither used nor changed.
 
 Measured like the benchmark (`recap.studio.measure`): equal node budgets by default, the timed phases
 of every pass, `measure.REPEATS` interleaved repeats (a method is warmed once and every repeat starts
 from a copy of its warmed drafter, so at equal budgets every repeat drafts the same trees; an `auto`
 budget also reads the drafting time it measures; the warmed drafter is kept for later clicks with the
-same settings, `keep_warm`), the median and range; a
-projection on an H200 where a curve was recorded; and the benchmark's held-out summary for the model
-under the table.
+same settings, `keep_warm`), the median and range; a projection on an H200 where a curve was recorded;
+and the benchmark's held-out summary for the model under the table.
 
 Greedy decoding always (sampling settings apply to the Run tab only, and the tab says so): then every
 method's output is identical to AR's, which the table checks. A short AR run first, so the first timed
@@ -200,9 +199,8 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
         for method in methods[shift:] + methods[:shift]:
             where = f"(repeat {repeat + 1} of {measure.REPEATS})"
             label = render.method_label(method)
-            key = warm_key(method, config, suffix_config, warm_new, warmup)
-            kept = kept_warm(runtime, key) if remembers(method, config) else None
-            if kept is None and remembers(method, config):
+            kept, key = None, warm_key(method, config, suffix_config, warm_new, warmup)
+            if remembers(method, config) and (kept := kept_warm(runtime, key)) is None:
                 kept = fresh_drafter(runtime, method, config, suffix_config)
                 status = f"Warming up {label} {where}…{note}"
                 yield _progress(cmp, compare_state, runs, times, projection, status)

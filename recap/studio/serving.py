@@ -236,9 +236,9 @@ def fresh_drafter(
 ):
     """A drafter with fresh, empty memories of its own (the Compare tab warms them itself, then copies it:
     SuffixDecoding's cache is replayable); ``suffix_config``: its settings (its tree's depth and size too)."""
-    state = DrafterState(runtime.target.vocab_size, suffix_config=suffix_config)
-    suffix = suffix_config or SuffixConfig()
+    state = DrafterState(runtime.target.vocab_size)  # (SuffixDecoding gets its own cache below)
     try:
+        suffix = suffix_config or SuffixConfig()
         own = SuffixTreeCache.for_config(suffix, replayable=True) if method == "suffix" else None
         options = {"config": config, "state": state, "suffix_config": suffix_config, "suffix_cache": own}
         return runtime.drafter(method, **options)
