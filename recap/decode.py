@@ -152,6 +152,8 @@ def generate_steps(
             draws = [_draw_record(d) for d in acceptance.draws]
             root_token = acceptance.draws[0].token
         acceptance, finished = truncate(acceptance, target.eos_ids, max_new_tokens - generated)
+        if draws is not None:  # one draw a committed position: none after an end of text or the limit
+            draws = draws[: len(acceptance.tokens)]
         target.commit(state, len(tree), acceptance.nodes)
         topk_ids, topk_probs = _topk(logits, k)
         commit_probs = None if rng is None else _commit_probs(logits, topk_ids, sampling)

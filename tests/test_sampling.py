@@ -346,3 +346,39 @@ def test_the_decode_loop_hands_drafters_commit_probabilities_only_when_sampling(
         # The processed distribution is sharper than softmax at T = 1: the argmax gains.
         assert np.all(commit[:, 0] >= observation.topk_probs[:, 0] - 1e-6)
         assert np.all(commit.sum(1) <= 1 + 1e-9)
+
+
+class _ChainDrafter:
+    """Drafts the next ``width`` tokens of a known answer as one chain (every draft accepted)."""
+
+    name, record_k = "chain", 0
+
+    def __init__(self, answer: list[int], width: int) -> None:
+        self.answer, self.width, self.prompt_len = answer, width, 0
+
+    def begin(self, request) -> None:
+        self.prompt_len = len(request.prompt_tokens)
+
+    def propose(self, context) -> DraftTree:
+        done = len(context) - self.prompt_len
+        chain = self.answer[done : done + self.width]
+        n = len(chain)
+        return DraftTree(chain, list(range(-1, n - 1)), [1.0] * n, [("ctx3",)] * n, [{} for _ in chain])
+
+    def observe(self, observation) -> None:
+        del observation
+
+
+def test_a_pass_cut_at_the_token_limit_keeps_one_draw_per_committed_token():
+    # A pass that accepts 8 drafts and its bonus token, cut to the 5 tokens the limit leaves: the step
+    # shows a draw for each of the 5, none for the tokens it did not commit.
+    target = tiny("llama")
+    sampling = SamplingSettings(temperature=1.0, seed=3)
+    reference = generate(target, Runtime(target).drafter("ar"), "the cat is", [], 16, sampling=sampling)
+    answer = [t for step in reference.steps for t in step.new_tokens]
+    steps = generate(target, _ChainDrafter(answer, 8), "the cat is", [], 6, sampling=sampling).steps
+    assert [t for step in steps for t in step.new_tokens] == answer[:6]
+    assert steps[1].accepted_len == 5 and len(steps[1].new_tokens) == 5  # the limit cut the pass
+    for step in steps[1:]:
+        assert len(step.draws) == len(step.new_tokens)
+        assert [d["token"] for d in step.draws] == list(step.new_tokens)
