@@ -302,15 +302,21 @@ def test_hostile_api_values_get_clear_messages(served, field, raw, message):
     [
         '{"path": 5}',  # not a file object
         '"/etc/passwd"',  # a bare path
+        "42",
         '{"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}',  # a file object outside the uploads
+        '{"url": "http://127.0.0.1:9/x.png", "path": "x.png", "meta": {"_type": "gradio.FileData"}}',  # a URL
     ],
 )
-def test_malformed_file_values_are_refused_by_gradio_before_the_app(served, raw):
-    # gradio checks a file slot's value before any app code runs; its refusal carries no detail (and
-    # no path): a known limit of what the studio can word itself (see README, Reliability)
+def test_malformed_file_values_are_refused_in_one_line_before_the_app(served, raw, capfd, caplog):
+    # gradio checks a file slot's value before any app code runs; it answered {"error": null} and
+    # logged a traceback per call (with the server's paths): the studio words it, and logs one line
+    from recap.studio.demo import UNREADABLE_FILE
+
     data = list(_RUN_JSON)
     data[0] = raw
-    assert _raw_call(served.url, "run", "[" + ", ".join(data) + "]", ours=False) == "error"
+    error = _raw_call(served.url, "run", "[" + ", ".join(data) + "]")
+    assert error == UNREADABLE_FILE
+    assert "Traceback" not in capfd.readouterr().err and "refused a call's file value" in caplog.text
 
 
 def test_a_valid_raw_call_succeeds(served):

@@ -485,6 +485,15 @@ def test_a_call_with_too_few_values_is_told_how_many_without_a_traceback(space, 
     assert "Traceback" not in capfd.readouterr().err
 
 
+def test_a_replay_file_of_another_type_is_told_gradios_words_without_a_traceback(space, capfd):
+    text = space.folder / "notes.txt"
+    text.write_text("not a trace", encoding="utf-8")
+    uploaded = json.dumps({"path": _upload(space.url, text), "meta": {"_type": "gradio.FileData"}})
+    event, data = _raw_call(space.url, "replay", f"[{uploaded}]")
+    assert event == "error" and "Invalid file type" in data, data
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_the_upload_ledger_counts_uploads_as_they_start_and_forgets_idle_clients():
     from recap.studio.bodylimit import UploadLedger
 

@@ -41,6 +41,11 @@ SESSION_TTL_S = 2 * 3600
 API_FILE_EXAMPLES = {"Image": "scene.png", "File": "recap-run.json"}
 #: What a call with fewer values than its endpoint's inputs is told.
 TOO_FEW_VALUES = "This endpoint takes {needed} values and the call sent {got} (\"Use via API\" lists them)."
+#: What a call whose image or file value is not an uploaded file is told.
+UNREADABLE_FILE = (
+    "An image or file value must be a file uploaded to this studio (through the API: handle_file(path));"
+    " this call sent something else."
+)
 #: What a call of an API name the studio does not have is told.
 UNKNOWN_ENDPOINT = (
     'This studio has no API endpoint of that name; its endpoints are {names} ("Use via API" below the page).'
@@ -93,6 +98,21 @@ class StudioBlocks(gr.Blocks):
             needed = sum(not getattr(block, "skip_api", False) for block in block_fn.inputs)  # no State
             message = TOO_FEW_VALUES.format(needed=needed, got=len(inputs))
             raise gr.Error(message, print_exception=False) from None
+
+    async def preprocess_data(self, *args, **kwargs):
+        """gradio's reading of a call's values, its refusals told to the client in one line and logged in
+        one: gradio answers a file value that is not an upload (a path, a URL, a number) with no message
+        and logs a traceback per call, which a client could flood the log with."""
+        try:
+            return await super().preprocess_data(*args, **kwargs)
+        except gr.Error as error:  # gradio's own refusal (a file type): its words, without a traceback
+            if not error.print_exception:
+                raise
+            logger.warning("refused a call's values: %s", error.message)
+            raise gr.Error(error.message, print_exception=False) from None
+        except (ValueError, TypeError) as error:  # pydantic's, a path outside the uploads, a URL
+            logger.warning("refused a call's file value (%s)", type(error).__name__)
+            raise gr.Error(UNREADABLE_FILE, print_exception=False) from None
 
     def get_api_info(self, all_endpoints: bool = False, page: str | None = None):
         """gradio's API description, where an image parameter defaults to no image (a client passes
