@@ -213,6 +213,10 @@ def test_example_run_shows_answer_tree_and_fused_distribution(studio, tmp_path):
             page = context.new_page()
             page.goto(studio_url)
             page.wait_for_selector("#run-button", timeout=RUN_MS)
+            # the seed box starts blank ("blank = random"), not at 0 (which would seed every sampled run)
+            page.click("#advanced button")
+            page.wait_for_selector("#seed input", state="visible", timeout=SHOW_MS)
+            assert page.locator("#seed input").input_value() == ""
             # the second example (the first one is pre-filled): clicking it must fill the prompt
             from recap.studio.examples import examples
 

@@ -228,7 +228,8 @@ def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
             *TOP_P_RANGE, value=1.0, step=0.01, label="Top-p", info="1 = off", elem_id="top-p"
         )
         ui["seed"] = gr.Number(
-            value=None,
+            # a callable: gradio's number box shows (and sends) 0 for a plain None, a blank for this
+            value=lambda: None,
             precision=0,
             minimum=SEED_RANGE[0],
             maximum=SEED_RANGE[1],
