@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from recap.bench.coverage import at_depths, deep_share
 from recap.models.cost import CostModel, load_curve, projected_seconds
 from recap.studio.environment import EMBEDDED_FOLDERS
@@ -58,7 +60,7 @@ HEADERS = [
     "nodes / pass",
     "target passes",
     "tokens",
-    "MAT",
+    "MAT (tokens a pass)",
     f"timed s (each pass at its fastest of {REPEATS}; the {REPEATS} repeats' totals)",
     "speedup vs AR (timed)",
     "projected on an H200 (speedup)",
@@ -201,7 +203,8 @@ def timing_note(projection: Projection | None, choice: str, which: str = "wall")
     if projection is not None:
         note += (
             f" Projected: the same passes priced on {projection.label} (nodes + 1 tokens a pass), plus "
-            "the drafting measured here; a projection, not a measurement."
+            "the drafting measured here; a projection, not a measurement. "
+            f"{device_gap(projection)}"
         )
         if choice == DEVICE:
             note += (
@@ -210,6 +213,17 @@ def timing_note(projection: Projection | None, choice: str, which: str = "wall")
                 "would grow bigger trees there: at equal budgets every method drafts the same node count."
             )
     return note
+
+
+def device_gap(projection: Projection) -> str:
+    """Why a timed speedup and a projected one differ: what a pass of `EQUAL_NODES` nodes costs against
+    one of a single token, on the projection's curve."""
+    one, full = projection.curve.costs(np.array([1.0, EQUAL_NODES + 1.0]))
+    return (
+        "The two differ by device: on this CPU a pass costs more the more nodes it verifies, so fewer "
+        f"passes need not take less time; on that curve a pass over {EQUAL_NODES + 1} tokens costs "
+        f"{100 * (full / one - 1):.0f}% more than one over a single token."
+    )
 
 
 # ------------------------------------------------------------------------------ held-out summary
