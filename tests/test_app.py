@@ -581,6 +581,15 @@ def test_trace_exports_are_per_session_and_pruned_by_age(tmp_path):
     assert not second.exists() and exports.sessions() == ["c"]
 
 
+def test_the_sensitivity_line_says_which_run_it_analysed(served):
+    from gradio_client import Client
+
+    visitor = Client(served.url, verbose=False)  # a session of its own: no comparison made
+    visitor.predict(*_args(served.image, max_new=8, method="tr"), api_name="/run")
+    _answer, _table, status = visitor.predict("blank (grey)", api_name="/sensitivity")
+    assert "Analysed: the last run (Token Recycling)." in status
+
+
 def test_compare_sensitivity_and_replay(served, tmp_path):
     from gradio_client import handle_file
 
@@ -605,7 +614,7 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
     assert all(" (" in r[measure.HEADERS.index(measure.HEADERS[5])] for r in rows)  # fastest (range)
     assert "<table>" in strip
     _answer, sens_table, sens_status = client.predict("blank (grey)", api_name="/sensitivity")
-    assert "image-sensitive" in sens_status
+    assert "image-sensitive" in sens_status and "Analysed: the last comparison's runs" in sens_status
     sens_rows = sens_table["data"] if isinstance(sens_table, dict) else sens_table
     assert len(sens_rows) == len(compared)
     held = {row[0]: row[3] for row in sens_rows}  # the compared runs' coverage, where the method has one

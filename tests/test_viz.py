@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from recap.studio import figures, render
@@ -120,6 +122,9 @@ def test_fused_figure_stacks_sources_and_marks_the_target_token():
     star = _trace(figure, "target's next token")
     assert list(star.y) == ["a [7]"] and star.x[0] == pytest.approx(0.4)
     assert "target chose a [7]" in figure.layout.title.text
+    # the chance in the title is the target's, not the fused bar's (which may read near 0)
+    step = replace(_steps()[1], target_prob=0.97)
+    assert "target chose a [7] (target's own p=0.97)" in figures.fused_figure(step).layout.title.text
 
 
 def test_fused_figure_adds_a_row_when_the_drafter_missed_the_target_token():
@@ -195,6 +200,7 @@ def test_stats_keep_the_cpu_label_while_only_the_prefill_has_run():
     prefill = _steps()[:1]
     prefill[0].cpu_ms = 5.0
     assert "draft + update ms / pass (CPU time)" in render.stats_html(prefill)
+    assert "draft + update ms / pass (CPU time)" in render.stats_html([])  # the empty page's cards too
 
 
 def _run(method, tokens, sources):

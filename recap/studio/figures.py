@@ -366,6 +366,6 @@ def _fused_title(step: StepRecord, target_label: str | None, has_bars: bool) -> 
         return f"fused distribution:<br>{plot_name(method_label(step.method))} drafts without probabilities"
     title = "fused distribution at the root (token [id])"
     if target_label is not None:
-        chance = f" (p={step.target_prob:.2f})" if step.target_prob is not None else ""
+        chance = f" (target's own p={step.target_prob:.2f})" if step.target_prob is not None else ""
         title += f"<br>★ target chose {target_label}{chance}"
     return title

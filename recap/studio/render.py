@@ -195,8 +195,9 @@ def stats_html(steps: Sequence[StepRecord], status: str = "") -> str:
     older saved run) shows the wall time, and says so.
     """
     summary = summarize(steps)
-    # a run that records CPU times keeps the CPU label from its first pass on (the prefill drafts nothing)
-    if summary.draft_cpu_ms_per_step > 0 or any(s.cpu_ms > 0 for s in steps):
+    # a run that records CPU times keeps the CPU label from its first pass on (the prefill drafts nothing),
+    # and the empty page has the label every run gets
+    if not steps or summary.draft_cpu_ms_per_step > 0 or any(s.cpu_ms > 0 for s in steps):
         drafting = ("draft + update ms / pass (CPU time)", summary.draft_cpu_ms_per_step)
     else:
         drafting = ("draft + update ms / pass (wall clock)", summary.draft_ms_per_step)

@@ -38,9 +38,12 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
         if compared:
             runs, image, prompt = compared["runs"], compared["image"], compared["prompt"]
             model_id, coverage = compared["key"][0], compared.get("coverage")
+            source = "the last comparison's runs (every method, on the Run tab's input)"
         else:
-            runs = {state["trace"].settings.get("method", "run"): state["trace"].steps}
+            method = state["trace"].settings.get("method", "run")
+            runs = {method: state["trace"].steps}
             image, prompt, model_id = state["image"], state["prompt"], state.get("model")
+            source = f"the last run ({render.method_label(method)})"
         runtime = studio.cache.loaded(model_id) if model_id else None
         if runtime is None:
             raise refusal("This needs the model that made the run (a replayed run has none loaded).")
@@ -70,7 +73,8 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
                 mark_steps(steps, flags)
             count = sum(flags)
             status = (
-                f"{count} of {len(flags)} tokens are image-sensitive (the first token is not counted below)."
+                f"{count} of {len(flags)} tokens are image-sensitive (the first token is not counted below). "
+                f"Analysed: {source}."
             )
             rows = render.sensitivity_rows(runs, flags, coverage)
             return render.sensitivity_answer(reference, flags), rows, status
