@@ -146,6 +146,8 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
             ui["step_table"] = gr.Dataframe(
                 headers=render.STEP_TABLE_HEADERS,
                 interactive=False,
+                wrap=True,
+                column_widths=["65%", "35%"],  # (on a phone both columns show, the names wrapped)
                 label="Step table",
                 show_label=False,
                 elem_id="step-table",
@@ -197,6 +199,10 @@ def _examples(ui: dict[str, Any], models: list[str]) -> None:
         ui["example_groups"][key] = group
 
 
+#: Above a table wider than a phone's screen (shown on narrow screens only: studio.css).
+NARROW_HINT = '<p class="recap-hint">The table is wider than the screen: swipe it sideways.</p>'
+
+
 def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
     with gr.Row():
         ui["budget_mode"] = gr.Radio(
@@ -210,7 +216,7 @@ def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
         ui["depth"] = gr.Slider(*DEPTH_RANGE, value=RecapConfig().depth, step=1, label="Max depth")
         ui["k"] = gr.Slider(*K_RANGE, value=RecapConfig().k, step=1, label="k (top-k per record)")
         ui["max_new_tokens"] = gr.Slider(*MAX_NEW_TOKENS_RANGE, value=64, step=1, label="Max new tokens")
-    with gr.Row():
+    with gr.Row(elem_id="memories-used"):  # (studio.css: a phone's row wraps them, labels whole)
         ui["use_persistent"] = gr.Checkbox(True, label="persistent memory (1-token)")
         ui["use_context"] = gr.Checkbox(True, label="contextual memories (2/3-token)")
         ui["suffix"] = gr.Checkbox(True, label="suffix matching")
@@ -224,6 +230,7 @@ def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
             elem_id="temperature",
         )
         ui["top_k"] = gr.Slider(*TOP_K_RANGE, value=0, step=1, label="Top-k", info="0 = off", elem_id="top-k")
+    with gr.Row():  # two a row: four in one cut the sliders' end labels (top-k's 1000 read "10")
         ui["top_p"] = gr.Slider(
             *TOP_P_RANGE, value=1.0, step=0.01, label="Top-p", info="1 = off", elem_id="top-p"
         )
@@ -280,6 +287,7 @@ def compare_tab() -> dict[str, Any]:
             )
             button = gr.Button("Compare methods", variant="primary", elem_id="compare-button")
         status = gr.Markdown("", label="Status", show_label=False, elem_id="compare-status")
+        gr.HTML(NARROW_HINT, elem_classes="recap-narrow-only", padding=False)
         table = gr.Dataframe(
             headers=measure.HEADERS,
             interactive=False,
@@ -328,6 +336,7 @@ def sensitivity_tab() -> dict[str, Any]:
             combine_adjacent=False,
             elem_id="sensitive-answer",
         )
+        gr.HTML(NARROW_HINT, elem_classes="recap-narrow-only", padding=False)
         table = gr.Dataframe(
             headers=render.SENSITIVITY_HEADERS,
             interactive=False,
