@@ -20,7 +20,8 @@ from scripts import compare_spread
 
 #: "Accepted drafts there (drafted there): Token Recycling 8 (9), RECAP 2 (7)."
 COUNTS = re.compile(r"Accepted drafts there \(drafted there\): (?P<parts>[^.]*)\.")
-#: "Accepted there at a pass's first draft, ...: TR 1 of 2, RECAP 1 of 1; after ...: TR 0 of 0, RECAP 1 of 1."
+#: "Accepted there at a pass's first draft, ...: TR 1 of 2, RECAP 1 of 1; after ...: TR none met there,
+#: RECAP 1 of 1."
 DEPTHS = re.compile(
     r"Accepted there at a pass's first draft[^:]*: (?P<first>[^;]*); after[^:]*: (?P<deeper>[^.]*)\."
 )

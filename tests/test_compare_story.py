@@ -23,4 +23,4 @@ def test_the_depth_split_is_read_off_the_line_the_tab_shows():
 
     line = story.story_line({"ar": AR, "tr": TR, "recap": RECAP}, [False, True, True, False], LABELS)
     found = compare_story.DEPTHS.search(story.story_html(line))
-    assert (found["first"], found["deeper"]) == ("TR 1 of 2, RECAP 1 of 1", "TR 0 of 0, RECAP 1 of 1")
+    assert (found["first"], found["deeper"]) == ("TR 1 of 2, RECAP 1 of 1", "TR none met there, RECAP 1 of 1")

@@ -697,17 +697,17 @@ def test_token_drafts(steps, outcomes):
             "2 of 4 tokens depend on the image (the greedy token changes when the image is replaced by "
             "a blank one). Accepted drafts there (drafted there): TR 1 (2), RECAP 2 (2). Accepted there "
             "at a pass's first draft, where a tree offers its widest fan: TR 1 of 2, RECAP 1 of 1; after "
-            "accepted drafts of the same pass, deeper in the tree: TR 0 of 0, RECAP 1 of 1. TR's draft "
-            "was rejected and RECAP's contextual memory was accepted at «␣red».",
+            "accepted drafts of the same pass, deeper in the tree: TR none met there, RECAP 1 of 1. "
+            "TR's draft was rejected and RECAP's contextual memory was accepted at «␣red».",
         ),
         # only « circle»: both accepted a draft, so no token is named
         (
             [False, False, True, False],
             "1 of 4 tokens depend on the image (the greedy token changes when the image is replaced by "
             "a blank one). Accepted drafts there (drafted there): TR 1 (1), RECAP 1 (1). Accepted there "
-            "at a pass's first draft, where a tree offers its widest fan: TR 1 of 1, RECAP 0 of 0; after "
-            "accepted drafts of the same pass, deeper in the tree: TR 0 of 0, RECAP 1 of 1. At none of "
-            "them was TR's draft rejected where RECAP's contextual memory was accepted.",
+            "at a pass's first draft, where a tree offers its widest fan: TR 1 of 1, RECAP none met there; "
+            "after accepted drafts of the same pass, deeper in the tree: TR none met there, RECAP 1 of 1. "
+            "At none of them was TR's draft rejected where RECAP's contextual memory was accepted.",
         ),
         # the first token never counts
         (

@@ -250,6 +250,11 @@ def test_passes_figure_stacks_tokens_by_source():
     by_name = {t.name: list(t.y) for t in figure.data}
     assert by_name[render.source_label("target")] == [1, 1]
     assert by_name[render.source_label("ctx3")] == [0, 1]
+    assert figure.layout.yaxis.dtick == 1  # short passes: a tick per token
+    tokens = list(range(15))
+    long = StepRecord(2, 8, "recap", new_tokens=tokens, new_texts=["x"] * 15, new_sources=["ctx3"] * 15)
+    tall = render.passes_figure([*_steps(), long]).layout.yaxis
+    assert tall.dtick is None and tall.nticks == 6 and tall.tickformat == "d"  # not 15 stacked labels
 
 
 def test_steps_without_a_fused_distribution_name_the_target_token():
@@ -347,3 +352,12 @@ def test_step_words_escape_every_text_once():
     shown = render.step_words_html(step)
     assert "&lt;/s&gt;" in shown and "&lt;b&gt;&amp;" in shown
     assert "<b>" not in shown and "</s>" not in shown and "&amp;lt;" not in shown
+
+
+def test_the_about_tab_names_every_source_as_the_legend_does():
+    from recap.studio.layout import ABOUT
+
+    about = " ".join(ABOUT.split())  # (the text wraps lines)
+    labels = [label for source, label in render.SOURCE_LABELS.items() if source != "unknown"]
+    missing = [label for label in labels if label not in about]
+    assert not missing, f"the About tab does not name these legend entries: {missing}"

@@ -46,12 +46,15 @@ HEADER = (
 
 ABOUT = """
 ### What you are looking at
-- **Answer**: each token is coloured by what proposed it: `ctx3`/`ctx2` (the contextual memories, keyed
-  by the last 3/2 tokens: what the model predicted under this request's image, and where this one has
-  none yet a consensus of what it predicted there under earlier requests' images), `persistent` (the
-  1-token memory kept across your requests), `suffix` (a continuation copied from an earlier
-  occurrence), Token Recycling's `template`, prompt lookup's `lookup`, or `target`: the bonus token the
-  model produced itself in a pass.
+- **Answer**: each token is coloured by what proposed it, as the legend names them: *ctx3 · 3-token
+  context* and *ctx2 · 2-token context* (the contextual memories, keyed by the last 3/2 tokens: what
+  the model predicted under this request's image, and where this one has none yet a consensus of what
+  it predicted there under earlier requests' images), *persistent · 1-token* (the memory keyed by the
+  last token, kept across your requests), *suffix match* (a continuation copied from an earlier
+  occurrence of the last tokens), *back-off · the stream's most frequent tokens* (where no memory knows
+  the context), *TR template* (Token Recycling's fixed tree filled from its matrix), *prompt lookup*
+  (a continuation copied from earlier in the prompt or answer), *SuffixDecoding tree* (its authors'
+  suffix tree over earlier answers), or *target (bonus)*: the token the model produced itself in a pass.
 - **Inspect a step**: the step in plain words; the candidate tree the drafter proposed (x = depth;
   colour = main source, outline = a second source; thick line = accepted path; faded = rejected;
   ◆ = bonus token), the fused distribution at the root stacked by source (★ = the token the target

@@ -225,13 +225,16 @@ def passes_figure(steps: Sequence[StepRecord]) -> go.Figure:
     for source in order:
         counts = [sum(1 for src in s.new_sources if src == source) for s in steps]
         figure.add_bar(x=x, y=counts, name=plot_name(source_label(source)), marker_color=source_color(source))
+    tallest = max((len(s.new_tokens) for s in steps), default=0)
+    # a tick per token up to 6, whole numbers only beyond (a 15-token pass stacked 15 labels)
+    ticks = {"dtick": 1} if tallest <= 6 else {"nticks": 6, "tickformat": "d"}
     figure.update_layout(
         barmode="stack",
         height=220,
-        margin={"l": 48, "r": 10, "t": 10, "b": 30},
+        margin={"l": 48, "r": 10, "t": 30, "b": 30},  # (the top clear of the plot's label badge)
         xaxis_title="step",
         # the sources' colours are the answer's, whose legend sits above: no legend of its own
-        yaxis={"dtick": 1, "rangemode": "tozero", "title": {"text": "tokens", "font": {"size": 11}}},
+        yaxis={**ticks, "rangemode": "tozero", "title": {"text": "tokens", "font": {"size": 11}}},
         showlegend=False,
     )
     return figure

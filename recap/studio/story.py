@@ -13,7 +13,8 @@ accepted at a pass's first draft, then the bonus «␣circle»)::
     2 of 3 tokens depend on the image (the greedy token changes when the image is replaced by a blank
     one). Accepted drafts there (drafted there): RECAP 1 (1), Token Recycling 1 (2). Accepted there at
     a pass's first draft, where a tree offers its widest fan: Token Recycling 1 of 2, RECAP 1 of 1;
-    after accepted drafts of the same pass, deeper in the tree: Token Recycling 0 of 0, RECAP 0 of 1.
+    after accepted drafts of the same pass, deeper in the tree: Token Recycling none met there, RECAP
+    0 of 1.
     Token Recycling's draft was rejected and RECAP's contextual memory was accepted at «␣red».
 """
 
@@ -132,10 +133,15 @@ def _depths(tr, recap, ref_tokens, counted, labels) -> str:
     (tr_first, tr_deeper), (recap_first, recap_deeper) = split["tr"], split["recap"]
     return (
         f"Accepted there at a pass's first draft, where a tree offers its widest fan: {tr_name} "
-        f"{tr_first[0]} of {tr_first[1]}, {recap_name} {recap_first[0]} of {recap_first[1]}; after "
-        f"accepted drafts of the same pass, deeper in the tree: {tr_name} {tr_deeper[0]} of "
-        f"{tr_deeper[1]}, {recap_name} {recap_deeper[0]} of {recap_deeper[1]}."
+        f"{_of(tr_first)}, {recap_name} {_of(recap_first)}; after accepted drafts of the same pass, "
+        f"deeper in the tree: {tr_name} {_of(tr_deeper)}, {recap_name} {_of(recap_deeper)}."
     )
+
+
+def _of(counts: tuple[int, int]) -> str:
+    """``(accepted, met)`` in words: "1 of 2", or "none met there" (not "0 of 0")."""
+    accepted, met = counts
+    return f"{accepted} of {met}" if met else "none met there"
 
 
 def _held(runs, coverage, ref_tokens, counted, labels) -> str:
