@@ -245,6 +245,39 @@ def test_example_run_shows_answer_tree_and_fused_distribution(studio, tmp_path):
             context.close()
 
 
+def test_a_sampled_run_shows_each_positions_draws(studio, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    studio_url, _ = studio
+    with sync_api.sync_playwright() as playwright:
+        context = _browser(playwright, tmp_path, 1500)
+        try:
+            page = context.new_page()
+            page.goto(studio_url)
+            page.wait_for_selector("#run-button", timeout=RUN_MS)
+            page.click("#advanced button")
+            temperature = page.locator("#temperature input[type=number]")
+            temperature.fill("0.7")
+            temperature.press("Enter")
+            page.click("#run-button")
+            page.wait_for_function(
+                "document.querySelector('#status').innerText.includes('Done')", timeout=RUN_MS
+            )
+            number = page.locator("#step-slider input[type=number]")
+            number.fill("2")
+            number.press("Enter")
+            page.wait_for_function(
+                "document.querySelector('#step-words').innerText.startsWith('Step 2:')", timeout=SHOW_MS
+            )
+            # each verified position: the children tried with the target's p, and what was committed
+            draws = page.locator("#step-words table.recap-draws")
+            assert draws.count() == 1 and "children tried" in draws.inner_text()
+            page.wait_for_timeout(500)
+            assert not _entities_shown(page, "run") and _fits(page)
+            _save(page, tmp_path, "run-sampled-1500.png")
+        finally:
+            context.close()
+
+
 HOSTILE = '<img src="http://127.0.0.1:9/evil.png"><a href="http://127.0.0.1:9/">link</a><form action=x>'
 ENTITIES = ("&lt;", "&gt;", "&amp;", "&#", "&quot;")
 

@@ -67,7 +67,7 @@ ABOUT = """
   (fp32). Every method with memories is first warmed on the same requests; the line above the strip
   tells the paper's story at the tokens that depend on the image.
 - **Sensitivity**: tokens whose greedy prediction changes when the image is replaced.
-- **Replay**: upload a downloaded run (below the answer) to inspect it without a model.
+- **Replay**: upload a downloaded run (at the foot of the Run tab) to inspect it without a model.
 
 ### Sampling
 Temperature 0 is greedy decoding (the default). Above 0 the target's distribution is processed like
@@ -92,7 +92,8 @@ models (on a GPU) are general vision-language models.
 
 
 def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
-    """The Run tab: inputs and controls on the left, the step panel on the right."""
+    """The Run tab: inputs, controls and the answer on the left, the step panel on the right; the
+    examples, the advanced settings, download and replay below both."""
     ui: dict[str, Any] = {}
     with gr.Row(equal_height=False):
         with gr.Column(scale=5, min_width=320):
@@ -122,22 +123,6 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
             )
             ui["stats"] = gr.HTML(render.stats_html([]), label="Stats", elem_id="stats")
             ui["passes"] = gr.Plot(label="Tokens per target pass", elem_id="passes-plot")
-            _examples(ui, models)
-            with gr.Accordion("Advanced settings", open=False, elem_id="advanced"):
-                _advanced(ui, scopes)
-            with gr.Row():
-                ui["download"] = gr.Button("Download run (JSON)", interactive=False, elem_id="download")
-                # the trace is written on click (it holds the prompt); the browser then fetches it
-                ui["download_file"] = gr.File(
-                    visible=False, label="Trace", show_label=False, elem_id="download-file"
-                )
-                ui["replay"] = gr.File(
-                    label="Replay a run (JSON, no model)",
-                    file_types=[".json"],
-                    type="filepath",
-                    height=120,
-                    elem_id="replay-file",
-                )
         with gr.Column(scale=4, min_width=320, elem_id="step-panel"):
             gr.Markdown("### Inspect a step")
             ui["step"] = gr.Slider(
@@ -155,6 +140,21 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
                 show_label=False,
                 elem_id="step-table",
             )
+    # below both columns: on a phone, where the columns stack, the step panel follows the answer
+    _examples(ui, models)
+    with gr.Accordion("Advanced settings", open=False, elem_id="advanced"):
+        _advanced(ui, scopes)
+    with gr.Row():
+        ui["download"] = gr.Button("Download run (JSON)", interactive=False, elem_id="download")
+        # the trace is written on click (it holds the prompt); the browser then fetches it
+        ui["download_file"] = gr.File(visible=False, label="Trace", show_label=False, elem_id="download-file")
+        ui["replay"] = gr.File(
+            label="Replay a run (JSON, no model)",
+            file_types=[".json"],
+            type="filepath",
+            height=120,
+            elem_id="replay-file",
+        )
     return ui
 
 
