@@ -219,6 +219,8 @@ def device_gap(projection: Projection) -> str:
     """Why a timed speedup and a projected one differ: what a pass of `EQUAL_NODES` nodes costs against
     one of a single token, on the projection's curve."""
     one, full = projection.curve.costs(np.array([1.0, EQUAL_NODES + 1.0]))
+    if not one > 0:  # (a curve without a cost for one token: nothing to compare with)
+        return ""
     return (
         "The two differ by device: on this CPU a pass costs more the more nodes it verifies, so fewer "
         f"passes need not take less time; on that curve a pass over {EQUAL_NODES + 1} tokens costs "
