@@ -445,6 +445,7 @@ def test_display_delay_is_capped_per_run(served, monkeypatch):
     monkeypatch.setattr(validation, "MAX_TOTAL_DELAY_S", 1.2)
     final = served.client.predict(*_args(served.image, method="ar", delay_ms=500), api_name="/run")
     assert final[STATUS].startswith("Done: 24 tokens")
+    assert final[STATUS].split("), ")[1].startswith(r"with tiny\-llava.")  # the model named, Markdown-escaped
 
 
 def test_k_larger_than_the_vocabulary_is_refused():

@@ -216,7 +216,7 @@ def test_example_run_shows_answer_tree_and_fused_distribution(studio, tmp_path):
             # the seed box starts blank ("blank = random"), not at 0 (which would seed every sampled run)
             page.click("#advanced button")
             page.wait_for_selector("#seed input", state="visible", timeout=SHOW_MS)
-            assert page.locator("#seed input").input_value() == ""
+            page.wait_for_function("document.querySelector('#seed input').value === ''", timeout=SHOW_MS)
             # the second example (the first one is pre-filled): clicking it must fill the prompt
             from recap.studio.examples import examples
 

@@ -72,11 +72,11 @@ def test_the_timing_note_names_what_was_timed_and_what_was_projected():
     note = measure.timing_note(FLAT, measure.EQUAL)
     assert "draft, verify and update phases" in note and f"{measure.REPEATS} times" in note
     assert "a projection, not a measurement" in note and measure.EQUAL in note
-    # why the timed and projected speedups differ, read off the curve: flat, then a curve where 81 tokens
-    # cost three times one
-    assert "a pass over 81 tokens costs 0% more than one over a single token" in note
+    # why the timed and projected speedups differ, read off the curve's measured range: flat, then a
+    # curve where 81 tokens cost three times one
+    assert "(measured up to 64 tokens) a pass over 64 tokens costs 0% more than one over a single" in note
     steep = measure.Projection(CostModel([(1, 0.001), (81, 0.003)]), "a steep test curve")
-    assert "costs 200% more" in measure.timing_note(steep, measure.EQUAL)
+    assert "a pass over 81 tokens costs 200% more" in measure.timing_note(steep, measure.EQUAL)
     assert "Projected" not in measure.timing_note(None, measure.DEVICE)
     assert "undersells" not in note  # equal budgets: every method drafts the same node count
     # this device's budgets, projected on another device's curve: the note says what that leaves out

@@ -494,6 +494,32 @@ def test_a_replay_file_of_another_type_is_told_gradios_words_without_a_traceback
     assert "Traceback" not in capfd.readouterr().err
 
 
+def test_the_api_lists_exactly_the_studios_endpoints():
+    # a page-load event with a Python function would be a public endpoint of its own (a callable
+    # component value made one: "/lambda_2"); the seed box is blanked in the browser instead
+    import app
+
+    names = set(app.build_demo().get_api_info()["named_endpoints"])
+    expected = {"/run", "/step", "/reset", "/reset_empty", "/download", "/replay", "/compare", "/sensitivity"}
+    assert names == expected
+
+
+def test_a_fault_inside_gradios_processing_still_logs_its_traceback(space, monkeypatch, capfd):
+    # only a call's malformed file values are refused in one line: a fault of the server is not
+    import gradio as gr
+
+    def broken(self, payload):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(gr.File, "preprocess", broken)
+    trace = space.folder / "trace.json"
+    trace.write_text("{}", encoding="utf-8")
+    uploaded = json.dumps({"path": _upload(space.url, trace), "meta": {"_type": "gradio.FileData"}})
+    event, data = _raw_call(space.url, "replay", f"[{uploaded}]")
+    assert event == "error" and "must be a file uploaded" not in data, data
+    assert "No space left on device" in capfd.readouterr().err  # the traceback, in the log
+
+
 def test_the_upload_ledger_counts_uploads_as_they_start_and_forgets_idle_clients():
     from recap.studio.bodylimit import UploadLedger
 

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+import pydantic
+from gradio.exceptions import InvalidPathError
 from gradio.route_utils import FnIndexInferError
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -102,15 +104,16 @@ class StudioBlocks(gr.Blocks):
     async def preprocess_data(self, *args, **kwargs):
         """gradio's reading of a call's values, its refusals told to the client in one line and logged in
         one: gradio answers a file value that is not an upload (a path, a URL, a number) with no message
-        and logs a traceback per call, which a client could flood the log with."""
+        and logs a traceback per call, which a client could flood the log with. Anything else (a fault
+        inside a component's processing) keeps gradio's handling: a traceback in the log."""
         try:
             return await super().preprocess_data(*args, **kwargs)
         except gr.Error as error:  # gradio's own refusal (a file type): its words, without a traceback
-            if not error.print_exception:
-                raise
-            logger.warning("refused a call's values: %s", error.message)
-            raise gr.Error(error.message, print_exception=False) from None
-        except (ValueError, TypeError) as error:  # pydantic's, a path outside the uploads, a URL
+            if error.print_exception:
+                logger.warning("refused a call's values: %s", error.message)
+                error.print_exception = False
+            raise
+        except (pydantic.ValidationError, InvalidPathError) as error:  # not a file object; not an upload
             logger.warning("refused a call's file value (%s)", type(error).__name__)
             raise gr.Error(UNREADABLE_FILE, print_exception=False) from None
 
@@ -179,6 +182,7 @@ def build_demo(
         handlers.wire_scrub(ui, run_state)
         handlers.wire_reset(studio, ui, session)
         handlers.wire_memory_view(studio, ui, session, demo)
+        layout.blank_seed(demo, ui)
         wire_examples(ui)  # the examples follow the chosen model
         handlers.wire_download(ui, run_state, exports)
         handlers.wire_replay(studio, ui, run_state)

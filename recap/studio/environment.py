@@ -207,8 +207,8 @@ def proxy_hops() -> int:
 #: Replays decoded at once (each is bounded by `recap.trace`'s limits: a few seconds, under 100 MB).
 REPLAY_CONCURRENCY = 2
 #: Queued events of the studio other than runs, comparisons, sensitivity passes and replays (scrub,
-#: the two resets, download, the held-out line, the tab's unload), each with gradio's default
-#: concurrency (`concurrency`); a margin over the 6 the page has (a test counts them).
+#: the two resets, download, the image check, the held-out line, the tab's unload), each with gradio's
+#: default concurrency (`concurrency`); a margin over the 7 the page has (a test counts them).
 OTHER_EVENT_GROUPS = 8
 
 

@@ -22,7 +22,7 @@ from PIL import Image
 from recap.bench.datasets import PHOTO_PROMPTS
 from recap.hotstart import WarmupRequest
 from recap.inputs import check_choice, load_image
-from recap.studio.environment import DEFAULT_MODEL_ID, EMBEDDED_V1_ID, EMBEDDED_V2_ID, model_label
+from recap.studio.environment import DEFAULT_MODEL_ID, EMBEDDED_V1_ID, EMBEDDED_V2_ID
 
 EXAMPLES_V1_DIR = Path(__file__).resolve().parents[2] / "assets" / "examples"
 EXAMPLES_V2_DIR = EXAMPLES_V1_DIR.with_name("examples-v2")
@@ -154,20 +154,13 @@ def swap_to(model_id: object, image: object, prompt: object, sets: dict[str, lis
     return key if any(shown_row == (Path(p).name, q) for p, q in others) else None
 
 
-#: The status line once another model is chosen while a run is shown.
-STALE_RUN = (
-    "Model changed: the answer and steps below are still the last run's, made with the model it used. "
-    "Press Run to decode with {model}."
-)
-
-
 def wire_examples(ui: dict[str, Any]) -> None:
     """Choosing a model shows its example set only (``ui["example_groups"]``), and replaces an input
     that is another set's example by the chosen model's first example (so Run works at once)."""
     groups, sets = ui["example_groups"], ui["example_sets"]
     firsts = {key: _first_value(ui["image"], rows) for key, rows in sets.items() if rows}
 
-    def follow(model_id, image, prompt, status):
+    def follow(model_id, image, prompt):
         key = example_set(model_id) if isinstance(model_id, str) else None
         if key not in groups:  # not an offered model (a hostile value): change nothing
             return {}
@@ -176,14 +169,12 @@ def wire_examples(ui: dict[str, Any]) -> None:
         if swap is not None:
             updates[ui["image"]] = gr.update(value=firsts[swap])
             updates[ui["prompt"]] = gr.update(value=sets[swap][0][1])
-        if isinstance(status, str) and status.strip():  # a run is shown: say whose it is
-            updates[ui["status"]] = STALE_RUN.format(model=model_label(model_id))
         return updates
 
     ui["model"].change(
         follow,
-        [ui["model"], ui["image"], ui["prompt"], ui["status"]],
-        [*groups.values(), ui["image"], ui["prompt"], ui["status"]],
+        [ui["model"], ui["image"], ui["prompt"]],
+        [*groups.values(), ui["image"], ui["prompt"]],
         show_progress="hidden",
         preprocess=False,  # raw values: the image as the browser holds it (never read here)
         postprocess=False,  # the image value is the one gradio's examples already cached at build

@@ -255,7 +255,10 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
                 studio.displays.give(job.client)
         trace.text = job.result or ""
         reason = steps[-1].finish_reason if steps else None
-        done = f"Done: {len(trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'})."
+        done = (
+            f"Done: {len(trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'}), "
+            f"with {markdown_text(model_label(settings.model))}."  # (still true once another model is chosen)
+        )
         if hurried:
             done += (
                 " Shown without the display delay: the studio is pacing as many displays as it can"

@@ -54,7 +54,8 @@ ABOUT = """
   occurrence of the last tokens), *back-off · the stream's most frequent tokens* (where no memory knows
   the context), *TR template* (Token Recycling's fixed tree filled from its matrix), *prompt lookup*
   (a continuation copied from earlier in the prompt or answer), *SuffixDecoding tree* (its authors'
-  suffix tree over earlier answers), or *target (bonus)*: the token the model produced itself in a pass.
+  suffix trees over this request and earlier answers), or *target (bonus)*: the token the model
+  produced itself in a pass.
 - **Inspect a step**: the step in plain words; the candidate tree the drafter proposed (x = depth;
   colour = main source, outline = a second source; thick line = accepted path; faded = rejected;
   ◆ = bonus token), the fused distribution at the root stacked by source (★ = the token the target
@@ -206,6 +207,12 @@ def _examples(ui: dict[str, Any], models: list[str]) -> None:
 NARROW_HINT = '<p class="recap-hint">The table is wider than the screen: swipe it sideways.</p>'
 
 
+def blank_seed(demo: gr.Blocks, ui: dict[str, Any]) -> None:
+    """Blank the seed box as the page loads, in the browser (no server call, no API endpoint):
+    gradio's number box shows and sends 0 for a None value, which would seed every sampled run."""
+    demo.load(None, None, ui["seed"], js="() => null", queue=False, api_visibility="private")
+
+
 def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
     with gr.Row():
         ui["budget_mode"] = gr.Radio(
@@ -238,8 +245,7 @@ def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
             *TOP_P_RANGE, value=1.0, step=0.01, label="Top-p", info="1 = off", elem_id="top-p"
         )
         ui["seed"] = gr.Number(
-            # a callable: gradio's number box shows (and sends) 0 for a plain None, a blank for this
-            value=lambda: None,
+            value=None,  # (gradio's box shows and sends 0 for None: `blank_seed` blanks it on load)
             precision=0,
             minimum=SEED_RANGE[0],
             maximum=SEED_RANGE[1],

@@ -216,15 +216,14 @@ def timing_note(projection: Projection | None, choice: str, which: str = "wall")
 
 
 def device_gap(projection: Projection) -> str:
-    """Why a timed speedup and a projected one differ: what a pass of `EQUAL_NODES` nodes costs against
-    one of a single token, on the projection's curve."""
-    one, full = projection.curve.costs(np.array([1.0, EQUAL_NODES + 1.0]))
-    if not one > 0:  # (a curve without a cost for one token: nothing to compare with)
-        return ""
+    """Why a timed speedup and a projected one differ: what a pass over the curve's largest measured
+    token count costs against one over a single token, on the projection's curve."""
+    largest = max(tokens for tokens, _ in projection.curve.points)
+    one, full = projection.curve.costs(np.array([1.0, float(largest)]))
     return (
         "The two differ by device: on this CPU a pass costs more the more nodes it verifies, so fewer "
-        f"passes need not take less time; on that curve a pass over {EQUAL_NODES + 1} tokens costs "
-        f"{100 * (full / one - 1):.0f}% more than one over a single token."
+        f"passes need not take less time; on that curve (measured up to {largest} tokens) a pass over "
+        f"{largest} tokens costs {100 * (full / one - 1):.0f}% more than one over a single token."
     )
 
 
