@@ -369,17 +369,6 @@ def test_download_hostile_replay_and_errors_render_as_text(studio, tmp_path):
                 timeout=SHOW_MS,
             )
             page.wait_for_function("!document.querySelector('#input-image img')", timeout=SHOW_MS)
-            # Run without an image: refused in a toast, and the last run's "Done" line leaves the status
-            before = page.locator("#status").inner_text()
-            assert "Done" in before or "Replaying" in before, before
-            page.click("#run-button")
-            page.wait_for_function(
-                "[...document.querySelectorAll('[data-testid=\"toast-body\"]')]"
-                ".some(t => t.innerText.includes('upload an image or pick an example'))",
-                timeout=SHOW_MS,
-            )
-            status = page.locator("#status").inner_text()
-            assert "Done" not in status and "Replaying" not in status, status
             page.wait_for_timeout(800)  # the toast fades in
             _save(page, tmp_path, "studio_replay_error.png")
             shown = page.locator("body").inner_text()

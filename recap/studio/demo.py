@@ -183,7 +183,6 @@ def build_demo(
         handlers.wire_reset(studio, ui, session)
         handlers.wire_memory_view(studio, ui, session, demo)
         layout.blank_seed(demo, ui)
-        layout.clear_status_on_run(ui)
         wire_examples(ui)  # the examples follow the chosen model
         handlers.wire_download(ui, run_state, exports)
         handlers.wire_replay(studio, ui, run_state)

@@ -213,13 +213,6 @@ def blank_seed(demo: gr.Blocks, ui: dict[str, Any]) -> None:
     demo.load(None, None, ui["seed"], js="() => null", queue=False, api_visibility="private")
 
 
-def clear_status_on_run(ui: dict[str, Any]) -> None:
-    """Empty the status line as Run is clicked, in the browser: a run refused before it starts (no
-    image, a bad value) leaves gradio's "Error" mark there, which must not sit on the last run's
-    "Done" line as if that run had failed or were this one."""
-    ui["run"].click(None, None, ui["status"], js="() => ''", queue=False, api_visibility="private")
-
-
 def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
     with gr.Row():
         ui["budget_mode"] = gr.Radio(
