@@ -255,9 +255,14 @@ def test_a_sampled_run_shows_each_positions_draws(studio, tmp_path):
             page.goto(studio_url)
             page.wait_for_selector("#run-button", timeout=RUN_MS)
             page.click("#advanced button")
-            temperature = page.locator("#temperature input[type=number]")
-            temperature.fill("0.7")
-            temperature.press("Enter")
+            slider = page.locator("#temperature input[type=range]")
+            slider.wait_for(state="visible", timeout=SHOW_MS)
+            for _ in range(20):  # (a page still wiring its components right after start drops an input)
+                slider.fill("0.7")
+                page.wait_for_timeout(250)
+                if page.locator("#temperature input[type=number]").input_value() == "0.7":
+                    break
+            assert page.locator("#temperature input[type=number]").input_value() == "0.7"
             page.click("#run-button")
             page.wait_for_function(
                 "document.querySelector('#status').innerText.includes('Done')", timeout=RUN_MS
