@@ -85,3 +85,19 @@ PROCESS = re.compile(r"\bissues? #?\d|\b(this|last|next|earlier) session\b|\bhel
 def test_pages_speak_of_the_software_not_of_the_work(page):
     hits = [line for line in page.read_text(encoding="utf-8").splitlines() if PROCESS.search(line)]
     assert hits == []
+
+
+def test_the_readmes_python_example_runs_as_written_and_drafts(monkeypatch, capsys):
+    # the snippet a newcomer copies: from the repository root, offline, the shipped memory loaded
+    from recap.runtime import EMBEDDED_MODEL_V2
+
+    if not (EMBEDDED_MODEL_V2 / "config.json").is_file():
+        pytest.skip("the embedded model v2 is not in assets/models")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    code = re.search(r"## Use it from Python.*?```python\n(.*?)```", readme, re.S).group(1)
+    monkeypatch.chdir(ROOT)
+    exec(compile(code, "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) >= 2 and lines[0].startswith("0 '"), lines[:3]  # step 0: the prefill's token, as text
+    drafted = [line for line in lines if "'persistent'" in line or "'ctx" in line]
+    assert len(drafted) >= len(lines) // 2, "the example should show RECAP drafting most passes"
