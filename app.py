@@ -11,6 +11,7 @@ import logging
 import time
 
 from recap.drafters.recap.search import compile_kernels
+from recap.studio.compare import prewarm_in_background
 from recap.studio.demo import build_demo
 from recap.studio.environment import launch_kwargs, queue_kwargs
 
@@ -31,7 +32,9 @@ def main() -> None:
     start = time.perf_counter()
     compile_kernels()
     log.info("kernels ready in %.1f s; building the studio", time.perf_counter() - start)
-    build_demo().queue(**queue_kwargs()).launch(**launch_kwargs())
+    demo = build_demo()
+    prewarm_in_background(demo.studio)  # loads the default model, warms Compare's drafters
+    demo.queue(**queue_kwargs()).launch(**launch_kwargs())
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Fair by construction: every method starts from fresh memories of its own, and ea
 memories across requests (Token Recycling's matrix, RECAP's memories, SuffixDecoding's global tree) is
 first warmed on the SAME warm-up requests (`Studio.warmup_requests`: training scenes for the embedded
 model, the other examples otherwise; never the compared input), once for all clicks with the same
-settings (`keep_warm`). AR and prompt lookup keep nothing between requests. The visitor's own session
+settings (`keep_warm`; for an embedded model the server warms those of the page's defaults as it
+starts, `prewarm_in_background`, and a click waits for a warm-up under way, `warmed`). AR and prompt
+lookup keep nothing between requests. The visitor's own session
 memories are neither used nor changed.
 
 Measured like the benchmark (`recap.studio.measure`): equal node budgets by default, the timed phases
@@ -29,7 +31,9 @@ work between its methods.
 from __future__ import annotations
 
 import copy
+import logging
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from dataclasses import replace
@@ -41,6 +45,7 @@ from recap.bench.coverage import CoverageProbe
 from recap.bench.sensitivity import sensitive_flags
 from recap.drafters import is_recap_method, shared_state
 from recap.drafters.suffix_decoding import SuffixConfig
+from recap.embedded import embedded_world
 from recap.inputs import shown
 from recap.studio import measure, render, story
 from recap.studio.examples import BLANK_IMAGE, other_image
@@ -62,7 +67,10 @@ MEMORIES = frozenset({"persistent", "successors", "suffix_cache"})
 #: Warmed drafters kept per model across clicks (the least recently used go first).
 WARMED_KEPT = 6
 _WARMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # runtime -> OrderedDict(key -> drafter)
+_WARMING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # runtime -> {key: Event}: under way
 _WARMED_LOCK = threading.Lock()
+
+log = logging.getLogger(__name__)
 
 
 def warm_key(method: str, config, suffix_config, max_new: int, warmup) -> tuple:
@@ -96,6 +104,78 @@ def keep_warm(runtime, key: tuple, drafter) -> None:
         kept.move_to_end(key)
         while len(kept) > WARMED_KEPT:
             kept.popitem(last=False)
+
+
+def warmed(studio: Studio, runtime, model: str, method: str, config, suffix_config, warmup, max_new, check):
+    """``method``'s drafter warmed on the ``warmup`` requests (``max_new`` tokens each): the one kept for
+    these settings (`kept_warm`), else the one another thread is warming (waited for: the server's
+    warm-up at start, or another click), else warmed here and kept. ``check()`` runs between passes and
+    while waiting (a click's job: it raises when the click is stopped)."""
+    key = warm_key(method, config, suffix_config, max_new, warmup)
+    while (kept := kept_warm(runtime, key)) is None:
+        with _WARMED_LOCK:
+            under_way = _WARMING.setdefault(runtime, {})
+            event = under_way.get(key)
+            mine = event is None and key not in _WARMED.get(runtime, {})  # (kept since the line above?)
+            if mine:
+                event = under_way[key] = threading.Event()
+        if event is None:
+            continue
+        if not mine:
+            while not event.wait(0.25):
+                check()
+            continue  # kept by the thread that warmed it (or, had it failed, warmed here)
+        try:
+            drafter = fresh_drafter(runtime, method, config, suffix_config)
+            for request in warmup:
+                images = list(request.images)
+                for _ in studio.stream(runtime, model, drafter, request.prompt, images, max_new, method):
+                    check()
+            keep_warm(runtime, key, drafter)  # it never runs a visitor's input: every run is a copy
+            return drafter
+        finally:
+            with _WARMED_LOCK:
+                under_way.pop(key, None)
+            event.set()
+    return kept
+
+
+def prewarm(studio: Studio, values: list) -> int:
+    """Warm the Compare tab's drafters for the page's default settings (``values``: the setting inputs'
+    defaults, `Studio.page_defaults`), so that the first click finds them warm; for an embedded model
+    only, whose warm-up requests are training scenes whatever the input (another model's leave the
+    compared example out, so a click's differ). Returns how many drafters it warmed."""
+    settings = studio.settings(values)
+    runtime = studio.runtime(settings.model)
+    if embedded_world(runtime.target.name) is None:
+        return 0
+    config, suffix_config = budgets(measure.EQUAL, settings.config())
+    warmup = studio.warmup_requests(runtime, None, studio.compare_warmup)
+    max_new = min(settings.max_new_tokens, WARMUP_MAX_NEW)
+    methods = [m for m in COMPARED if m in offered_methods() and remembers(m, config)]
+    for method in methods:
+        warmed(studio, runtime, settings.model, method, config, suffix_config, warmup, max_new, lambda: None)
+    return len(methods)
+
+
+def prewarm_in_background(studio: Studio) -> threading.Thread:
+    """`prewarm` in a daemon thread (the server's start: it loads the default model too); its passes
+    take the model's pass lock one at a time, as a run's do, so a visitor's run goes on between them. A
+    failure is logged, and a click then warms its drafters itself."""
+
+    def run() -> None:
+        start = time.perf_counter()
+        try:
+            count = prewarm(studio, studio.page_defaults)
+        except Exception:  # the studio serves without it: each click warms what it lacks
+            log.exception("Compare's drafters were not warmed at start; the first click warms them")
+            return
+        if count:
+            log.info("Compare's %d drafters warmed in %.1f s", count, time.perf_counter() - start)
+
+    thread = threading.Thread(target=run, name="compare-prewarm", daemon=True)
+    thread.start()
+    return thread
 
 
 def remembers(method: str, config) -> bool:
@@ -201,16 +281,10 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
             label = render.method_label(method)
             kept, key = None, warm_key(method, config, suffix_config, warm_new, warmup)
             if remembers(method, config) and (kept := kept_warm(runtime, key)) is None:
-                kept = fresh_drafter(runtime, method, config, suffix_config)
                 status = f"Warming up {label} {where}…{note}"
                 yield _progress(cmp, compare_state, runs, times, projection, status)
-                for request in warmup:
-                    steps = studio.stream(
-                        runtime, model, kept, request.prompt, list(request.images), warm_new, method
-                    )
-                    for _ in steps:
-                        job.check()
-                keep_warm(runtime, key, kept)  # it never runs the visitor's input: every run is a copy
+                args = (method, config, suffix_config, warmup, warm_new, job.check)
+                kept = warmed(studio, runtime, model, *args)
             # every timed run starts from a copy of the warmed drafter (the same trees in each repeat)
             drafter = copy.deepcopy(kept) if kept is not None else fresh_drafter(runtime, method, config)
             status = f"Running {label} {where}…{note}"

@@ -173,6 +173,7 @@ def build_demo(
             with gr.Tab("About", id="about"):
                 gr.Markdown(layout.ABOUT)
         setting_inputs = [ui[name] for name in setting_names()]  # RunSettings' fields, in order
+        studio.page_defaults = [component.value for component in setting_inputs]
         # An image must come from gradio's upload cache (where uploads and examples land) or the examples.
         studio.upload_roots = [Path(ui["image"].GRADIO_CACHE), *EXAMPLE_ROOTS]
         exports = TraceExports(

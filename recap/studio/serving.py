@@ -275,6 +275,7 @@ class Studio:
         self.compare_warmup = COMPARE_WARMUP
         #: Folders an image may come from: gradio's upload cache (set by `build_demo`) and the examples.
         self.upload_roots: list[Path] = list(EXAMPLE_ROOTS)
+        self.page_defaults: list = []  # the setting inputs' defaults, in order (set by `build_demo`)
         self.slots = DecodeSlots(concurrency(), waiting(), per_client(), turn_s())
         self.proxy_hops = proxy_hops()
         self.jobs = SessionJobs()
