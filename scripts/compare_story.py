@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         "--warmup", type=int, default=None, help="requests each method is warmed on (default: 8)"
     )
     args = parser.parse_args(argv)
-    if args.warmup is not None and not 0 <= args.warmup <= 64:
-        parser.error("--warmup must be a whole number from 0 to 64")
+    if args.warmup is not None and not 0 <= args.warmup <= 256:
+        parser.error("--warmup must be a whole number from 0 to 256")
     import torch
 
     from recap.studio.environment import DEFAULT_MODEL_ID
