@@ -130,6 +130,7 @@ def test_the_summary_line_says_where_its_numbers_come_from():
     assert line.startswith("**On 40 held-out scenes**") and "RECAP 3.75" in line
     assert "RECAP 62% / 83%" in line and "Autoregressive 0%" not in line
     assert "python -m scripts.compare_summary --model v2 --limit 40" in line
+    assert "learning from one scene to the next" in line  # a stream, unlike the table's warmed copies
     assert "mix of depths" not in line  # no depths in this summary
     assert measure.summary_line(None) == ""
 

@@ -256,7 +256,9 @@ def summary_line(summary: dict | None) -> str:
         if m != "ar" and r.get("accept_sensitive") is not None
     )
     return (
-        f"**On {summary['samples']} held-out scenes** of this model ({summary['budget_note']}): MAT "
+        f"**On {summary['samples']} held-out scenes** of this model ({summary['budget_note']}; decoded in "
+        "turn, each method's memories learning from one scene to the next, where the table above starts "
+        "every input from the same warm-up): MAT "
         f"{mats}; drafts accepted at image-sensitive / insensitive tokens: {sens}.{_at_tr_depths(methods)}"
         f"{_scene_by_scene(summary)} Made by `{summary['command']}`."
     )
