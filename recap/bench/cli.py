@@ -46,8 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dataset",
         default=None,
-        help="scenes2 / scenes2-detail (embedded model v2), scenes (v1), photos, mtbench, specbench "
-        "or a .jsonl file (default: the model's own scenes: scenes for v1, else scenes2)",
+        help="scenes2 / scenes2-rephrased / scenes2-detail (embedded model v2), scenes / scenes-rephrased "
+        "(v1), photos, mtbench, specbench or a .jsonl file (default: the model's own scenes: scenes for "
+        "v1, else scenes2)",
     )
     parser.add_argument(
         "--data-file",
