@@ -36,7 +36,7 @@ def seconds(table) -> dict[str, float]:
 
 def nodes(table) -> dict[str, str]:
     """Method label -> the table's nodes per pass."""
-    column = measure.HEADERS.index("nodes / pass")
+    column = measure.HEADERS.index(measure.NODES)
     return {row[0]: str(row[column]) for row in _rows(table)}
 
 

@@ -589,6 +589,7 @@ def test_the_sensitivity_line_says_which_run_it_analysed(served):
     visitor.predict(*_args(served.image, max_new=8, method="tr"), api_name="/run")
     _answer, _table, status = visitor.predict("blank (grey)", api_name="/sensitivity")
     assert "Analysed: the last run (Token Recycling)." in status
+    assert "known after a comparison" in status  # why the memory column reads "-"
 
 
 def test_compare_sensitivity_and_replay(served, tmp_path):
@@ -607,7 +608,7 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
     assert all(r[measure.HEADERS.index("identical to AR")] == "yes" for r in rows)
     # equal budgets: no tree method grows more than the budget (the tiny model's repeated successor ids
     # merge some of TR's template nodes, so its trees are a little smaller here)
-    nodes = {r[0]: float(r[measure.HEADERS.index("nodes / pass")]) for r in rows}
+    nodes = {r[0]: float(r[measure.HEADERS.index(measure.NODES)]) for r in rows}
     assert nodes["Autoregressive"] == 0
     assert 0.75 * measure.EQUAL_NODES <= nodes["Token Recycling"] <= measure.EQUAL_NODES
     assert 0 < nodes["RECAP"] <= measure.EQUAL_NODES
@@ -616,6 +617,7 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
     assert "<table>" in strip
     _answer, sens_table, sens_status = client.predict("blank (grey)", api_name="/sensitivity")
     assert "image-sensitive" in sens_status and "Analysed: the last comparison's runs" in sens_status
+    assert "known after a comparison" not in sens_status
     sens_rows = sens_table["data"] if isinstance(sens_table, dict) else sens_table
     assert len(sens_rows) == len(compared)
     held = {row[0]: row[3] for row in sens_rows}  # the compared runs' coverage, where the method has one
@@ -629,8 +631,8 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
 
 
 def _timed(cell: str) -> tuple[float, float, float]:
-    """A timed cell "fastest (low-high)" as numbers."""
-    fastest, spread = cell.split(" (")
+    """A timed cell "fastest (repeats low-high)" as numbers."""
+    fastest, spread = cell.split(" (repeats ")
     low, high = spread.rstrip(")").split("-")
     return float(fastest), float(low), float(high)
 

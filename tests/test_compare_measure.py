@@ -43,7 +43,7 @@ def test_rows_show_nodes_fastest_passes_ranges_speedups_and_the_projection():
     }
     ar, recap = measure.rows(runs, times, FLAT)
     assert recap[:5] == ["RECAP", "80.0", 3, 4, "1.33"]  # nodes per decoding pass; 4 tokens / 3 passes
-    assert recap[5] == "0.050 (0.080-0.080)" and ar[5] == "0.200 (0.300-0.350)"
+    assert recap[5] == "0.050 (repeats 0.080-0.080)" and ar[5] == "0.200 (repeats 0.300-0.350)"
     assert recap[6] == "4.00x" and ar[6] == "1.00x"  # AR's time over the method's
     # projected: decoding passes at 3 ms each plus the drafting measured here (1.5 ms a pass)
     assert recap[7] == f"0.009 s ({3 * 0.0045 / (2 * 0.0045):.2f}x)"
@@ -130,7 +130,7 @@ def test_the_summary_line_says_where_its_numbers_come_from():
     assert line.startswith("**On 40 held-out scenes**") and "RECAP 3.75" in line
     assert "RECAP 62% / 83%" in line and "Autoregressive 0%" not in line
     assert "python -m scripts.compare_summary --model v2 --limit 40" in line
-    assert "learning from one scene to the next" in line  # a stream, unlike the table's warmed copies
+    assert "also learn from the scenes before" in line  # a stream, unlike the table's warmed copies
     assert "mix of depths" not in line  # no depths in this summary
     assert measure.summary_line(None) == ""
 
@@ -148,8 +148,8 @@ def test_the_summary_line_weighs_recap_by_tr_depths_when_the_summary_has_them():
         },
     }  # fmt: skip
     line = measure.summary_line(summary)
-    assert "At Token Recycling's mix of depths" in line
-    assert "RECAP's share comes to 80%, against TR's 70%." in line  # 0.75 * 0.9 + 0.25 * 0.5
+    assert "at Token Recycling's mix of depths" in line
+    assert "RECAP accepts 80% of them, against TR's 70%." in line  # 0.75 * 0.9 + 0.25 * 0.5
     assert "longer accepted chains meet more of those tokens deep" in line  # 75% deep against 25%
     # the reason is given only where the summary shows it: RECAP meeting more of them deep
     methods = summary["methods"]
@@ -168,8 +168,8 @@ def test_the_summary_line_says_how_often_a_single_scene_goes_either_way():
         "sample_wins": {"recap": [17, 12, 9]},
     }
     line = measure.summary_line(summary)
-    assert "RECAP accepted more drafts there than TR on 17, as many on 12 and fewer on 9 of the 38" in line
-    assert line.endswith("Made by `python -m scripts.compare_summary`.")
+    assert "than TR on 17 scenes, as many on 12 and fewer on 9 (of the 38 with such tokens)" in line
+    assert line.endswith("Made by `python -m scripts.compare_summary`")
     del summary["sample_wins"]  # a summary built before the counts were kept
     assert "Scene by scene" not in measure.summary_line(summary)
 

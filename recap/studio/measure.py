@@ -55,13 +55,15 @@ EQUAL = f"equal: every tree method gets {EQUAL_NODES} nodes a pass"
 DEVICE = "as each method would choose on this device"
 BUDGET_CHOICES = (EQUAL, DEVICE)
 
+#: The mean number of nodes a method drafted a pass (a tree method's budget is its cap).
+NODES = "nodes / pass (drafted, mean)"
 HEADERS = [
     "method",
-    "nodes / pass",
+    NODES,
     "target passes",
     "tokens",
     "MAT (tokens a pass)",
-    f"timed s (each pass at its fastest of {REPEATS}; the {REPEATS} repeats' totals)",
+    f"timed s (each pass at its fastest of {REPEATS}; in brackets, the {REPEATS} repeats' totals)",
     "speedup vs AR (timed)",
     "projected on an H200 (speedup)",
     "identical to AR",
@@ -163,7 +165,7 @@ def rows(
         summary, seconds = summarize(steps), [sum(r) for r in times.get(method, ())]
         timed = "-"
         if seconds:
-            timed = f"{best[method]:.3f} ({min(seconds):.3f}-{max(seconds):.3f})"
+            timed = f"{best[method]:.3f} (repeats {min(seconds):.3f}-{max(seconds):.3f})"
         speedup = "-"
         if reference in best and best.get(method):
             speedup = f"{best[reference] / best[method]:.2f}x"
@@ -197,12 +199,17 @@ def timing_note(projection: Projection | None, choice: str, which: str = "wall")
     note = (
         f"Timed: the draft, verify and update phases of every pass (display work excluded), "
         f"{CLOCKS[which]}, each method run {REPEATS} times, interleaved, after an untimed warm-up, each "
-        "pass counted at its fastest repeat (the range: the repeats' totals); "
-        f"budgets: {choice}."
+        "pass counted at its fastest repeat (so the total is at most the fastest repeat's; in brackets "
+        f'the repeats\' totals); tree budgets "{choice}".'
     )
+    if choice == EQUAL:
+        note += (
+            f" {EQUAL_NODES} nodes is each tree method's cap: Token Recycling's template and RECAP fill it, "
+            "SuffixDecoding and prompt lookup draft only what they match."
+        )
     if projection is not None:
         note += (
-            f" Projected: the same passes priced on {projection.label} (nodes + 1 tokens a pass), plus "
+            f" Projected: the same passes priced on {projection.label}, at nodes + 1 tokens a pass, plus "
             "the drafting measured here; a projection, not a measurement. "
             f"{device_gap(projection)}"
         )
@@ -210,7 +217,8 @@ def timing_note(projection: Projection | None, choice: str, which: str = "wall")
             note += (
                 " These passes are this device's choices (RECAP's auto budget keeps its trees small "
                 "where a big tree costs several passes), so the projection undersells a method that "
-                "would grow bigger trees there: at equal budgets every method drafts the same node count."
+                "would grow bigger trees there: at equal budgets every tree method may draft the same node "
+                "count."
             )
     return note
 
@@ -256,11 +264,11 @@ def summary_line(summary: dict | None) -> str:
         if m != "ar" and r.get("accept_sensitive") is not None
     )
     return (
-        f"**On {summary['samples']} held-out scenes** of this model ({summary['budget_note']}; decoded in "
-        "turn, each method's memories learning from one scene to the next, where the table above starts "
-        "every input from the same warm-up): MAT "
-        f"{mats}; drafts accepted at image-sensitive / insensitive tokens: {sens}.{_at_tr_depths(methods)}"
-        f"{_scene_by_scene(summary)} Made by `{summary['command']}`."
+        f"**On {summary['samples']} held-out scenes** of this model ({summary['budget_note']}), decoded one "
+        "after another, so each method's memories also learn from the scenes before (the table above "
+        f"starts every input from the same warm-up instead). MAT: {mats}. Drafts accepted at "
+        f"image-sensitive / insensitive tokens: {sens}.{_at_tr_depths(methods)}{_scene_by_scene(summary)}"
+        f" Made by `{summary['command']}`"
     )
 
 
@@ -272,9 +280,9 @@ def _scene_by_scene(summary: dict) -> str:
         return ""
     more, tied, fewer = counts
     return (
-        f" Scene by scene, RECAP accepted more drafts there than TR on {more}, as many on {tied} and fewer "
-        f"on {fewer} of the {more + tied + fewer} scenes with such tokens: one scene has a few of them, "
-        "so a single example can go either way."
+        f" Scene by scene, RECAP accepted more drafts there than TR on {more} scenes, as many on {tied} and "
+        f"fewer on {fewer} (of the {more + tied + fewer} with such tokens): each scene has only a few such "
+        "tokens, so a single example can go either way."
     )
 
 
@@ -292,11 +300,11 @@ def _at_tr_depths(methods: dict) -> str:
     if deep_share(recap) > deep_share(tr):
         why = (
             " RECAP's longer accepted chains meet more of those tokens deep in its tree, where fewer "
-            "candidates are left."
+            "candidates are left;"
         )
     return (
-        f"{why} At Token Recycling's mix of depths (each depth's acceptance weighed by "
-        f"TR's share of the tokens there) RECAP's share comes to {100 * weighed:.0f}%, against TR's "
+        f"{why} at Token Recycling's mix of depths (each depth's acceptance weighted by TR's share of "
+        f"those tokens there) RECAP accepts {100 * weighed:.0f}% of them, against TR's "
         f"{100 * methods['tr']['accept_sensitive']:.0f}%."
     )
 
