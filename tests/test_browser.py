@@ -122,7 +122,7 @@ def _first_run_at_step_one(page) -> tuple[float, int | None, str]:
     proposed (None when its words say otherwise) and the memory line after the run."""
     page.click("#run-button")
     page.wait_for_function("document.querySelector('#status').innerText.includes('Done')", timeout=RUN_MS)
-    mat = float(_cards(page)["mean accepted / pass"])
+    mat = float(_cards(page)["MAT (tokens a pass)"])
     memory = page.locator("#memory-state").inner_text()
     number = page.locator("#step-slider input[type=number]")
     number.fill("1")

@@ -59,6 +59,7 @@ def test_the_server_warms_compares_drafters_at_start_and_a_click_meanwhile_waits
     statuses = click(handler, studio, 0)
     warming.join(timeout=120)
     assert not warming.is_alive()
+    assert embedded.measured_cost() is not None  # the default auto budget's curve, measured at start
     remembering = [m for m in ("tr", "suffix", "recap") if m in made]
     assert set(remembering) >= {"tr", "recap"}
     # one warm-up for each method with memories, whoever came first: the start's or the click's

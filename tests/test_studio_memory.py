@@ -741,7 +741,7 @@ def test_story_line_says_whether_the_memories_held_the_image_dependent_tokens():
                             coverage=coverage)  # fmt: skip
     assert (
         "A memory already held the token there: TR 1 of 2, RECAP 2 of 2 (1 from this image's own records); "
-        "1 of them were first mentions" in line
+        "1 of those 2 tokens were first mentions" in line
     )
 
 

@@ -306,7 +306,7 @@ def test_the_first_click_opens_on_v2_and_drafts_at_step_one(monkeypatch, idle_co
     assert isinstance(trace, RunTrace) and trace.settings["budget_mode"] == "auto"
     assert trace.settings["model"] == EMBEDDED_V2_ID
     assert len(trace.steps[1].nodes) >= 1, "v2's first click drafted nothing at step 1"
-    mat = summarize(trace.steps).mat  # the page's "mean accepted / pass"
+    mat = summarize(trace.steps).mat  # the page's "MAT (tokens a pass)" card
     assert mat >= 1.5, f"v2's first click: {mat:.2f} tokens per pass"
     session = next(v for v in final.values() if isinstance(v, dict) and EMBEDDED_V2_ID in v)
     assert session[EMBEDDED_V2_ID].origin("recap", 8) == "shipped"

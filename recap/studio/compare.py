@@ -144,9 +144,12 @@ def prewarm(studio: Studio, values: list) -> int:
     """Warm the Compare tab's drafters for the page's default settings (``values``: the setting inputs'
     defaults, `Studio.page_defaults`), so that the first click finds them warm; for an embedded model
     only, whose warm-up requests are training scenes whatever the input (another model's leave the
-    compared example out, so a click's differ). Returns how many drafters it warmed."""
+    compared example out, so a click's differ). Measures the model's tree-cost curve first where the
+    default budget is ``auto`` (`Runtime.cost_model`). Returns how many drafters it warmed."""
     settings = studio.settings(values)
     runtime = studio.runtime(settings.model)
+    if settings.config().budget == "auto":
+        runtime.cost_model()  # measured now, not in the first visitor's run (a second on a CPU)
     if embedded_world(runtime.target.name) is None:
         return 0
     config, suffix_config = budgets(measure.EQUAL, settings.config())
@@ -300,12 +303,15 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
                 if probe.coverage is not None:
                     coverage[method] = [None, *probe.positions]
     runs = {m: runs[m] for m in methods}
-    line = _story(studio, runtime, model, runs, images, prompt, coverage)
+    flags = _image_dependent(studio, runtime, model, runs, images, prompt)
+    line = "No image: no token of this answer can depend on one."
+    if flags is not None:
+        line = story.story_line(runs, flags, render.METHOD_LABELS, coverage=coverage)
     yield {
         cmp["status"]: f"Done. {measure.timing_note(projection, choice, which)} {fair}{note}",
         cmp["table"]: measure.rows(runs, times, projection),
         cmp["story"]: story.story_html(line),
-        cmp["strip"]: render.compare_strip_html(runs),
+        cmp["strip"]: render.compare_strip_html(runs, flags=flags),
         compare_state: {
             "runs": runs,
             "key": input_key(model, prompt, image),
@@ -327,11 +333,10 @@ def _progress(cmp: dict, compare_state, runs, times, projection, status: str) ->
     }
 
 
-def _story(studio: Studio, runtime, model: str, runs: dict, images: list, prompt: str, coverage: dict) -> str:
-    """The story line: the reference answer's image-dependent tokens (one pass with a blank image)."""
+def _image_dependent(studio: Studio, runtime, model: str, runs: dict, images: list, prompt: str):
+    """The reference answer's image-dependent tokens (one pass with a blank image), None without an image."""
     if not images:
-        return "No image: no token of this answer can depend on one."
+        return None
     answer = [t for s in runs["ar"] for t in s.new_tokens]
     with studio.cache.pass_lock(model):
-        flags = sensitive_flags(runtime.target, [other_image(BLANK_IMAGE, images[0])], prompt, answer)
-    return story.story_line(runs, flags, render.METHOD_LABELS, coverage=coverage)
+        return sensitive_flags(runtime.target, [other_image(BLANK_IMAGE, images[0])], prompt, answer)

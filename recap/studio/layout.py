@@ -309,6 +309,7 @@ def compare_tab() -> dict[str, Any]:
             measure.held_out_line(DEFAULT_MODEL_ID), label="Held-out summary", elem_id="compare-summary"
         )
         story = gr.HTML("", label="Story", elem_id="compare-story")
+        gr.HTML(NARROW_HINT.replace("table", "strip"), elem_classes="recap-narrow-only", padding=False)
         strip = gr.HTML(render.compare_strip_html({}), label="Strip", elem_id="compare-strip")
     return {
         "button": button,

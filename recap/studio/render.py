@@ -204,7 +204,7 @@ def stats_html(steps: Sequence[StepRecord], status: str = "") -> str:
     cards = [
         ("target passes", f"{summary.passes}"),
         ("tokens", f"{summary.tokens}"),
-        ("mean accepted / pass", f"{summary.mat:.2f}"),
+        ("MAT (tokens a pass)", f"{summary.mat:.2f}"),
         ("tokens / s (wall clock)", f"{summary.tokens_per_s:.1f}"),
         (drafting[0], f"{drafting[1]:.2f}"),
     ]
@@ -215,6 +215,9 @@ def stats_html(steps: Sequence[StepRecord], status: str = "") -> str:
     )
     note = f'<div class="recap-card-status">{html.escape(status)}</div>' if status else ""
     return f'<div class="recap-cards">{body}</div>{note}'
+
+
+TOKENS_TITLE = {"text": "tokens", "font": {"size": 11}}
 
 
 def passes_figure(steps: Sequence[StepRecord]) -> go.Figure:
@@ -230,11 +233,12 @@ def passes_figure(steps: Sequence[StepRecord]) -> go.Figure:
     ticks = {"dtick": 1} if tallest <= 6 else {"nticks": 6, "tickformat": "d"}
     figure.update_layout(
         barmode="stack",
-        height=220,
-        margin={"l": 48, "r": 10, "t": 30, "b": 30},  # (the top clear of the plot's label badge)
+        height=230,
+        margin={"l": 48, "r": 10, "t": 40, "b": 30},  # (the top clear of the plot's label badge)
         xaxis_title="step",
-        # the sources' colours are the answer's, whose legend sits above: no legend of its own
-        yaxis={**ticks, "rangemode": "tozero", "title": {"text": "tokens", "font": {"size": 11}}},
+        # the sources' colours are the answer's, whose legend sits above: no legend of its own; a little
+        # room above the tallest bar, so that its tick's label is not cut by the plot's top edge
+        yaxis={**ticks, "range": [0, max(tallest, 1) * 1.08], "title": TOKENS_TITLE},
         showlegend=False,
     )
     return figure
@@ -312,12 +316,19 @@ def _tokens(steps: Sequence[StepRecord]) -> list[int]:
     return [t for s in steps for t in s.new_tokens]
 
 
+_DEPENDS = ' class="recap-strip-depends"'
+
+
 def compare_strip_html(
-    runs: Mapping[str, Sequence[StepRecord]], reference: str = "ar", limit: int = 400
+    runs: Mapping[str, Sequence[StepRecord]],
+    reference: str = "ar",
+    limit: int = 400,
+    flags: Sequence[bool] | None = None,
 ) -> str:
     """A grid over the answer: rows = methods, columns = tokens, a cell filled with the source's
     colour where that method got the token from an accepted draft (empty: the target's own token;
-    ``≠``: the method's output differs from the reference there).
+    ``≠``: the method's output differs from the reference there). ``flags``: the reference answer's
+    image-dependent tokens (the story line's), underlined in the token row.
     """
     if not runs:
         return (
@@ -326,9 +337,12 @@ def compare_strip_html(
     base = reference if reference in runs else next(iter(runs))
     texts = [t for s in runs[base] for t in s.new_texts][:limit]
     ref_tokens = _tokens(runs[base])
+    flags = list(flags or ())[: len(texts)]
+    flags += [False] * (len(texts) - len(flags))
     head = "".join(
-        f'<th title="{html.escape(visible_token(t, True))}">{html.escape(visible_token(t, True))}</th>'
-        for t in texts
+        f'<th{_DEPENDS if flag else ""} title="{html.escape(visible_token(t, True))}'
+        f'{" (depends on the image)" if flag else ""}">{html.escape(visible_token(t, True))}</th>'
+        for t, flag in zip(texts, flags)
     )
     rows = [f'<tr><th class="recap-strip-method">token</th>{head}</tr>']
     for method, steps in runs.items():
@@ -349,15 +363,19 @@ def compare_strip_html(
             f'<tr><th class="recap-strip-method">{html.escape(method_label(method))}'
             f" <small>{drafted}/{len(tokens)}</small></th>{''.join(cells)}</tr>"
         )
-    legend = "".join(
-        f'<span class="recap-chip" style="background:{source_color(s)}"></span>'
-        f"{html.escape(source_label(s))} "
+    legend = "".join(  # a chip and its label never wrap apart
+        f'<span style="white-space:nowrap"><span class="recap-chip" style="background:{source_color(s)}">'
+        f"</span>{html.escape(source_label(s))}</span> "
         for s in _sources_in([step for steps in runs.values() for step in steps])
         if s != "target"
     )
+    depends = ""
+    if any(flags):
+        underlined = '<span class="recap-strip-depends">underlined</span>'
+        depends = f" · {underlined} = depends on the image ({sum(flags)})"
     return (
         f'<div class="recap-strip"><table>{"".join(rows)}</table></div>'
-        f'<div class="recap-strip-legend">filled = drafted and accepted: {legend}</div>'
+        f'<div class="recap-strip-legend">filled = drafted and accepted: {legend}{depends}</div>'
     )
 
 

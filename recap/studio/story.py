@@ -158,12 +158,13 @@ def _held(runs, coverage, ref_tokens, counted, labels) -> str:
         name = labels.get(method, method)
         mine = f" ({own} from this image's own records)" if own else ""
         parts.append(f"{name} {held} of {len(here)}{mine}")
-        first = sum(p.first_mention for p in here) if first is None else first
+        if first is None:
+            first, total = sum(p.first_mention for p in here), len(here)
     if not parts:
         return ""
     return (
-        f"A memory already held the token there: {', '.join(parts)}; {first} of them were first "
-        "mentions (the two tokens before them never came earlier in the answer)."
+        f"A memory already held the token there: {', '.join(parts)}; {first} of those {total} tokens were "
+        "first mentions (the two tokens before them never came earlier in the answer)."
     )
 
 
