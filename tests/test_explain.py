@@ -87,3 +87,30 @@ def test_end_of_sequence_inside_the_accepted_path():
 
 def test_quote_makes_whitespace_visible():
     assert quote(" a\n\tb") == "«␣a↵⇥b»"
+
+
+def test_a_likelier_candidate_left_out_of_the_tree_is_named_with_why():
+    # the fused distribution at the root ranks «grey» above the drafted «lime»; the search did not draft
+    # it (its acceptance estimate was lower): the paragraph says so, once the tree is read
+    from recap.trace import FusedRecord
+
+    nodes = [node(0, -1, " red", ["ctx3"], 0.5, 0.5, True), node(1, -1, " lime", ["persistent"], 0.07, 0.3)]
+    fused = [
+        FusedRecord(100, " red", 0.5, {"ctx3": 0.5}),
+        FusedRecord(7, " grey", 0.1, {"ctx2": 0.1}),
+        FusedRecord(8, " black", 0.08, {"ctx2": 0.08}),
+        FusedRecord(101, " lime", 0.07, {"persistent": 0.07}),
+        FusedRecord(9, " pink", 0.01, {"ctx2": 0.01}),
+    ]
+    step = StepRecord(
+        step=5, committed_len=30, method="recap", nodes=nodes, accepted_ids=[0], bonus_token=3,
+        new_tokens=[100, 3], new_texts=[" red", " circle"], fused_at_root=fused,
+    )  # fmt: skip
+    text = explain_step(step)
+    assert (
+        "«␣grey» (and 1 other) was not drafted first though its fused probability (0.10) is higher than a "
+        "drafted candidate's: the tree orders candidates by how often such candidates were accepted "
+        "before (learnt acceptance estimates), not by fused probability." in text
+    )
+    fused[1:3] = []  # nothing likelier than «lime» left out: no such sentence
+    assert "was not drafted first" not in explain_step(step)

@@ -127,6 +127,16 @@ def test_fused_figure_stacks_sources_and_marks_the_target_token():
     assert "target chose a [7] (target's own p=0.97)" in figures.fused_figure(step).layout.title.text
 
 
+def test_fused_figure_fades_the_tokens_not_drafted_under_the_root():
+    step = _steps()[1]
+    step.fused_at_root.append(FusedRecord(12, "f", 0.3, {"ctx2": 0.3}))  # likelier than «c», not drafted
+    figure = figures.fused_figure(step)
+    for bar in (t for t in figure.data if t.type == "bar"):
+        opacity = dict(zip(bar.y, bar.marker.opacity))
+        assert opacity["a [7]"] == opacity["c [9]"] == 1.0 and opacity["f [12]"] < 1.0
+    assert "faded: not drafted" in figure.layout.title.text
+
+
 def test_fused_figure_adds_a_row_when_the_drafter_missed_the_target_token():
     step = _steps()[1]
     step.target_token, step.new_tokens[0] = 42, 42
@@ -227,6 +237,11 @@ def test_compare_strip():
     assert strip.count(f"background:{render.SOURCE_COLORS['ctx3']}") == 2  # a cell and the legend chip
     assert strip.count("≠") == 1  # PLD's third token differs from AR's
     assert "Prompt lookup" in strip and "2/4" in strip
+    assert "recap-strip-depends" not in strip and "depends on the image" not in strip  # no flags given
+    # the story line's image-dependent tokens are underlined in the token row, and the legend says so
+    marked = render.compare_strip_html(runs, flags=[False, True, False, True])
+    assert marked.count('<th class="recap-strip-depends"') == 2
+    assert "underlined</span> = depends on the image (2)" in marked
 
 
 def test_sensitivity_rows_and_answer():

@@ -53,6 +53,8 @@ def explain_step(step: StepRecord) -> str:
     else:
         sentences.append("The target accepted none of them.")
     sentences.append(_after(step, accepted))
+    if left_out := _left_out(step):
+        sentences.append(left_out)
     total = len(step.new_tokens)
     sentences.append(f"{_count(total, 'token')} in this pass.")
     if step.finished:
@@ -80,6 +82,25 @@ def _after(step: StepRecord, accepted: list[int]) -> str:
     if others:
         said += f" and {_count(others, 'other option')}"
     return f"{where} {said}; the target chose {bonus}, which became the bonus token."
+
+
+def _left_out(step: StepRecord) -> str:
+    """Why a token the fused distribution ranks above a drafted first candidate is not in the tree ("" if
+    none is): the search orders candidates by their learnt acceptance estimates."""
+    first = {n.token for n in step.nodes if n.parent == -1}
+    drafted = [f.prob for f in step.fused_at_root if f.token in first]
+    if not drafted:
+        return ""
+    skipped = [f for f in step.fused_at_root if f.token not in first and f.prob > min(drafted)]
+    if not skipped:
+        return ""
+    top = max(skipped, key=lambda f: f.prob)
+    more = f" (and {_count(len(skipped) - 1, 'other')})" if len(skipped) > 1 else ""
+    return (
+        f"{quote(top.text)}{more} was not drafted first though its fused probability ({top.prob:.2f}) is "
+        "higher than a drafted candidate's: the tree orders candidates by how often such candidates "
+        "were accepted before (learnt acceptance estimates), not by fused probability."
+    )
 
 
 def _fused_probability(node: NodeRecord) -> float | None:

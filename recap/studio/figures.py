@@ -272,6 +272,8 @@ def fused_figure(step: StepRecord, top: int = 10, target_text: str | None = None
         known = [lbl for f, lbl in zip(fused, labels) if f.token == step.target_token]
         text = target_text if target_text is not None else _text_of(step, step.target_token)
         target_label = known[0] if known else _bar_label(text, step.target_token)
+    first = {n.token for n in step.nodes if n.parent == -1}
+    faded = [1.0 if f.token in first else 0.35 for f in fused]  # not drafted under the root
     sources = [s for s in SOURCE_COLORS if any(s in f.contributions for f in fused)]
     sources += sorted({s for f in fused for s in f.contributions} - set(sources))
     for source in sources:
@@ -281,7 +283,7 @@ def fused_figure(step: StepRecord, top: int = 10, target_text: str | None = None
             x=values,
             orientation="h",
             name=plot_name(source_label(source)),
-            marker_color=source_color(source),
+            marker={"color": source_color(source), "opacity": faded},
             hovertemplate="%{y}: %{x:.3f} from " + plot_name(source) + "<extra></extra>",
         )
     order = list(labels)
@@ -364,7 +366,7 @@ def _fused_title(step: StepRecord, target_label: str | None, has_bars: bool) -> 
         if is_recap_method(step.method):
             return "fused distribution:<br>the memories held nothing for this context yet"
         return f"fused distribution:<br>{plot_name(method_label(step.method))} drafts without probabilities"
-    title = "fused distribution at the root (token [id])"
+    title = "fused distribution at the root (faded: not drafted)"
     if target_label is not None:
         chance = f" (target's own p={step.target_prob:.2f})" if step.target_prob is not None else ""
         title += f"<br>★ target chose {target_label}{chance}"
