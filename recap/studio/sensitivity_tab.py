@@ -76,6 +76,8 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
                 f"{count} of {len(flags)} tokens are image-sensitive (the first token is not counted below). "
                 f"Analysed: {source}."
             )
+            if not coverage:  # only a comparison probes what the memories held at each token
+                status += " What a memory held there is known after a comparison (Compare tab): \"-\" here."
             rows = render.sensitivity_rows(runs, flags, coverage)
             return render.sensitivity_answer(reference, flags), rows, status
 
