@@ -173,8 +173,7 @@ def prewarm_in_background(studio: Studio) -> threading.Thread:
         except Exception:  # the studio serves without it: each click warms what it lacks
             log.exception("Compare's drafters were not warmed at start; the first click warms them")
             return
-        if count:
-            log.info("Compare's %d drafters warmed in %.1f s", count, time.perf_counter() - start)
+        log.info("start-up warm-up done in %.1f s (%d Compare drafters)", time.perf_counter() - start, count)
 
     thread = threading.Thread(target=run, name="compare-prewarm", daemon=True)
     thread.start()
