@@ -102,6 +102,14 @@ def test_a_run_counts_each_pass_at_its_fastest_repeat():
     assert "wall-clock" in measure.timing_note(None, measure.EQUAL, "wall")
 
 
+def test_the_note_says_what_the_equal_budget_is_to_the_methods_compared():
+    note = measure.timing_note(None, measure.EQUAL, methods=["ar", "pld", "tr", "suffix", "recap"])
+    assert "cap: Token Recycling and RECAP fill it, SuffixDecoding and Prompt lookup draft only" in note
+    without = measure.timing_note(None, measure.EQUAL, methods=["ar", "pld", "tr", "recap"])
+    assert "SuffixDecoding" not in without and "Prompt lookup drafts only what it matches" in without
+    assert "cap" not in measure.timing_note(None, measure.DEVICE, methods=["tr", "suffix", "recap"])
+
+
 def test_a_pass_records_its_cpu_time_in_its_own_thread():
     # what the CPU clock sums: every pass's draft, verify and update in the decoding thread's CPU time
     from conftest import noise_image, tiny

@@ -194,19 +194,24 @@ def _tokens(steps: Sequence[StepRecord]) -> list[int]:
     return [t for s in steps for t in s.new_tokens]
 
 
-def timing_note(projection: Projection | None, choice: str, which: str = "wall") -> str:
-    """What the table's numbers measured, in one paragraph (``which``: the clock, `clock`)."""
+def timing_note(
+    projection: Projection | None, choice: str, which: str = "wall", methods: Sequence[str] = ()
+) -> str:
+    """What the table's numbers measured, in one paragraph (``which``: the clock, `clock`; ``methods``:
+    those compared, for what the equal budget means to each)."""
     note = (
         f"Timed: the draft, verify and update phases of every pass (display work excluded), "
         f"{CLOCKS[which]}, each method run {REPEATS} times, interleaved, after an untimed warm-up, each "
         "pass counted at its fastest repeat (so the total is at most the fastest repeat's; in brackets "
         f'the repeats\' totals); tree budgets "{choice}".'
     )
-    if choice == EQUAL:
-        note += (
-            f" {EQUAL_NODES} nodes is each tree method's cap: Token Recycling's template and RECAP fill it, "
-            "SuffixDecoding and prompt lookup draft only what they match."
-        )
+    matching = [method_label(m) for m in ("suffix", "pld") if m in methods]
+    if choice == EQUAL and matching:
+        filling = [method_label(m) for m in ("tr", "recap") if m in methods] or ["a tree method"]
+        fill = " and ".join(filling) + (" fill" if len(filling) > 1 else " fills")
+        verb = "draft only what they match" if len(matching) > 1 else "drafts only what it matches"
+        others = " and ".join(matching)
+        note += f" {EQUAL_NODES} nodes is each tree method's cap: {fill} it, {others} {verb}."
     if projection is not None:
         note += (
             f" Projected: the same passes priced on {projection.label}, at nodes + 1 tokens a pass, plus "
