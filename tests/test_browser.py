@@ -362,6 +362,8 @@ def test_download_hostile_replay_and_errors_render_as_text(studio, tmp_path):
             page.wait_for_function(
                 "!document.querySelector('#replay-file').innerText.includes('broken.json')", timeout=SHOW_MS
             )
+            # (gradio renders the box's file input again a moment after the name goes: wait for it)
+            page.wait_for_selector("#replay-file input[type=file]", state="attached", timeout=SHOW_MS)
             assert page.locator("#replay-file input[type=file]").count() == 1
 
             # a file that is not an image, dropped in the Image box: refused as it lands, box emptied
