@@ -108,9 +108,9 @@ def test_a_likelier_candidate_left_out_of_the_tree_is_named_with_why():
     )  # fmt: skip
     text = explain_step(step)
     assert (
-        "«␣grey» (and 1 other) was not drafted first though its fused probability (0.10) is higher than a "
-        "drafted candidate's: the tree orders candidates by how often such candidates were accepted "
-        "before (learnt acceptance estimates), not by fused probability." in text
+        "«␣grey» (and 1 other) was not drafted first though its fused probability (0.10) is higher than "
+        "the drafted «␣lime»'s (0.07): the tree orders candidates by how often such candidates were "
+        "accepted before (learnt acceptance estimates), not by fused probability." in text
     )
-    fused[1:3] = []  # nothing likelier than «lime» left out: no such sentence
+    fused[1:3] = [FusedRecord(7, " grey", 0.073, {"ctx2": 0.073})]  # as likely, to 2 decimals: no sentence
     assert "was not drafted first" not in explain_step(step)

@@ -743,6 +743,9 @@ def test_story_line_says_whether_the_memories_held_the_image_dependent_tokens():
         "A memory already held the token there: TR 1 of 2, RECAP 2 of 2 (1 from this image's own records); "
         "1 of those 2 tokens were first mentions" in line
     )
+    one = story.story_line({"ar": AR, "tr": TR, "recap": RECAP}, [False, True, False, False], LABELS,
+                           coverage=coverage)  # fmt: skip
+    assert "TR 1 of 1, RECAP 1 of 1 (1 from this image's own records); that token was a first mention" in one
 
 
 def test_story_html_escapes_once():

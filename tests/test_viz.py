@@ -239,9 +239,11 @@ def test_compare_strip():
     assert "Prompt lookup" in strip and "2/4" in strip
     assert "recap-strip-depends" not in strip and "depends on the image" not in strip  # no flags given
     # the story line's image-dependent tokens are underlined in the token row, and the legend says so
-    marked = render.compare_strip_html(runs, flags=[False, True, False, True])
-    assert marked.count('<th class="recap-strip-depends"') == 2
-    assert "underlined</span> = depends on the image (2)" in marked
+    marked = render.compare_strip_html(runs, flags=[True, True, False, True])
+    assert marked.count('<th class="recap-strip-depends"') == 2  # the first token is not counted
+    assert "underlined</span> = depends on the image (2; the first token not counted)" in marked
+    cut = render.compare_strip_html(runs, limit=2, flags=[False, True, False, True])
+    assert "depends on the image (1 shown;" in cut
 
 
 def test_sensitivity_rows_and_answer():

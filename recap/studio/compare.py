@@ -149,7 +149,9 @@ def prewarm(studio: Studio, values: list) -> int:
     settings = studio.settings(values)
     runtime = studio.runtime(settings.model)
     if settings.config().budget == "auto":
-        runtime.cost_model()  # measured now, not in the first visitor's run (a second on a CPU)
+        # measured now, not in the first visitor's run (a second on a CPU), and alone: no pass beside it
+        with studio.cache.pass_lock(settings.model):
+            runtime.cost_model()
     if embedded_world(runtime.target.name) is None:
         return 0
     config, suffix_config = budgets(measure.EQUAL, settings.config())

@@ -88,18 +88,21 @@ def _left_out(step: StepRecord) -> str:
     """Why a token the fused distribution ranks above a drafted first candidate is not in the tree ("" if
     none is): the search orders candidates by their learnt acceptance estimates."""
     first = {n.token for n in step.nodes if n.parent == -1}
-    drafted = [f.prob for f in step.fused_at_root if f.token in first]
+    drafted = [f for f in step.fused_at_root if f.token in first]
     if not drafted:
         return ""
-    skipped = [f for f in step.fused_at_root if f.token not in first and f.prob > min(drafted)]
+    least = min(drafted, key=lambda f: f.prob)
+    # (shown to 2 decimals: a gap under 0.005 would read as "0.30 is higher than 0.30")
+    skipped = [f for f in step.fused_at_root if f.token not in first and f.prob >= least.prob + 0.005]
     if not skipped:
         return ""
     top = max(skipped, key=lambda f: f.prob)
     more = f" (and {_count(len(skipped) - 1, 'other')})" if len(skipped) > 1 else ""
     return (
         f"{quote(top.text)}{more} was not drafted first though its fused probability ({top.prob:.2f}) is "
-        "higher than a drafted candidate's: the tree orders candidates by how often such candidates "
-        "were accepted before (learnt acceptance estimates), not by fused probability."
+        f"higher than the drafted {quote(least.text)}'s ({least.prob:.2f}): the tree orders candidates by "
+        "how often such candidates were accepted before (learnt acceptance estimates), not by fused "
+        "probability."
     )
 
 

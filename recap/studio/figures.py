@@ -303,7 +303,7 @@ def fused_figure(step: StepRecord, top: int = 10, target_text: str | None = None
         )
     figure.update_layout(
         barmode="stack",
-        title={"text": _fused_title(step, target_label, bool(fused)), "font": {"size": 13}},
+        title={"text": _fused_title(step, target_label, bool(fused), min(faded) < 1), "font": {"size": 13}},
         height=max(256, 30 * len(order) + 126),
         margin={"l": 10, "r": 10, "t": 56, "b": 30},  # two title lines: they wrap nowhere on a phone
         xaxis={"title": "fused probability", "rangemode": "tozero"},
@@ -359,14 +359,14 @@ def _text_of(step: StepRecord, token: int) -> str:
     return "?"
 
 
-def _fused_title(step: StepRecord, target_label: str | None, has_bars: bool) -> str:
+def _fused_title(step: StepRecord, target_label: str | None, has_bars: bool, faded: bool = False) -> str:
     if not has_bars:
         if step.step == 0:
             return "fused distribution:<br>none at the prefill pass"
         if is_recap_method(step.method):
             return "fused distribution:<br>the memories held nothing for this context yet"
         return f"fused distribution:<br>{plot_name(method_label(step.method))} drafts without probabilities"
-    title = "fused distribution at the root (faded: not drafted)"
+    title = "fused distribution at the root" + (" (faded: not drafted)" if faded else " (token [id])")
     if target_label is not None:
         chance = f" (target's own p={step.target_prob:.2f})" if step.target_prob is not None else ""
         title += f"<br>★ target chose {target_label}{chance}"

@@ -63,7 +63,7 @@ HEADERS = [
     "target passes",
     "tokens",
     "MAT (tokens a pass)",
-    f"timed s (each pass at its fastest of {REPEATS}; in brackets, the {REPEATS} repeats' totals)",
+    f"timed s (each pass at its fastest of {REPEATS}; in parentheses, the {REPEATS} repeats' totals)",
     "speedup vs AR (timed)",
     "projected on an H200 (speedup)",
     "identical to AR",
@@ -202,16 +202,17 @@ def timing_note(
     note = (
         f"Timed: the draft, verify and update phases of every pass (display work excluded), "
         f"{CLOCKS[which]}, each method run {REPEATS} times, interleaved, after an untimed warm-up, each "
-        "pass counted at its fastest repeat (so the total is at most the fastest repeat's; in brackets "
+        "pass counted at its fastest repeat (so the total is at most the fastest repeat's; in parentheses "
         f'the repeats\' totals); tree budgets "{choice}".'
     )
-    matching = [method_label(m) for m in ("suffix", "pld") if m in methods]
-    if choice == EQUAL and matching:
-        filling = [method_label(m) for m in ("tr", "recap") if m in methods] or ["a tree method"]
-        fill = " and ".join(filling) + (" fill" if len(filling) > 1 else " fills")
-        verb = "draft only what they match" if len(matching) > 1 else "drafts only what it matches"
-        others = " and ".join(matching)
-        note += f" {EQUAL_NODES} nodes is each tree method's cap: {fill} it, {others} {verb}."
+    if choice == EQUAL and ({"suffix", "pld"} & set(methods)):
+        parts = [f"RECAP fills it and {method_label('tr')}'s template nearly (merged nodes)"]
+        if "suffix" in methods:
+            parts.append(f"{method_label('suffix')} drafts only what its suffix trees match")
+        if "pld" in methods:
+            pld = method_label("pld")
+            parts.append(f"{pld} drafts one chain of up to 10 tokens where the prompt matches")
+        note += f" {EQUAL_NODES} nodes is each tree method's cap: {'; '.join(parts)}."
     if projection is not None:
         note += (
             f" Projected: the same passes priced on {projection.label}, at nodes + 1 tokens a pass, plus "
@@ -308,7 +309,8 @@ def _at_tr_depths(methods: dict) -> str:
             "candidates are left;"
         )
     return (
-        f"{why} at Token Recycling's mix of depths (each depth's acceptance weighted by TR's share of "
+        f"{why} {'at' if why else 'At'} Token Recycling's mix of depths (each depth's acceptance weighted "
+        "by TR's share of "
         f"those tokens there) RECAP accepts {100 * weighed:.0f}% of them, against TR's "
         f"{100 * methods['tr']['accept_sensitive']:.0f}%."
     )

@@ -337,7 +337,7 @@ def compare_strip_html(
     base = reference if reference in runs else next(iter(runs))
     texts = [t for s in runs[base] for t in s.new_texts][:limit]
     ref_tokens = _tokens(runs[base])
-    flags = list(flags or ())[: len(texts)]
+    flags = [False, *list(flags or ())[1 : len(texts)]]  # the first token is never counted (the story's)
     flags += [False] * (len(texts) - len(flags))
     head = "".join(
         f'<th{_DEPENDS if flag else ""} title="{html.escape(visible_token(t, True))}'
@@ -372,7 +372,8 @@ def compare_strip_html(
     depends = ""
     if any(flags):
         underlined = '<span class="recap-strip-depends">underlined</span>'
-        depends = f" · {underlined} = depends on the image ({sum(flags)})"
+        shown = " shown" if len(ref_tokens) > len(texts) else ""
+        depends = f" · {underlined} = depends on the image ({sum(flags)}{shown}; the first token not counted)"
     return (
         f'<div class="recap-strip"><table>{"".join(rows)}</table></div>'
         f'<div class="recap-strip-legend">filled = drafted and accepted: {legend}{depends}</div>'

@@ -162,9 +162,12 @@ def _held(runs, coverage, ref_tokens, counted, labels) -> str:
             first, total = sum(p.first_mention for p in here), len(here)
     if not parts:
         return ""
+    mentions = f"{first} of those {total} tokens were first mentions"
+    if total == 1:
+        mentions = f"that token was {'a' if first else 'not a'} first mention"
     return (
-        f"A memory already held the token there: {', '.join(parts)}; {first} of those {total} tokens were "
-        "first mentions (the two tokens before them never came earlier in the answer)."
+        f"A memory already held the token there: {', '.join(parts)}; {mentions} (the two tokens before "
+        "a first mention never came earlier in the answer)."
     )
 
 
