@@ -173,7 +173,7 @@ def prewarm_in_background(studio: Studio) -> threading.Thread:
         try:
             count = prewarm(studio, studio.page_defaults)
         except Exception:  # the studio serves without it: each click warms what it lacks
-            log.exception("Compare's drafters were not warmed at start; the first click warms them")
+            log.exception("start-up warm-up failed; the first run or comparison loads and warms instead")
             return
         log.info("start-up warm-up done in %.1f s (%d Compare drafters)", time.perf_counter() - start, count)
 
