@@ -103,3 +103,13 @@ def test_no_warm_up_at_start_for_a_model_whose_warm_up_depends_on_the_input(monk
     assert examples(OTHER_SET)  # (what such a model would warm on)
     assert compare.prewarm(studio, studio.page_defaults) == 0
     assert made == {}
+
+
+def test_a_failed_start_up_warm_up_is_logged_and_the_studio_serves_on(caplog):
+    def broken(_model):
+        raise ValueError("cannot load model 'x': no such folder")
+
+    demo = app.build_demo(runtime_factory=broken, models=["tiny-broken"], cache=RuntimeCache())
+    with caplog.at_level("ERROR", logger="recap.studio.compare"):
+        compare.prewarm_in_background(demo.studio).join(timeout=30)
+    assert "start-up warm-up failed" in caplog.text  # (the thread ended: the server is not affected)
