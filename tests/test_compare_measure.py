@@ -102,6 +102,16 @@ def test_a_run_counts_each_pass_at_its_fastest_repeat():
     assert "wall-clock" in measure.timing_note(None, measure.EQUAL, "wall")
 
 
+def test_a_one_token_pass_dearer_on_the_curve_than_here_is_said():
+    # AR's decoding passes took 2 ms here (its fastest repeats), the curve's one-token pass 3 ms
+    times = {"ar": [[0.02, 0.002, 0.003], [0.03, 0.003, 0.002]]}
+    gap = measure.one_token_gap(FLAT, times)
+    assert "costs 3.0 ms on that curve against 2.0 ms for AR's passes here" in gap
+    slower_here = {"ar": [[0.02, 0.004, 0.005]]}
+    assert measure.one_token_gap(FLAT, slower_here) == ""
+    assert measure.one_token_gap(None, times) == "" and measure.one_token_gap(FLAT, {}) == ""
+
+
 def test_the_note_says_what_the_equal_budget_is_to_the_methods_compared():
     note = measure.timing_note(None, measure.EQUAL, methods=["ar", "pld", "tr", "suffix", "recap"])
     assert "cap: RECAP fills it and Token Recycling's template nearly (merged nodes); SuffixDecoding " in note

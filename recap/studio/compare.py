@@ -309,7 +309,10 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
     if flags is not None:
         line = story.story_line(runs, flags, render.METHOD_LABELS, coverage=coverage)
     yield {
-        cmp["status"]: f"Done. {measure.timing_note(projection, choice, which, methods)} {fair}{note}",
+        cmp["status"]: (
+            f"Done. {measure.timing_note(projection, choice, which, methods)}"
+            f"{measure.one_token_gap(projection, times)} {fair}{note}"
+        ),
         cmp["table"]: measure.rows(runs, times, projection),
         cmp["story"]: story.story_html(line),
         cmp["strip"]: render.compare_strip_html(runs, flags=flags),
