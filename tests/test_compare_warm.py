@@ -12,7 +12,7 @@ import app
 from recap.runtime import EMBEDDED_MODEL_V2, Runtime
 from recap.studio import compare
 from recap.studio.examples import OTHER_SET, examples
-from recap.studio.measure import EQUAL
+from recap.studio.measure import EQUAL, EQUAL_NODES
 from recap.studio.serving import RuntimeCache
 
 
@@ -22,13 +22,15 @@ def embedded():
 
 
 def counting(monkeypatch) -> dict[str, int]:
-    """How many fresh drafters each method gets (a warm-up starts from one; so does each AR/PLD run)."""
+    """How many fresh drafters each method gets at Compare's equal budget (a warm-up starts from one; so
+    does each AR/PLD run); at another budget, counted as ``method@budget`` (the start-up's Run-tab run)."""
     made: dict[str, int] = {}
     fresh = compare.fresh_drafter
 
-    def count(runtime, method, *args, **kwargs):
-        made[method] = made.get(method, 0) + 1
-        return fresh(runtime, method, *args, **kwargs)
+    def count(runtime, method, config, *args, **kwargs):
+        name = method if config.budget == EQUAL_NODES else f"{method}@{config.budget}"
+        made[name] = made.get(name, 0) + 1
+        return fresh(runtime, method, config, *args, **kwargs)
 
     monkeypatch.setattr(compare, "fresh_drafter", count)
     return made
@@ -64,6 +66,7 @@ def test_the_server_warms_compares_drafters_at_start_and_a_click_meanwhile_waits
     assert set(remembering) >= {"tr", "recap"}
     # one warm-up for each method with memories, whoever came first: the start's or the click's
     assert {m: made[m] for m in remembering} == dict.fromkeys(remembering, 1)
+    assert made.get("recap@auto") == 1  # and one short run as the Run tab's defaults make it
     assert any(s.startswith("Done") for s in statuses)
     # a later click, on another input, finds them all warm: no warm-up at all
     made.clear()
