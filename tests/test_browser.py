@@ -350,6 +350,13 @@ def test_download_hostile_replay_and_errors_render_as_text(studio, tmp_path):
 
             # a broken trace: one plain message in the toast
             page.locator("#replay-file button[aria-label='Clear']").click()
+            # (the box renders its file input again once cleared: drop the next file only then)
+            page.wait_for_function(
+                "(name) => !document.querySelector('#replay-file').innerText.includes(name)",
+                arg=hostile.name,
+                timeout=SHOW_MS,
+            )
+            page.wait_for_selector("#replay-file input[type=file]", state="attached", timeout=SHOW_MS)
             broken = tmp_path / "broken.json"
             broken.write_text('{"steps": [{"step": 0}]}', encoding="utf-8")
             page.set_input_files("#replay-file input[type=file]", str(broken))
