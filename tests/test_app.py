@@ -60,7 +60,7 @@ def _factory(model_id: str):
 @pytest.fixture(scope="module", autouse=True)
 def own_gradio_folder(tmp_path_factory):
     """This module's servers keep uploads and downloads in a folder of their own (``GRADIO_TEMP_DIR``,
-    read by gradio at every use), so other processes sharing /tmp/gradio never show up in them."""
+    read by gradio at every use), so other processes sharing gradio's default folder never show up in them."""
     folder = tmp_path_factory.mktemp("gradio")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GRADIO_TEMP_DIR", str(folder))

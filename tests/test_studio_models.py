@@ -174,7 +174,7 @@ SETS = {
     "model_id, image, prompt, swap",
     [
         # another model's example is replaced by the chosen model's first example
-        (EMBEDDED_V2_ID, {"path": "/tmp/gradio/x/scene_1.png", "orig_name": "scene_1.png"},
+        (EMBEDDED_V2_ID, {"path": "/upload/x/scene_1.png", "orig_name": "scene_1.png"},
          "Where is the star?", EMBEDDED_V2_ID),
         (EMBEDDED_V1_ID, {"path": "/c/scene_2.png"}, "How many?", EMBEDDED_V1_ID),
         # an empty image slot is filled
