@@ -173,7 +173,10 @@ class RunTrace:
         return cls(settings=dict(data.get("settings", {})), steps=steps, text=str(data.get("text", "")))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json(), encoding="utf-8")
+        """Write the trace as JSON to ``path``, creating its missing folders."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_json(), encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> RunTrace:

@@ -38,7 +38,7 @@ def run(capsys, *args):
 
 
 def test_generate_prints_answer_and_summary_and_writes_trace(capsys, model_dir, image_file, tmp_path):
-    trace_file = tmp_path / "run.json"
+    trace_file = tmp_path / "runs" / "new" / "run.json"  # folders that do not exist yet are created
     code, out, err = run(
         capsys,
         "--model",
