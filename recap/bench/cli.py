@@ -62,7 +62,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=None, help="use the first K samples")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=1, help="untimed AR warm-up requests")
-    parser.add_argument("--budget", default=None, help="RECAP tree budget: 'auto' or a node count")
+    parser.add_argument(
+        "--budget",
+        default=None,
+        help="RECAP's tree budget (its ablations' too): 'auto' (cost-aware, the default) or a node count; "
+        "Token Recycling always drafts its 80-node template, PLD and SuffixDecoding their own sizes",
+    )
     defaults = SuffixConfig()
     parser.add_argument(
         "--suffix-max-spec-tokens",
