@@ -695,7 +695,8 @@ def test_token_drafts(steps, outcomes):
         (
             [False, True, True, False],
             "2 of 4 tokens depend on the image (the greedy token changes when the image is replaced by "
-            "a blank one). Accepted drafts there (drafted there): TR 1 (2), RECAP 2 (2). Accepted there "
+            "a blank one). Accepted drafts there (drafted there): TR 1 (2), RECAP 2 (2). On this input RECAP "
+            "accepted more drafts there than TR (2 against 1). Accepted there "
             "at a pass's first draft, where a tree offers its widest fan: TR 1 of 2, RECAP 1 of 1; after "
             "accepted drafts of the same pass, deeper in the tree: TR none met there, RECAP 1 of 1. "
             "TR's draft was rejected and RECAP's contextual memory was accepted at «␣red».",
@@ -704,7 +705,8 @@ def test_token_drafts(steps, outcomes):
         (
             [False, False, True, False],
             "1 of 4 tokens depend on the image (the greedy token changes when the image is replaced by "
-            "a blank one). Accepted drafts there (drafted there): TR 1 (1), RECAP 1 (1). Accepted there "
+            "a blank one). Accepted drafts there (drafted there): TR 1 (1), RECAP 1 (1). On this input RECAP "
+            "and TR accepted as many drafts there (1). Accepted there "
             "at a pass's first draft, where a tree offers its widest fan: TR 1 of 1, RECAP none met there; "
             "after accepted drafts of the same pass, deeper in the tree: TR none met there, RECAP 1 of 1. "
             "At none of them was TR's draft rejected where RECAP's contextual memory was accepted.",
@@ -741,11 +743,38 @@ def test_story_line_says_whether_the_memories_held_the_image_dependent_tokens():
                             coverage=coverage)  # fmt: skip
     assert (
         "A memory already held the token there: TR 1 of 2, RECAP 2 of 2 (1 from this image's own records); "
-        "1 of those 2 tokens were first mentions" in line
+        "1 of 2 were first mentions (the answer had not yet said the two tokens before it)" in line
     )
     one = story.story_line({"ar": AR, "tr": TR, "recap": RECAP}, [False, True, False, False], LABELS,
                            coverage=coverage)  # fmt: skip
     assert "TR 1 of 1, RECAP 1 of 1 (1 from this image's own records); that token was a first mention" in one
+
+
+#: RECAP loses « circle»: it accepted ctx2's « red», then its « square» was rejected (« circle» the bonus).
+RECAP_LOSES = [
+    _step(0, [1], [" The"], ["target"]),
+    _step(
+        1, [2, 3], [" red", " circle"], ["ctx2", "target"],
+        [_node(0, -1, 2, " red", ("ctx2",)), _node(1, 0, 8, " square", ("ctx3",))], [0],
+    ),
+    _step(2, [4], [" here"], ["target"]),
+]  # fmt: skip
+
+
+def test_story_line_says_who_won_on_this_input_and_names_both_sides():
+    line = story.story_line({"ar": AR, "tr": TR, "recap": RECAP_LOSES}, [False, True, True, False], LABELS)
+    assert "TR 1 (2), RECAP 1 (2). On this input RECAP and TR accepted as many drafts there (1)." in line
+    assert line.endswith(
+        "TR's draft was rejected and RECAP's contextual memory was accepted at «␣red»; TR's draft was "
+        "accepted where RECAP's was not at «␣circle»."
+    )
+    runs = {"ar": AR, "tr": TR, "recap": RECAP_LOSES}
+    only_tr = story.story_line(runs, [False, False, True, False], LABELS)
+    assert "On this input TR accepted more drafts there than RECAP (1 against 0)." in only_tr
+    assert only_tr.endswith(
+        "At none of them was TR's draft rejected where RECAP's contextual memory was accepted; TR's draft "
+        "was accepted where RECAP's was not at «␣circle»."
+    )
 
 
 def test_story_html_escapes_once():

@@ -11,11 +11,12 @@ each at the first draft of a pass, and only «␣circle» was accepted; RECAP's 
 accepted at a pass's first draft, then the bonus «␣circle»)::
 
     2 of 3 tokens depend on the image (the greedy token changes when the image is replaced by a blank
-    one). Accepted drafts there (drafted there): RECAP 1 (1), Token Recycling 1 (2). Accepted there at
-    a pass's first draft, where a tree offers its widest fan: Token Recycling 1 of 2, RECAP 1 of 1;
-    after accepted drafts of the same pass, deeper in the tree: Token Recycling none met there, RECAP
-    0 of 1.
-    Token Recycling's draft was rejected and RECAP's contextual memory was accepted at «␣red».
+    one). Accepted drafts there (drafted there): RECAP 1 (1), Token Recycling 1 (2). On this input RECAP
+    and Token Recycling accepted as many drafts there (1). Accepted there at a pass's first draft,
+    where a tree offers its widest fan: Token Recycling 1 of 2, RECAP 1 of 1; after accepted drafts of
+    the same pass, deeper in the tree: Token Recycling none met there, RECAP 0 of 1. Token Recycling's
+    draft was rejected and RECAP's contextual memory was accepted at «␣red»; Token Recycling's draft
+    was accepted where RECAP's was not at «␣circle».
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def story_line(
     )
     if not counted:
         return head + " So no drafter can be told apart by the image here: try another example."
-    parts = []
+    parts, accepted = [], {}
     for method, steps in runs.items():
         if method == reference:
             continue
@@ -96,8 +97,11 @@ def story_line(
         split = split_against_reference(tokens, token_sources(steps), ref_tokens, flags)
         agree = common_prefix(tokens, ref_tokens)
         drafted = sum(1 for i in counted if i < agree and drafts[i].outcome != "none")
+        accepted[method] = split.sensitive_drafted
         parts.append(f"{labels.get(method, method)} {split.sensitive_drafted} ({drafted})")
     line = f"{head} Accepted drafts there (drafted there): {', '.join(parts)}."
+    if "tr" in runs and "recap" in runs:
+        line += " " + _verdict(accepted["tr"], accepted["recap"], labels)
     if coverage:
         line += " " + _held(runs, coverage, ref_tokens, counted, labels)
     if "tr" in runs and "recap" in runs:
@@ -162,35 +166,53 @@ def _held(runs, coverage, ref_tokens, counted, labels) -> str:
             first, total = sum(p.first_mention for p in here), len(here)
     if not parts:
         return ""
-    mentions = f"{first} of those {total} tokens were first mentions"
     if total == 1:
         mentions = f"that token was {'a' if first else 'not a'} first mention"
+    else:
+        mentions = f"{'all' if first == total else f'{first} of'} {total} were first mentions"
     return (
-        f"A memory already held the token there: {', '.join(parts)}; {mentions} (the two tokens before "
-        "a first mention never came earlier in the answer)."
+        f"A memory already held the token there: {', '.join(parts)}; {mentions} (the answer had not yet "
+        "said the two tokens before it)."
     )
 
 
+def _verdict(tr: int, recap: int, labels) -> str:
+    """Who accepted more drafts at the image-dependent tokens of this input, said before any example."""
+    tr_name, recap_name = labels.get("tr", "tr"), labels.get("recap", "recap")
+    if tr == recap:
+        return f"On this input {recap_name} and {tr_name} accepted as many drafts there ({tr})."
+    more, fewer = (recap_name, tr_name) if recap > tr else (tr_name, recap_name)
+    counts = f"{max(tr, recap)} against {min(tr, recap)}"
+    return f"On this input {more} accepted more drafts there than {fewer} ({counts})."
+
+
 def _contrast(tr, recap, ref_tokens, texts, counted, labels) -> str:
-    """Name the image-dependent tokens where TR's draft was rejected and RECAP's contextual memory won."""
+    """Name the image-dependent tokens where TR's draft was rejected and RECAP's contextual memory won,
+    and those where TR's draft was accepted and RECAP's was not."""
     tr_drafts, recap_drafts = token_drafts(tr), token_drafts(recap)
     agree = min(common_prefix(_tokens(tr), ref_tokens), common_prefix(_tokens(recap), ref_tokens))
+    here = [i for i in counted if i < agree]
     won = [
         i
-        for i in counted
-        if i < agree
-        and tr_drafts[i].outcome == "rejected"
+        for i in here
+        if tr_drafts[i].outcome == "rejected"
         and recap_drafts[i].outcome == "accepted"
         and CONTEXTUAL.intersection(recap_drafts[i].sources)
     ]
+    lost = [i for i in here if tr_drafts[i].outcome == "accepted" and recap_drafts[i].outcome != "accepted"]
     tr_name, recap_name = labels.get("tr", "tr"), labels.get("recap", "recap")
-    if not won:
-        return (
-            f"At none of them was {tr_name}'s draft rejected where {recap_name}'s contextual memory "
-            "was accepted."
+    if won:
+        named = ", ".join(quote(texts[i]) for i in won)
+        line = f"{tr_name}'s draft was rejected and {recap_name}'s contextual memory was accepted at {named}"
+    else:
+        line = (
+            f"At none of them was {tr_name}'s draft rejected where {recap_name}'s contextual memory was "
+            "accepted"
         )
-    named = ", ".join(quote(texts[i]) for i in won)
-    return f"{tr_name}'s draft was rejected and {recap_name}'s contextual memory was accepted at {named}."
+    if lost:
+        named = ", ".join(quote(texts[i]) for i in lost)
+        return f"{line}; {tr_name}'s draft was accepted where {recap_name}'s was not at {named}."
+    return f"{line}."
 
 
 def story_html(line: str) -> str:
