@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from recap.studio.explain import explain_step, quote
 from recap.trace import NodeRecord, StepRecord
 
@@ -19,13 +21,30 @@ def test_prefill_step():
     )
 
 
-def test_nothing_drafted():
-    step = StepRecord(step=3, committed_len=20, method="recap", new_tokens=[9], new_texts=[" a"])
+@pytest.mark.parametrize(
+    ("method", "why"),
+    [
+        ("recap", "the drafter proposed nothing (no memory knew this context)"),
+        ("recap-no-context", "the drafter proposed nothing (no memory knew this context)"),
+        ("ar", "autoregressive decoding drafts nothing"),  # AR has neither a drafter nor a memory
+        ("pld", "prompt lookup found no earlier occurrence of the last tokens to copy from"),
+        ("tr", "Token Recycling's matrix held no successors of the last token"),
+        ("suffix", "SuffixDecoding's suffix trees held no continuation of this context"),
+    ],
+)
+def test_nothing_drafted_says_why_for_each_method(method, why):
+    step = StepRecord(step=3, committed_len=20, method=method, new_tokens=[9], new_texts=[" a"])
     step.bonus_token = 9
-    assert explain_step(step) == (
-        "Step 3: the drafter proposed nothing (no memory knew this context), so the pass produced one "
-        "token, «␣a», exactly like plain decoding."
-    )
+    expected = f"Step 3: {why}, so the pass produced one token, «␣a», as plain decoding does."
+    assert explain_step(step) == expected
+
+
+def test_a_single_rejected_node_is_it_not_them():
+    step = StepRecord(
+        step=2, committed_len=20, method="tr", nodes=[node(0, -1, " red", ["template"])], bonus_token=9,
+        new_tokens=[9], new_texts=[" blue"],
+    )  # fmt: skip
+    assert "the drafter proposed 1 node (template 1). The target rejected it." in explain_step(step)
 
 
 def test_the_module_docstring_example():

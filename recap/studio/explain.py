@@ -41,17 +41,17 @@ def explain_step(step: StepRecord) -> str:
     nodes = step.nodes
     if not nodes:
         text = _texts(step.new_texts)
-        return (
-            head + "the drafter proposed nothing (no memory knew this context), so the pass "
-            f"produced one token, {text}, exactly like plain decoding."
-        )
+        why = _nothing_drafted(step.method)
+        return head + f"{why}, so the pass produced one token, {text}, as plain decoding does."
     sentences = [head + f"the drafter proposed {_count(len(nodes), 'node')} ({_by_source(nodes)})."]
     accepted = [n for n in step.accepted_ids if 0 <= n < len(nodes)]
     accepted_texts = [nodes[n].text for n in accepted]
     if accepted:
         sentences.append(f"The target accepted {len(accepted)}: {_texts(accepted_texts)}.")
     else:
-        sentences.append("The target accepted none of them.")
+        sentences.append(
+            "The target rejected it." if len(nodes) == 1 else "The target accepted none of them."
+        )
     sentences.append(_after(step, accepted))
     if left_out := _left_out(step):
         sentences.append(left_out)
@@ -60,6 +60,20 @@ def explain_step(step: StepRecord) -> str:
     if step.finished:
         sentences.append(_finish(step.finish_reason))
     return " ".join(sentences)
+
+
+#: Why a method drafted nothing at a pass, by method (RECAP and its ablations: `_nothing_drafted`).
+_NOTHING = {
+    "ar": "autoregressive decoding drafts nothing",
+    "pld": "prompt lookup found no earlier occurrence of the last tokens to copy from",
+    "tr": "Token Recycling's matrix held no successors of the last token",
+    "suffix": "SuffixDecoding's suffix trees held no continuation of this context",
+}
+
+
+def _nothing_drafted(method: str) -> str:
+    """Why ``method``'s pass drafted nothing, in words."""
+    return _NOTHING.get(method, "the drafter proposed nothing (no memory knew this context)")
 
 
 def _after(step: StepRecord, accepted: list[int]) -> str:
