@@ -681,3 +681,16 @@ def test_the_first_start_says_it_is_compiling_before_the_url(tmp_path):
     ]
     url = [i for i, line in enumerate(lines) if "Running on local URL" in line]
     assert compiling and url and compiling[0] < url[0], "".join(lines[-20:])
+
+
+@pytest.mark.parametrize(
+    ("delay_ms", "ahead"), [(0, False), (250, True), ("nope", False), (float("nan"), False), (10**9, False)]
+)
+def test_stop_says_the_memories_learnt_what_a_delayed_display_had_not_shown(delay_ms, ahead):
+    # with a display delay the decoding runs ahead of the display: the status must not hide that the
+    # memories learnt the tokens never shown; a hostile delay value still gets the plain status
+    from recap.studio.validation import stopped_status
+
+    status = stopped_status(delay_ms)
+    assert status.startswith("Stopped: the answer so far is kept; press Run to start again.")
+    assert ("the memories learnt from every token it decoded, shown or not" in status) is ahead

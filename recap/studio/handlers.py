@@ -288,8 +288,8 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         show_progress_on=[ui["status"]],
     )
     ui["stop"].click(
-        lambda: "Stopped: the answer so far is kept; press Run to start again.",
-        None,
+        validation.stopped_status,
+        [ui["delay_ms"]],
         ui["status"],
         cancels=[event],
         queue=False,

@@ -199,6 +199,20 @@ def display_delay_s(value: object) -> float:
     return check_number("display delay (ms)", value, *DELAY_MS_RANGE) / 1000.0
 
 
+def stopped_status(delay_ms: object) -> str:
+    """The status after Stop. With a display delay the decoding runs ahead of what is shown, and the
+    memories learn from every token decoded, shown or not: the status says so (a bad value: no delay)."""
+    try:
+        paced = display_delay_s(delay_ms) > 0
+    except ValueError:
+        paced = False
+    ahead = (
+        " The decoding ran ahead of the delayed display: the memories learnt from every token it"
+        " decoded, shown or not (the memory line counts them)."
+    )
+    return "Stopped: the answer so far is kept; press Run to start again." + (ahead if paced else "")
+
+
 # ------------------------------------------------------------------------------------------ image
 def uploaded_path(value: object, roots: list[Path]) -> Path | None:
     """The file of a raw ``gr.Image`` value (events run with ``preprocess=False``), or None.
