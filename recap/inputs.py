@@ -169,7 +169,14 @@ def check_positions(prompt_tokens: int, max_new_tokens: int, limit: int | None, 
 def shown(value: object, limit: int = 40) -> str:
     """A short ``repr`` of ``value`` for an error message (long values are cut: they are echoed back)."""
     text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):  # cut inside the quotes, so that the closing quote stays
+        cut = value[: max(limit - 3, 1)]
+        while len(repr(cut + "…")) > limit and len(cut) > 1:
+            cut = cut[:-1]
+        return repr(cut + "…")
+    return text[: limit - 1] + "…"
 
 
 def check_integer(name: str, value: object, low: int, high: int) -> int:

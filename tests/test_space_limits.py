@@ -694,3 +694,11 @@ def test_stop_says_the_memories_learnt_what_a_delayed_display_had_not_shown(dela
     status = stopped_status(delay_ms)
     assert status.startswith("Stopped: the answer so far is kept; press Run to start again.")
     assert ("the memories learnt from every token it decoded, shown or not" in status) is ahead
+
+
+def test_a_long_value_echoed_in_a_message_keeps_its_closing_quote():
+    from recap.inputs import shown
+
+    assert shown("x" * 100) == repr("x" * 37 + "…") and len(shown("x" * 100)) == 40
+    assert shown("/srv/models/a-very-long-model-folder-name/weights").endswith("…'")
+    assert shown("short") == "'short'" and shown(list(range(50))).endswith("…")  # not a string: cut as before
