@@ -7,8 +7,10 @@ module builds nothing and loads no model; ``python app.py`` builds the Blocks an
 
 from __future__ import annotations
 
+import argparse
 import logging
 import time
+from collections.abc import Sequence
 
 from recap.drafters.recap.search import compile_kernels
 from recap.studio.compare import prewarm_in_background
@@ -20,9 +22,32 @@ __all__ = ["build_demo", "launch_kwargs", "main"]
 log = logging.getLogger("recap.studio")
 
 
-def main() -> None:
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, got {text!r}")
+    return int(text)
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python app.py",
+        description="Serve RECAP Studio (the embedded model on a CPU; every setting an environment "
+        "variable: docs/studio.md).",
+    )
+    parser.add_argument(
+        "--host", default=None, help="address to serve on (default: $GRADIO_SERVER_NAME or 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port", type=_port, default=None, help="port to serve on (default: $GRADIO_SERVER_PORT or 7860)"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     """Serve the studio (address, theme and CSS from `launch_kwargs`, the queue's bounds from
-    `queue_kwargs`)."""
+    `queue_kwargs`; ``--host`` and ``--port`` override the address)."""
+    args = _arguments(argv)  # (--help and a bad option exit here, before anything is built)
+    overrides = {"server_name": args.host, "server_port": args.port}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # RECAP's compiled search: compiled (or loaded from numba's cache) before any visitor
     log.info(
@@ -34,7 +59,8 @@ def main() -> None:
     log.info("kernels ready in %.1f s; building the studio", time.perf_counter() - start)
     demo = build_demo()
     prewarm_in_background(demo.studio)  # loads the default model, warms Compare's drafters
-    demo.queue(**queue_kwargs()).launch(**launch_kwargs())
+    options = {**launch_kwargs(), **{name: value for name, value in overrides.items() if value is not None}}
+    demo.queue(**queue_kwargs()).launch(**options)
 
 
 if __name__ == "__main__":

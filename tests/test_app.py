@@ -765,3 +765,43 @@ def test_greedy_runs_record_no_draws_and_explain_each_step(served):
     trace = _download(served.client)
     assert all(step.draws is None for step in trace.steps)
     assert final[WORDS].startswith('<div class="recap-words"><p>Step ') and "recap-draws" not in final[WORDS]
+
+
+def test_app_py_help_and_a_bad_port_exit_before_anything_is_built(monkeypatch, capsys):
+    import app
+
+    def built():
+        raise AssertionError("nothing may be built for --help or a bad option")
+
+    monkeypatch.setattr(app, "compile_kernels", built)
+    with pytest.raises(SystemExit) as help_exit:
+        app.main(["--help"])
+    assert help_exit.value.code == 0 and "--port" in capsys.readouterr().out
+    for bad in (["--port", "x"], ["--port", "70000"], ["--nope"]):
+        with pytest.raises(SystemExit) as bad_exit:
+            app.main(bad)
+        assert bad_exit.value.code == 2
+
+
+def test_app_py_host_and_port_override_the_environment(monkeypatch):
+    import app
+
+    launched = {}
+
+    class Demo:
+        studio = None
+
+        def queue(self, **_):
+            return self
+
+        def launch(self, **options):
+            launched.update(options)
+
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7861")
+    monkeypatch.setattr(app, "compile_kernels", lambda: None)
+    monkeypatch.setattr(app, "build_demo", Demo)
+    monkeypatch.setattr(app, "prewarm_in_background", lambda studio: None)
+    app.main([])
+    assert launched["server_port"] == 7861  # the environment, when no option is given
+    app.main(["--host", "0.0.0.0", "--port", "8001"])
+    assert (launched["server_name"], launched["server_port"]) == ("0.0.0.0", 8001)
