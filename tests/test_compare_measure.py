@@ -114,7 +114,10 @@ def test_a_one_token_pass_dearer_on_the_curve_than_here_is_said():
 
 def test_the_note_says_what_the_equal_budget_is_to_the_methods_compared():
     note = measure.timing_note(None, measure.EQUAL, methods=["ar", "pld", "tr", "suffix", "recap"])
-    assert "cap: RECAP fills it and Token Recycling's template nearly (merged nodes); SuffixDecoding " in note
+    assert (
+        "cap: RECAP fills it, and so does Token Recycling's template except where repeated successors "
+        "merge nodes; SuffixDecoding " in note
+    )
     without = measure.timing_note(None, measure.EQUAL, methods=["ar", "pld", "tr", "recap"])
     assert "SuffixDecoding" not in without
     assert "Prompt lookup drafts one chain of up to 10 tokens where the prompt matches." in without
@@ -189,7 +192,7 @@ def test_the_summary_line_says_how_often_a_single_scene_goes_either_way():
     }
     line = measure.summary_line(summary)
     assert "than TR on 17 scenes, as many on 12 and fewer on 9 (of the 38 with such tokens)" in line
-    assert line.endswith("Made by `python -m scripts.compare_summary`")
+    assert line.endswith("Recorded with `python -m scripts.compare_summary` in the project's repository.")
     del summary["sample_wins"]  # a summary built before the counts were kept
     assert "Scene by scene" not in measure.summary_line(summary)
 

@@ -206,7 +206,8 @@ def timing_note(
         f'the repeats\' totals); tree budgets "{choice}".'
     )
     if choice == EQUAL and ({"suffix", "pld"} & set(methods)):
-        parts = [f"RECAP fills it and {method_label('tr')}'s template nearly (merged nodes)"]
+        tr = method_label("tr")
+        parts = [f"RECAP fills it, and so does {tr}'s template except where repeated successors merge nodes"]
         if "suffix" in methods:
             parts.append(f"{method_label('suffix')} drafts only what its suffix trees match")
         if "pld" in methods:
@@ -293,7 +294,7 @@ def summary_line(summary: dict | None) -> str:
         "after another, so each method's memories also learn from the scenes before (the table above "
         f"starts every input from the same warm-up instead). MAT: {mats}. Drafts accepted at "
         f"image-sensitive / insensitive tokens: {sens}.{_at_tr_depths(methods)}{_scene_by_scene(summary)}"
-        f" Made by `{summary['command']}`"
+        f" Recorded with `{summary['command']}` in the project's repository."
     )
 
 
