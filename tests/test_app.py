@@ -586,6 +586,9 @@ def test_the_sensitivity_line_says_which_run_it_analysed(served):
     from gradio_client import Client
 
     visitor = Client(served.url, verbose=False)  # a session of its own: no comparison made
+    # before any run: a hint on the status line, not an error
+    _answer, _table, status = visitor.predict("blank (grey)", api_name="/sensitivity")
+    assert status.startswith("Run a generation (or a comparison) first")
     visitor.predict(*_args(served.image, max_new=8, method="tr"), api_name="/run")
     _answer, _table, status = visitor.predict("blank (grey)", api_name="/sensitivity")
     assert "Analysed: the last run (Token Recycling)." in status

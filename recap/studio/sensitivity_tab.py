@@ -32,8 +32,9 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
             raise refusal(str(error)) from None
         if compared and state and compared["key"] != state.get("key"):
             compared = None  # the comparison was made on another input than the last run
-        if not (compared or state):
-            raise refusal("Run a generation (or a comparison) first.")
+        if not (compared or state):  # a hint, not an error: nothing to analyse yet
+            yield {sens["status"]: "Run a generation (or a comparison) first: this tab analyses its answer."}
+            return
         coverage = None
         if compared:
             runs, image, prompt = compared["runs"], compared["image"], compared["prompt"]
