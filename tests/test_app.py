@@ -808,3 +808,12 @@ def test_app_py_host_and_port_override_the_environment(monkeypatch):
     assert launched["server_port"] == 7861  # the environment, when no option is given
     app.main(["--host", "0.0.0.0", "--port", "8001"])
     assert (launched["server_name"], launched["server_port"]) == ("0.0.0.0", 8001)
+
+
+@pytest.mark.parametrize(
+    ("mode", "usable"), [("fixed", True), ("auto", False), (["fixed"], False), (None, False)]
+)
+def test_the_fixed_budget_slider_is_usable_only_with_a_fixed_budget(mode, usable):
+    from recap.studio.layout import fixed_budget_slider
+
+    assert fixed_budget_slider(mode).interactive is usable

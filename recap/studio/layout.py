@@ -213,15 +213,28 @@ def blank_seed(demo: gr.Blocks, ui: dict[str, Any]) -> None:
     demo.load(None, None, ui["seed"], js="() => null", queue=False, api_visibility="private")
 
 
+def fixed_budget_slider(mode: object) -> gr.Slider:
+    """The fixed budget's slider, usable only when the tree budget is fixed."""
+    return gr.Slider(interactive=mode == "fixed")
+
+
 def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
     with gr.Row():
         ui["budget_mode"] = gr.Radio(
             list(BUDGET_MODES),
             value="auto",
             label="Tree budget",
-            info="auto: sized from the measured cost of a tree pass",
+            info="auto: sized from the measured cost of a tree pass and of drafting (timings: two runs "
+            "may grow different trees, with the same answer)",
         )
-        ui["budget"] = gr.Slider(*BUDGET_RANGE, value=16, step=1, label="Fixed budget (nodes)")
+        ui["budget"] = gr.Slider(
+            *BUDGET_RANGE, value=16, step=1, label="Fixed budget (nodes)", info="with a fixed tree budget",
+            interactive=False,
+        )  # fmt: skip
+    # the slider is read only in fixed mode: usable only then (the API's value is checked either way)
+    ui["budget_mode"].change(
+        fixed_budget_slider, ui["budget_mode"], ui["budget"], queue=False, api_visibility="private"
+    )
     with gr.Row():
         ui["depth"] = gr.Slider(*DEPTH_RANGE, value=RecapConfig().depth, step=1, label="Max depth")
         ui["k"] = gr.Slider(*K_RANGE, value=RecapConfig().k, step=1, label="k (top-k per record)")
