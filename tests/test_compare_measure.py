@@ -219,3 +219,20 @@ def test_the_spread_script_reads_the_tables_speedups_and_their_deviation():
     assert compare_spread.nodes({"data": [ar, row]}) == {"Autoregressive": "0.0", "RECAP": "80.0"}
     assert compare_spread.seconds([ar, row]) == {"Autoregressive": 0.274, "RECAP": 0.131}
     assert compare_spread.deviation([2.0, 2.2, 1.9, 2.0, 2.1]) == pytest.approx(10.0)
+
+
+def test_the_done_status_says_the_answers_first_and_folds_how_they_were_timed():
+    from recap.studio.compare import done_status
+    from recap.trace import StepRecord
+
+    def run(*tokens):
+        return [StepRecord(step=i, committed_len=0, method="x", new_tokens=[t]) for i, t in enumerate(tokens)]
+
+    same = done_status({"ar": run(1, 2), "tr": run(1, 2), "recap": run(1, 2)}, "Timed: the phases.")
+    head, folded = same.split("\n\n", 1)
+    assert head == (
+        "Done: every method's answer is identical to AR's; the table compares their passes and times."
+    )
+    assert folded == "<details><summary>What was timed, and how</summary>\n\nTimed: the phases.\n\n</details>"
+    differs = done_status({"ar": run(1, 2), "tr": run(1, 2), "recap": run(1, 3)}, "")
+    assert differs.startswith("Done: RECAP answered differently from AR")

@@ -316,11 +316,11 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
     line = "No image: no token of this answer can depend on one."
     if flags is not None:
         line = story.story_line(runs, flags, render.METHOD_LABELS, coverage=coverage)
+    how = (
+        f"{measure.timing_note(projection, choice, which, methods)}{measure.one_token_gap(projection, times)}"
+    )
     yield {
-        cmp["status"]: (
-            f"Done. {measure.timing_note(projection, choice, which, methods)}"
-            f"{measure.one_token_gap(projection, times)} {fair}{note}"
-        ),
+        cmp["status"]: done_status(runs, f"{how} {fair}{note}"),
         cmp["table"]: measure.rows(runs, times, projection),
         cmp["story"]: story.story_html(line),
         cmp["strip"]: render.compare_strip_html(runs, flags=flags),
@@ -333,6 +333,17 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
             "coverage": coverage,
         },
     }
+
+
+def done_status(runs: dict[str, list[StepRecord]], how: str) -> str:
+    """The status after a comparison: one line on the answers, then what was timed and how the methods
+    were warmed, folded (a phone showed about 290 words before the table)."""
+    answers = {m: [t for s in steps for t in s.new_tokens] for m, steps in runs.items()}
+    differ = [render.method_label(m) for m, a in answers.items() if a != answers.get("ar", a)]
+    head = "Done: every method's answer is identical to AR's; the table compares their passes and times."
+    if differ:  # (greedy float32 never differs; lower precisions can, at near ties)
+        head = f"Done: {', '.join(differ)} answered differently from AR (near ties at this precision)."
+    return f"{head}\n\n<details><summary>What was timed, and how</summary>\n\n{how}\n\n</details>"
 
 
 def _progress(cmp: dict, compare_state, runs, times, projection, status: str) -> dict:
