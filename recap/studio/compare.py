@@ -31,6 +31,7 @@ work between its methods.
 from __future__ import annotations
 
 import copy
+import gc
 import logging
 import threading
 import time
@@ -184,6 +185,7 @@ def prewarm_in_background(studio: Studio) -> threading.Thread:
             log.exception("start-up warm-up failed; the first run or comparison loads and warms instead")
             return
         log.info("start-up warm-up done in %.1f s (%d Compare drafters)", time.perf_counter() - start, count)
+        gc.freeze()  # what it loaded (the model, the kept drafters) is long-lived too: see `app.main`
 
     thread = threading.Thread(target=run, name="compare-prewarm", daemon=True)
     thread.start()
