@@ -111,6 +111,10 @@ def test_prefill_and_empty_steps_still_draw_the_root():
     assert "prefill" in figure.layout.title.text and _trace(figure, "root").x == (0,)
     empty = StepRecord(2, 8, "ar", new_tokens=[3], new_texts=["z"], new_sources=["target"], bonus_token=3)
     assert "nothing drafted" in figures.tree_figure(empty).layout.title.text
+    # a two-line title starts a line lower than a one-line one (the panel's label badge sits above)
+    one_line = figures.tree_figure(steps[1]).layout.title.pad.t
+    assert "<br>" not in figures.tree_figure(steps[1]).layout.title.text
+    assert figure.layout.title.pad.t > one_line
 
 
 def test_fused_figure_stacks_sources_and_marks_the_target_token():
@@ -237,6 +241,9 @@ def test_compare_strip():
     assert strip.count(f"background:{render.SOURCE_COLORS['ctx3']}") == 2  # a cell and the legend chip
     assert strip.count("≠") == 1  # PLD's third token differs from AR's
     assert "Prompt lookup" in strip and "2/4" in strip
+    # a phone shows the short names (studio.css), the full one on hover; the hint is CSS's to show
+    assert '<span class="recap-name-short">PLD</span>' in strip and 'title="Prompt lookup: 2 of 4' in strip
+    assert strip.count('class="recap-strip-more') == 1
     assert "recap-strip-depends" not in strip and "depends on the image" not in strip  # no flags given
     # the story line's image-dependent tokens are underlined in the token row, and the legend says so
     marked = render.compare_strip_html(runs, flags=[True, True, False, True])
@@ -378,3 +385,20 @@ def test_the_about_tab_names_every_source_as_the_legend_does():
     labels = [label for source, label in render.SOURCE_LABELS.items() if source != "unknown"]
     missing = [label for label in labels if label not in about]
     assert not missing, f"the About tab does not name these legend entries: {missing}"
+
+
+def test_the_answer_legend_names_the_sources_of_the_run_method():
+    from recap.studio.render import SOURCE_LABELS, highlight_color_map
+
+    def legend(method, *sources):
+        step = StepRecord(step=1, committed_len=0, method=method, new_tokens=[1], new_sources=list(sources))
+        return set(highlight_color_map(steps=[step]))
+
+    everything = set(highlight_color_map())
+    assert legend("tr", "target") == {SOURCE_LABELS["template"], SOURCE_LABELS["target"]}
+    assert legend("ar", "target") == {SOURCE_LABELS["target"]}
+    recap = {SOURCE_LABELS[s] for s in ("ctx3", "ctx2", "persistent", "suffix", "backoff", "target")}
+    assert legend("recap", "ctx3") == recap and legend("recap-no-suffix", "ctx2") == recap
+    assert legend("pld", "template") == {SOURCE_LABELS[s] for s in ("lookup", "template", "target")}  # shown
+    assert legend("a replayed name", "ctx3") == everything  # an unknown method: every source
+    assert set(highlight_color_map(steps=[])) == everything

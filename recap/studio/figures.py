@@ -27,6 +27,7 @@ from recap.trace import NodeRecord, StepRecord
 from recap.tree import main_source
 
 _FADED = 0.3  # opacity of rejected nodes: visible, but clearly not on the accepted path
+_TITLE_LINE = 18  # px: a line of the tree's title (font size 13)
 
 
 # ------------------------------------------------------------------------------------------- tree
@@ -126,7 +127,7 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
     right = max(depth, bonus_x if bonus_x is not None else 0) + 0.9  # room for the bonus's label
     title = f"step {step.step} · {len(step.nodes)} nodes drafted · {step.accepted_len} accepted"
     if step.step == 0:
-        title = "step 0 · prefill<br>(no draft: the first token comes from the prompt pass)"
+        title = "step 0 · prefill<br>(no draft: the prompt pass gives the first token)"  # fits a phone
     elif not step.nodes:
         title = f"step {step.step} · nothing drafted<br>(one token from the target)"
     figure.update_layout(
@@ -138,7 +139,9 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
             "y": 1,
             "yref": "container",
             "yanchor": "top",
-            "pad": {"t": 36},
+            # plotly lifts a title's first line by a line per extra line: pushed down as much, so the
+            # panel's label badge ("Candidate tree") covers none of them
+            "pad": {"t": 36 + _TITLE_LINE * title.count("<br>")},
         },
         height=int(min(1400, max(324, 164 + 34 * (_bottom_row(places, root) + 1)))),  # ~34 px per row
         margin={"l": 10, "r": 10, "t": 124, "b": 30},

@@ -1,5 +1,4 @@
-"""The Run tab's events, one handler each: run (streamed), stop, scrub a step, reset memories,
-download the run, replay a downloaded one.
+"""The Run tab's events, one handler each: run (streamed), stop, scrub, reset, download, replay.
 
 Handlers are thin: values are checked by `recap.studio.validation` and `Studio`, decoding happens in
 `recap.decode`, pictures come from `recap.studio.render` / `figures`. Each ``wire_*`` function defines
@@ -76,7 +75,9 @@ def panels(ui: dict, steps: list[StepRecord], scrubbable: bool) -> dict:
     """The answer, stats and step panel showing the newest of ``steps``."""
     last = len(steps) - 1
     return {
-        ui["answer"]: render.highlighted_answer(steps),
+        ui["answer"]: gr.HighlightedText(
+            render.highlighted_answer(steps), color_map=render.highlight_color_map(steps=steps)
+        ),
         ui["stats"]: render.stats_html(steps),
         ui["passes"]: render.passes_figure(steps),
         ui["step"]: gr.Slider(minimum=0, maximum=max(1, last), value=last, interactive=scrubbable),

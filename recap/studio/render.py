@@ -34,25 +34,23 @@ SOURCE_COLORS: dict[str, str] = {s.name: s.color for s in SOURCE_TABLE}
 SOURCE_LABELS: dict[str, str] = {s.name: s.meaning for s in SOURCE_TABLE}
 
 #: Display names of the methods the studio offers.
-METHOD_LABELS: dict[str, str] = {
-    "recap": "RECAP",
-    "tr": "Token Recycling",
-    "pld": "Prompt lookup",
-    "suffix": "SuffixDecoding",
-    "ar": "Autoregressive",
-}
+METHOD_LABELS: dict[str, str] = {"recap": "RECAP", "tr": "Token Recycling", "pld": "Prompt lookup",
+                                 "suffix": "SuffixDecoding", "ar": "Autoregressive"}  # fmt: skip
+#: The sources each method drafts from (the answer's legend names those and any its tokens show).
+METHOD_SOURCES = {"recap": ("ctx3", "ctx2", "persistent", "suffix", "backoff"), "tr": ("template",),
+                  "pld": ("lookup",), "suffix": ("suffix tree",), "ar": ()}  # fmt: skip
 
 SENSITIVE_LABEL = "image-sensitive"
 SENSITIVE_COLOR = "#EE3377"
 
 STEP_TABLE_HEADERS = ["quantity", "value"]
-SENSITIVITY_HEADERS = [
-    "method",
-    "accepted drafts at image-sensitive",
-    "accepted drafts at insensitive",
-    "a memory held it (image-sensitive; of them from this image)",
-    "image-sensitive, accepted at a pass's first draft · deeper",
-]
+SENSITIVITY_HEADERS = ["method", "accepted drafts at image-sensitive", "accepted drafts at insensitive",
+                       "a memory held it (image-sensitive; of them from this image)",
+                       "image-sensitive, accepted at a pass's first draft · deeper"]  # fmt: skip
+
+
+#: Short names, where a phone's Compare strip has no room for the display names (studio.css).
+METHOD_SHORT_LABELS = {"recap": "RECAP", "tr": "TR", "pld": "PLD", "suffix": "SuffixDec.", "ar": "AR"}
 
 
 def method_label(method: str) -> str:
@@ -67,11 +65,17 @@ def source_color(source: str) -> str:
     return SOURCE_COLORS.get(source, SOURCE_COLORS["unknown"])
 
 
-def highlight_color_map(sensitivity: bool = False) -> dict[str, str]:
-    """``label -> colour`` for ``gr.HighlightedText(color_map=...)``: the sources, or the sensitive mark."""
+def highlight_color_map(
+    sensitivity: bool = False, steps: Sequence[StepRecord] | None = None
+) -> dict[str, str]:
+    """``label -> colour`` for ``gr.HighlightedText(color_map=...)``: the sources (with ``steps``, only
+    those their method drafts from, the target and any their tokens show), or the sensitive mark."""
     if sensitivity:
         return {SENSITIVE_LABEL: SENSITIVE_COLOR}
-    return {SOURCE_LABELS[s]: c for s, c in SOURCE_COLORS.items() if s != "unknown"}
+    method = str(steps[0].method) if steps else ""
+    named = METHOD_SOURCES.get("recap" if method.startswith("recap-") else method)
+    shown = None if named is None else {*named, "target", *(src for s in steps for src in s.new_sources)}
+    return {SOURCE_LABELS[s]: c for s, c in SOURCE_COLORS.items() if s != "unknown" and s in (shown or {s})}
 
 
 def visible_token(piece: str, spaces: bool = False) -> str:
@@ -359,8 +363,11 @@ def compare_strip_html(
             else:
                 cells.append('<td title="target (not drafted)"></td>')
         drafted = sum(1 for s in sources if s != "target")
-        rows.append(
-            f'<tr><th class="recap-strip-method">{html.escape(method_label(method))}'
+        full = html.escape(method_label(method))
+        short = html.escape(METHOD_SHORT_LABELS.get(method, method_label(method)))
+        rows.append(  # the full name, or on a phone the short one (studio.css), the full one on hover
+            f'<tr><th class="recap-strip-method" title="{full}: {drafted} of {len(tokens)} tokens drafted">'
+            f'<span class="recap-name-full">{full}</span><span class="recap-name-short">{short}</span>'
             f" <small>{drafted}/{len(tokens)}</small></th>{''.join(cells)}</tr>"
         )
     legend = "".join(  # a chip and its label never wrap apart
@@ -374,8 +381,11 @@ def compare_strip_html(
         underlined = '<span class="recap-strip-depends">underlined</span>'
         shown = " shown" if len(ref_tokens) > len(texts) else ""
         depends = f" · {underlined} = depends on the image ({sum(flags)}{shown}; the first token not counted)"
+    # shown only while the strip is wider than its box (studio.css: a scroll-driven animation, no script)
+    more = '<p class="recap-strip-more recap-hint">The strip is wider than its box: scroll it sideways →</p>'
     return (
-        f'<div class="recap-strip"><table>{"".join(rows)}</table></div>'
+        f'<div class="recap-strip-box">{more}'
+        f'<div class="recap-strip"><table>{"".join(rows)}</table></div></div>'
         f'<div class="recap-strip-legend">filled = drafted and accepted: {legend}{depends}</div>'
     )
 
