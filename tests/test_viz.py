@@ -386,19 +386,3 @@ def test_the_about_tab_names_every_source_as_the_legend_does():
     missing = [label for label in labels if label not in about]
     assert not missing, f"the About tab does not name these legend entries: {missing}"
 
-
-def test_the_answer_legend_names_the_sources_of_the_run_method():
-    from recap.studio.render import SOURCE_LABELS, highlight_color_map
-
-    def legend(method, *sources):
-        step = StepRecord(step=1, committed_len=0, method=method, new_tokens=[1], new_sources=list(sources))
-        return set(highlight_color_map(steps=[step]))
-
-    everything = set(highlight_color_map())
-    assert legend("tr", "target") == {SOURCE_LABELS["template"], SOURCE_LABELS["target"]}
-    assert legend("ar", "target") == {SOURCE_LABELS["target"]}
-    recap = {SOURCE_LABELS[s] for s in ("ctx3", "ctx2", "persistent", "suffix", "backoff", "target")}
-    assert legend("recap", "ctx3") == recap and legend("recap-no-suffix", "ctx2") == recap
-    assert legend("pld", "template") == {SOURCE_LABELS[s] for s in ("lookup", "template", "target")}  # shown
-    assert legend("a replayed name", "ctx3") == everything  # an unknown method: every source
-    assert set(highlight_color_map(steps=[])) == everything

@@ -75,9 +75,7 @@ def panels(ui: dict, steps: list[StepRecord], scrubbable: bool) -> dict:
     """The answer, stats and step panel showing the newest of ``steps``."""
     last = len(steps) - 1
     return {
-        ui["answer"]: gr.HighlightedText(
-            render.highlighted_answer(steps), color_map=render.highlight_color_map(steps=steps)
-        ),
+        ui["answer"]: render.highlighted_answer(steps),
         ui["stats"]: render.stats_html(steps),
         ui["passes"]: render.passes_figure(steps),
         ui["step"]: gr.Slider(minimum=0, maximum=max(1, last), value=last, interactive=scrubbable),

@@ -36,9 +36,6 @@ SOURCE_LABELS: dict[str, str] = {s.name: s.meaning for s in SOURCE_TABLE}
 #: Display names of the methods the studio offers.
 METHOD_LABELS: dict[str, str] = {"recap": "RECAP", "tr": "Token Recycling", "pld": "Prompt lookup",
                                  "suffix": "SuffixDecoding", "ar": "Autoregressive"}  # fmt: skip
-#: The sources each method drafts from (the answer's legend names those and any its tokens show).
-METHOD_SOURCES = {"recap": ("ctx3", "ctx2", "persistent", "suffix", "backoff"), "tr": ("template",),
-                  "pld": ("lookup",), "suffix": ("suffix tree",), "ar": ()}  # fmt: skip
 
 SENSITIVE_LABEL = "image-sensitive"
 SENSITIVE_COLOR = "#EE3377"
@@ -65,17 +62,11 @@ def source_color(source: str) -> str:
     return SOURCE_COLORS.get(source, SOURCE_COLORS["unknown"])
 
 
-def highlight_color_map(
-    sensitivity: bool = False, steps: Sequence[StepRecord] | None = None
-) -> dict[str, str]:
-    """``label -> colour`` for ``gr.HighlightedText(color_map=...)``: the sources (with ``steps``, only
-    those their method drafts from, the target and any their tokens show), or the sensitive mark."""
+def highlight_color_map(sensitivity: bool = False) -> dict[str, str]:
+    """``label -> colour`` for ``gr.HighlightedText(color_map=...)``: the sources, or the sensitive mark."""
     if sensitivity:
         return {SENSITIVE_LABEL: SENSITIVE_COLOR}
-    method = str(steps[0].method) if steps else ""
-    named = METHOD_SOURCES.get("recap" if method.startswith("recap-") else method)
-    shown = None if named is None else {*named, "target", *(src for s in steps for src in s.new_sources)}
-    return {SOURCE_LABELS[s]: c for s, c in SOURCE_COLORS.items() if s != "unknown" and s in (shown or {s})}
+    return {SOURCE_LABELS[s]: c for s, c in SOURCE_COLORS.items() if s != "unknown"}
 
 
 def visible_token(piece: str, spaces: bool = False) -> str:
