@@ -699,7 +699,7 @@ def test_token_drafts(steps, outcomes):
             "accepted more drafts there than TR (2 against 1). Accepted there "
             "at a pass's first draft, where a tree offers its widest fan: TR 1 of 2, RECAP 1 of 1; after "
             "accepted drafts of the same pass, deeper in the tree: TR none met there, RECAP 1 of 1. "
-            "TR's draft was rejected and RECAP's contextual memory was accepted at «␣red».",
+            "RECAP's draft was accepted where TR's was not at «␣red» (from its contextual memory: «␣red»).",
         ),
         # only « circle»: both accepted a draft, so no token is named
         (
@@ -709,7 +709,7 @@ def test_token_drafts(steps, outcomes):
             "and TR accepted as many drafts there (1). Accepted there "
             "at a pass's first draft, where a tree offers its widest fan: TR 1 of 1, RECAP none met there; "
             "after accepted drafts of the same pass, deeper in the tree: TR none met there, RECAP 1 of 1. "
-            "At none of them was TR's draft rejected where RECAP's contextual memory was accepted.",
+            "TR and RECAP accepted drafts at the same ones.",
         ),
         # the first token never counts
         (
@@ -764,17 +764,17 @@ RECAP_LOSES = [
 def test_story_line_says_who_won_on_this_input_and_names_both_sides():
     line = story.story_line({"ar": AR, "tr": TR, "recap": RECAP_LOSES}, [False, True, True, False], LABELS)
     assert "TR 1 (2), RECAP 1 (2). On this input RECAP and TR accepted as many drafts there (1)." in line
-    assert line.endswith(
-        "TR's draft was rejected and RECAP's contextual memory was accepted at «␣red»; TR's draft was "
-        "accepted where RECAP's was not at «␣circle»."
+    assert line.endswith(  # 1 won and 1 lost: as many
+        "RECAP's draft was accepted where TR's was not at «␣red» (from its contextual memory: «␣red»); "
+        "TR's draft was accepted where RECAP's was not at «␣circle»."
     )
     runs = {"ar": AR, "tr": TR, "recap": RECAP_LOSES}
     only_tr = story.story_line(runs, [False, False, True, False], LABELS)
     assert "On this input TR accepted more drafts there than RECAP (1 against 0)." in only_tr
-    assert only_tr.endswith(
-        "At none of them was TR's draft rejected where RECAP's contextual memory was accepted; TR's draft "
-        "was accepted where RECAP's was not at «␣circle»."
-    )
+    assert only_tr.endswith("deeper in the tree: TR none met there, RECAP 0 of 1. TR's draft was "
+                            "accepted where RECAP's was not at «␣circle».")  # fmt: skip
+    neither = story.story_line(runs, [False, False, False, True], LABELS)
+    assert neither.endswith("Neither TR nor RECAP accepted a draft at any of them.")
 
 
 def test_story_html_escapes_once():

@@ -229,7 +229,7 @@ def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
         )
         ui["budget"] = gr.Slider(
             *BUDGET_RANGE, value=16, step=1, label="Fixed budget (nodes)", info="with a fixed tree budget",
-            interactive=False,
+            interactive=False, elem_id="fixed-budget",
         )  # fmt: skip
     # the slider is read only in fixed mode: usable only then (the API's value is checked either way)
     ui["budget_mode"].change(

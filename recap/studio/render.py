@@ -43,7 +43,7 @@ SENSITIVE_COLOR = "#EE3377"
 STEP_TABLE_HEADERS = ["quantity", "value"]
 SENSITIVITY_HEADERS = ["method", "accepted drafts at image-sensitive", "accepted drafts at insensitive",
                        "a memory held it (image-sensitive; of them from this image)",
-                       "image-sensitive, accepted of met: at a pass's first draft · deeper in the tree",
+                       "image-sensitive, accepted / reached: at a pass's first draft · deeper in the tree",
                        ]  # fmt: skip
 
 

@@ -1,6 +1,5 @@
 """The paper's story in one line, above the Compare strip: what each method drafted at the tokens that
-depend on the image, and where Token Recycling's draft was rejected but RECAP's contextual memory was
-accepted.
+depend on the image, and where one method's draft was accepted and the other's was not.
 
 Pure functions of step records and the sensitivity flags of the reference answer (AR's): no model,
 no gradio. The counts are `recap.bench.sensitivity.split_against_reference`'s (the benchmark's rule: the
@@ -14,9 +13,9 @@ accepted at a pass's first draft, then the bonus «␣circle»)::
     one). Accepted drafts there (drafted there): RECAP 1 (1), Token Recycling 1 (2). On this input RECAP
     and Token Recycling accepted as many drafts there (1). Accepted there at a pass's first draft,
     where a tree offers its widest fan: Token Recycling 1 of 2, RECAP 1 of 1; after accepted drafts of
-    the same pass, deeper in the tree: Token Recycling none met there, RECAP 0 of 1. Token Recycling's
-    draft was rejected and RECAP's contextual memory was accepted at «␣red»; Token Recycling's draft
-    was accepted where RECAP's was not at «␣circle».
+    the same pass, deeper in the tree: Token Recycling none met there, RECAP 0 of 1. RECAP's draft was
+    accepted where Token Recycling's was not at «␣red» (from its contextual memory: «␣red»); Token
+    Recycling's draft was accepted where RECAP's was not at «␣circle».
 """
 
 from __future__ import annotations
@@ -187,32 +186,33 @@ def _verdict(tr: int, recap: int, labels) -> str:
 
 
 def _contrast(tr, recap, ref_tokens, texts, counted, labels) -> str:
-    """Name the image-dependent tokens where TR's draft was rejected and RECAP's contextual memory won,
-    and those where TR's draft was accepted and RECAP's was not."""
+    """Name the image-dependent tokens where one method's draft was accepted and the other's was not
+    (rejected, or nothing drafted), and which of RECAP's came from its contextual memories: the two
+    lists differ by the difference of the counts."""
     tr_drafts, recap_drafts = token_drafts(tr), token_drafts(recap)
     agree = min(common_prefix(_tokens(tr), ref_tokens), common_prefix(_tokens(recap), ref_tokens))
     here = [i for i in counted if i < agree]
-    won = [
-        i
-        for i in here
-        if tr_drafts[i].outcome == "rejected"
-        and recap_drafts[i].outcome == "accepted"
-        and CONTEXTUAL.intersection(recap_drafts[i].sources)
-    ]
+    won = [i for i in here if recap_drafts[i].outcome == "accepted" and tr_drafts[i].outcome != "accepted"]
     lost = [i for i in here if tr_drafts[i].outcome == "accepted" and recap_drafts[i].outcome != "accepted"]
     tr_name, recap_name = labels.get("tr", "tr"), labels.get("recap", "recap")
+    if not (won or lost):
+        if any(tr_drafts[i].outcome == "accepted" for i in here):
+            return f"{tr_name} and {recap_name} accepted drafts at the same ones."
+        return f"Neither {tr_name} nor {recap_name} accepted a draft at any of them."
+    parts = []
     if won:
-        named = ", ".join(quote(texts[i]) for i in won)
-        line = f"{tr_name}'s draft was rejected and {recap_name}'s contextual memory was accepted at {named}"
-    else:
-        line = (
-            f"At none of them was {tr_name}'s draft rejected where {recap_name}'s contextual memory was "
-            "accepted"
+        contextual = [i for i in won if CONTEXTUAL.intersection(recap_drafts[i].sources)]
+        mine = f" (from its contextual memory: {_named(contextual, texts)})" if contextual else ""
+        parts.append(
+            f"{recap_name}'s draft was accepted where {tr_name}'s was not at {_named(won, texts)}{mine}"
         )
     if lost:
-        named = ", ".join(quote(texts[i]) for i in lost)
-        return f"{line}; {tr_name}'s draft was accepted where {recap_name}'s was not at {named}."
-    return f"{line}."
+        parts.append(f"{tr_name}'s draft was accepted where {recap_name}'s was not at {_named(lost, texts)}")
+    return "; ".join(parts) + "."
+
+
+def _named(positions, texts) -> str:
+    return ", ".join(quote(texts[i]) for i in positions)
 
 
 def story_html(line: str) -> str:

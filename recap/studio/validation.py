@@ -208,7 +208,7 @@ def stopped_status(delay_ms: object) -> str:
         paced = False
     ahead = (
         " The decoding ran ahead of the delayed display: the memories learnt from every token it"
-        " decoded, shown or not (the memory line counts them)."
+        " decoded, shown or not."
     )
     return "Stopped: the answer so far is kept; press Run to start again." + (ahead if paced else "")
 
