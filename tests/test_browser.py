@@ -245,6 +245,36 @@ def test_example_run_shows_answer_tree_and_fused_distribution(studio, tmp_path):
             context.close()
 
 
+def test_stop_during_a_delayed_display_leaves_the_stopped_status_and_no_error(studio, tmp_path):
+    # a run paced by a display delay, stopped mid-way: the status must end on the Stopped line (an update
+    # of the run still in flight once overwrote it) and show no "Error" badge (a cancelled run left one)
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    studio_url, _ = studio
+    with sync_api.sync_playwright() as playwright:
+        context = _browser(playwright, tmp_path)
+        try:
+            page = context.new_page()
+            page.goto(studio_url)
+            page.wait_for_selector("#run-button", timeout=RUN_MS)
+            page.click("#advanced button")
+            delay = page.locator("#delay input[type=number]")
+            delay.wait_for(state="visible", timeout=SHOW_MS)
+            delay.fill("500")
+            delay.press("Enter")
+            page.click("#run-button")
+            page.wait_for_function("document.querySelectorAll('#answer .token').length >= 2", timeout=RUN_MS)
+            page.click("#stop-button")
+            page.wait_for_function(
+                "document.querySelector('#status').innerText.includes('Stopped')", timeout=SHOW_MS
+            )
+            page.wait_for_timeout(2000)  # what a late update of the run would have needed to land
+            status = page.locator("#status").inner_text()
+            assert status.startswith("Stopped: the answer so far is kept") and "Error" not in status, status
+            assert "memories learnt from every token it decoded" in status
+        finally:
+            context.close()
+
+
 def test_a_sampled_run_shows_each_positions_draws(studio, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
     studio_url, _ = studio

@@ -286,13 +286,10 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         # progress and a refusal show on the status line (and its toast), not as an "Error" on every panel
         show_progress_on=[ui["status"]],
     )
-    ui["stop"].click(
-        validation.stopped_status,
-        [ui["delay_ms"]],
-        ui["status"],
-        cancels=[event],
-        queue=False,
-        api_visibility="private",
+    # the status after the cancel: set at once, an update of the run still in flight could overwrite it
+    stopped = ui["stop"].click(None, None, None, cancels=[event], queue=False, api_visibility="private")
+    stopped.then(
+        validation.stopped_status, [ui["delay_ms"]], ui["status"], queue=False, api_visibility="private"
     )
 
 
