@@ -34,17 +34,25 @@ SOURCE_COLORS: dict[str, str] = {s.name: s.color for s in SOURCE_TABLE}
 SOURCE_LABELS: dict[str, str] = {s.name: s.meaning for s in SOURCE_TABLE}
 
 #: Display names of the methods the studio offers.
-METHOD_LABELS: dict[str, str] = {"recap": "RECAP", "tr": "Token Recycling", "pld": "Prompt lookup",
-                                 "suffix": "SuffixDecoding", "ar": "Autoregressive"}  # fmt: skip
+METHOD_LABELS: dict[str, str] = {
+    "recap": "RECAP",
+    "tr": "Token Recycling",
+    "pld": "Prompt lookup",
+    "suffix": "SuffixDecoding",
+    "ar": "Autoregressive",
+}
 
 SENSITIVE_LABEL = "image-sensitive"
 SENSITIVE_COLOR = "#EE3377"
 
 STEP_TABLE_HEADERS = ["quantity", "value"]
-SENSITIVITY_HEADERS = ["method", "accepted drafts at image-sensitive", "accepted drafts at insensitive",
-                       "a memory held it (image-sensitive; of them from this image)",
-                       "image-sensitive, accepted / reached: at a pass's first draft · deeper in the tree",
-                       ]  # fmt: skip
+SENSITIVITY_HEADERS = [
+    "method",
+    "accepted drafts at image-sensitive",
+    "accepted drafts at insensitive",
+    "a memory held it (image-sensitive; of them from this image)",
+    "image-sensitive, accepted / reached: at a pass's first draft · deeper in the tree",
+]
 
 
 #: Short names, where a phone's Compare strip has no room for the display names (studio.css).

@@ -210,10 +210,7 @@ def stopped_status(delay_ms: object) -> str:
         " The decoding ran ahead of the delayed display: the memories learnt from every token it"
         " decoded, shown or not."
     )
-    text = "Stopped: the answer so far is kept; press Run to start again." + (ahead if paced else "")
-    # (the class lets studio.css hide gradio's "Error" badge, which a cancelled run sometimes leaves
-    # on the status line over this text)
-    return f'<span class="recap-stopped">{text}</span>'
+    return "Stopped: the answer so far is kept; press Run to start again." + (ahead if paced else "")
 
 
 # ------------------------------------------------------------------------------------------ image
