@@ -473,6 +473,20 @@ def _fits(page) -> bool:
     return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
 
 
+#: The candidate tree has the width its figure asks for (studio.js), and its panel scrolls sideways
+#: exactly when that is more than the panel has.
+_TREE_HAS_ITS_WIDTH = """() => {
+  const panel = document.querySelector('#tree-plot');
+  const plot = panel && panel.querySelector('.js-plotly-plot');
+  const svg = plot && plot.querySelector('svg.main-svg');
+  if (!svg || !plot.layout || !plot.layout.meta) return false;
+  const want = plot.layout.meta.min_width, drawn = svg.getBoundingClientRect().width;
+  const scrolls = panel.scrollWidth > panel.clientWidth + 1;
+  const ok = plot.style.minWidth === `${want}px` && drawn >= want - 1;
+  return ok && scrolls === (want > panel.clientWidth + 1);
+}"""
+
+
 @pytest.mark.parametrize("width", [1500, 390])
 def test_every_tab_after_runs_of_each_method_shows_no_entity_and_fits(studio, tmp_path, width):
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
@@ -525,6 +539,7 @@ def test_every_tab_after_runs_of_each_method_shows_no_entity_and_fits(studio, tm
             )
             page.wait_for_timeout(500)
             assert not _entities_shown(page, "run")
+            page.wait_for_function(_TREE_HAS_ITS_WIDTH, timeout=SHOW_MS)
             assert _fits(page), "the Run tab scrolls sideways"
             _save(page, tmp_path, f"run-{width}.png")
 

@@ -99,6 +99,33 @@ def test_tree_figure_highlights_the_accepted_path_and_the_bonus_token():
     assert min(accepted_sizes) > max(rejected_sizes)
 
 
+def test_tree_legend_draws_each_source_once_in_a_plain_marker():
+    # the node traces stay out of the legend (it would draw their first node: size, fade, an outline
+    # in another source's colour); one legend-only entry per source, in the same group
+    figure = figures.tree_figure(_steps()[1])
+    assert not any(t.showlegend is not False for t in _node_traces(figure))
+    entries = [t for t in figure.data if t.customdata is None and t.legendgroup]
+    assert sorted(t.name for t in entries) == sorted(t.name for t in _node_traces(figure))
+    for entry in entries:
+        assert entry.marker.size == 11 and entry.marker.line.width == 1 and entry.marker.opacity is None
+        assert entry.marker.color == render.source_color(entry.name) and list(entry.x) == [None]
+
+
+def test_tree_columns_ask_for_room_and_end_at_the_deepest_label():
+    figure = figures.tree_figure(_steps()[1])  # nodes to depth 3, bonus at depth 3
+    assert figure.layout.xaxis.range[1] < 4  # no empty column past the deepest node
+    assert list(figure.layout.xaxis.ticktext)[:2] == ["depth 0", "1"]
+    chain = [_node(i, i - 1, 1, "a", i + 1, ["ctx3"], {"ctx3": 0.5}, False) for i in range(12)]
+    deep = figures.tree_figure(StepRecord(1, 4, "recap", nodes=chain))
+    shallow = figures.tree_figure(StepRecord(1, 4, "recap", nodes=chain[:2]))
+    # the script (assets/static/studio.js) gives the plot this width: ~48 px a column, so 13 columns
+    # are wider than a phone's panel and 3 are not
+    assert shallow.layout.meta["min_width"] < 330 < deep.layout.meta["min_width"]
+    assert deep.layout.xaxis.range[1] < 12.9
+    endless = [_node(i, i - 1, 1, "a", i + 1, ["ctx3"], {"ctx3": 0.5}, False) for i in range(500)]
+    assert figures.tree_figure(StepRecord(1, 4, "recap", nodes=endless)).layout.meta["min_width"] <= 2400
+
+
 def test_tree_layout_puts_children_right_of_parents_and_rows_apart():
     root, places = figures.tree_layout(_steps()[1].nodes)
     assert root.x == 0 and [places[i].x for i in range(4)] == [1, 2, 1, 3]

@@ -275,11 +275,12 @@ def model_label(model_id: str) -> str:
 
 
 def launch_kwargs() -> dict[str, Any]:
-    """Theme, CSS, address and bounds for ``launch()`` (in Gradio 6, theme and css belong there)."""
-    css_path = STATIC_DIR / "studio.css"
+    """Theme, CSS, script, address and bounds for ``launch()`` (in Gradio 6, theme and css belong there)."""
+    css_path, js_path = STATIC_DIR / "studio.css", STATIC_DIR / "studio.js"
     return {
         "theme": gr.themes.Soft(primary_hue="blue"),
         "css": css_path.read_text(encoding="utf-8") if css_path.is_file() else None,
+        "js": js_path.read_text(encoding="utf-8") if js_path.is_file() else None,
         "server_name": os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         "server_port": int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         # uploads over this are refused by gradio itself (images are capped at 50 MiB, traces at 16 MiB)

@@ -122,9 +122,11 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
         by_source.setdefault(main_source(node.sources, node.contributions), []).append(node)
     for source, nodes in by_source.items():
         figure.add_scatter(**_node_trace(source, nodes, places))
+        figure.add_scatter(**_legend_entry(source))
     bonus_x = _add_bonus(figure, step, places, root)
-    depth = max((n.depth for n in step.nodes), default=0) + 1
-    right = max(depth, bonus_x if bonus_x is not None else 0) + 0.9  # room for the bonus's label
+    deepest = max((places[n.id].x for n in step.nodes), default=0)
+    # half a column for the deepest labels (centred on their nodes), more for the bonus's (right of it)
+    right = max(deepest + 0.6, bonus_x + 0.9 if bonus_x is not None else 0)
     title = f"step {step.step} · {len(step.nodes)} nodes drafted · {step.accepted_len} accepted"
     if step.step == 0:
         title = "step 0 · prefill<br>(no draft: the prompt pass gives the first token)"  # fits a phone
@@ -145,7 +147,16 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
         },
         height=int(min(1400, max(324, 164 + 34 * (_bottom_row(places, root) + 1)))),  # ~34 px per row
         margin={"l": 10, "r": 10, "t": 124, "b": 30},
-        xaxis={"dtick": 1, "tickprefix": "depth ", "range": [-0.8, right], "zeroline": False},
+        # read by assets/static/studio.js: the plot gets at least this width, and the panel scrolls
+        # sideways where it is narrower (a deep tree on a phone), so neighbouring labels stay apart
+        meta={"min_width": _min_width(right)},
+        # "depth 0", then bare numbers: a label per column that fits its column, never turned on its side
+        xaxis={
+            "tickvals": list(range(int(right) + 1)),
+            "ticktext": ["depth 0", *map(str, range(1, int(right) + 1))],
+            "range": [-0.8, right],
+            "zeroline": False,
+        },
         # explicit range with room above the top row, so its labels are not clipped
         yaxis={"visible": False, "range": [_bottom_row(places, root) + 0.7, -1.0]},
         # legend on top: below the plot it collides with the depth ticks when the figure is short
@@ -154,6 +165,16 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
         plot_bgcolor="white",
     )
     return figure
+
+
+#: px per depth column the tree's labels need not to run into their neighbours' (a 9 px font), and
+#: the widest plot the studio asks for (a chain thousands of nodes deep is scrolled, not stretched).
+_COLUMN_PX, _MAX_MIN_WIDTH = 48, 2400
+
+
+def _min_width(right: float) -> int:
+    """The plot width at which every depth column, from the root's to ``right``, gets `_COLUMN_PX`."""
+    return int(min(_MAX_MIN_WIDTH, _COLUMN_PX * (right + 0.8) + 20))
 
 
 def _bottom_row(places: dict[int, _Placed], root: _Placed) -> float:
@@ -201,9 +222,7 @@ def _node_trace(source: str, nodes: Sequence[NodeRecord], places) -> dict:
         "x": [places[n.id].x for n in nodes],
         "y": [places[n.id].y for n in nodes],
         "mode": "markers+text",
-        "name": plot_name(
-            source
-        ),  # short: the panel is narrow, and long names wrap the legend over the title
+        "name": plot_name(source),  # short: the panel is narrow, and long names wrap the legend
         "customdata": [n.id for n in nodes],
         "marker": {
             "color": source_color(source),
@@ -219,6 +238,23 @@ def _node_trace(source: str, nodes: Sequence[NodeRecord], places) -> dict:
         },
         "hovertext": [_node_hover(n) for n in nodes],
         "hoverinfo": "text",
+        "legendgroup": plot_name(source),  # escaped, like every string a figure carries
+        "showlegend": False,  # the legend shows `_legend_entry`'s plain marker, not this trace's first node
+    }
+
+
+def _legend_entry(source: str) -> dict:
+    """A legend-only trace for a source: a plotly legend draws a trace's first point's style, which
+    for the node traces would be an accepted node's size or a rejected one's fade and another
+    source's outline. Clicking it hides the source's nodes too (same legend group)."""
+    return {
+        "x": [None],
+        "y": [None],
+        "mode": "markers",
+        "name": plot_name(source),
+        "legendgroup": plot_name(source),  # escaped, like every string a figure carries
+        "marker": {"color": source_color(source), "size": 11, "line": {"color": "white", "width": 1}},
+        "hoverinfo": "skip",
     }
 
 

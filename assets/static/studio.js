@@ -1,0 +1,24 @@
+() => {
+  // RECAP Studio's one script (loaded by recap.studio.environment.launch_kwargs).
+  // The candidate tree names the width its depth columns need (layout.meta.min_width, set by
+  // recap.studio.figures.tree_figure): the plot is given at least that width, and its panel scrolls
+  // sideways where it is narrower (a deep tree on a phone), instead of the labels running together.
+  const fit = (plot) => {
+    const meta = plot.layout && plot.layout.meta;
+    const width = meta && Number.isFinite(meta.min_width) ? `${meta.min_width}px` : "";
+    if (plot.style.minWidth !== width) {
+      plot.style.minWidth = width;
+      window.dispatchEvent(new Event("resize"));  // plotly's responsive handler re-measures the plot
+    }
+  };
+  const watch = () => {
+    const plot = document.querySelector("#tree-plot .js-plotly-plot");
+    if (plot && typeof plot.on === "function" && !plot.dataset.recapFit) {
+      plot.dataset.recapFit = "1";
+      plot.on("plotly_afterplot", () => fit(plot));
+      fit(plot);
+    }
+  };
+  new MutationObserver(watch).observe(document.body, { childList: true, subtree: true });
+  watch();
+}
