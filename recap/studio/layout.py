@@ -136,7 +136,8 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
                 headers=render.STEP_TABLE_HEADERS,
                 interactive=False,
                 wrap=True,
-                column_widths=["65%", "35%"],  # (on a phone both columns show, the names wrapped)
+                # on a phone both columns show, the names wrapped; the value column fits "Autoregressive"
+                column_widths=["56%", "44%"],
                 label="Step table",
                 show_label=False,
                 elem_id="step-table",
