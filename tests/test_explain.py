@@ -39,6 +39,14 @@ def test_nothing_drafted_says_why_for_each_method(method, why):
     assert explain_step(step) == expected
 
 
+def test_a_replayed_step_without_its_token_is_not_narrated_as_one():
+    # a trace file can hold a step with no token (or several) and no tree: the words say what it holds
+    for texts in ([], [" a", " b"]):
+        step = StepRecord(step=3, committed_len=20, method="tr", new_texts=texts)
+        words = explain_step(step)
+        assert "one token" not in words and f"this step's record holds {len(texts)} tokens" in words
+
+
 def test_a_single_rejected_node_is_it_not_them():
     step = StepRecord(
         step=2, committed_len=20, method="tr", nodes=[node(0, -1, " red", ["template"])], bonus_token=9,

@@ -40,8 +40,10 @@ def explain_step(step: StepRecord) -> str:
     head = f"Step {step.step}: "
     nodes = step.nodes
     if not nodes:
-        text = _texts(step.new_texts)
         why = _nothing_drafted(step.method)
+        if len(step.new_texts) != 1:  # a replayed trace can hold a step with no token, or several
+            return head + f"{why}; this step's record holds {_count(len(step.new_texts), 'token')}."
+        text = _texts(step.new_texts)
         return head + f"{why}, so the pass produced one token, {text}, as plain decoding does."
     sentences = [head + f"the drafter proposed {_count(len(nodes), 'node')} ({_by_source(nodes)})."]
     accepted = [n for n in step.accepted_ids if 0 <= n < len(nodes)]
