@@ -473,6 +473,23 @@ def _fits(page) -> bool:
     return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
 
 
+#: The answer legend's items on show, and those each method's answer may show.
+_LEGEND_SHOWN = """() => [...document.querySelectorAll('#answer .legend-item')]
+  .filter(item => item.offsetParent !== null).map(item => item.innerText.trim())"""
+_LEGEND_OF = {
+    "Autoregressive": {"target (bonus)"},
+    "Prompt lookup": {"prompt lookup", "target (bonus)"},
+    "Token Recycling": {"TR template", "target (bonus)"},
+    "RECAP": {
+        "ctx3 · 3-token context",
+        "ctx2 · 2-token context",
+        "persistent · 1-token",
+        "suffix match",
+        "back-off · the stream's most frequent tokens",
+        "target (bonus)",
+    },
+}
+
 #: The candidate tree has the width its figure asks for (studio.js), and its panel scrolls sideways
 #: exactly when that is more than the panel has.
 _TREE_HAS_ITS_WIDTH = """() => {
@@ -512,6 +529,9 @@ def test_every_tab_after_runs_of_each_method_shows_no_entity_and_fits(studio, tm
                 page.wait_for_selector("#tree-plot .js-plotly-plot", timeout=SHOW_MS)
                 page.wait_for_timeout(300)
                 assert not _entities_shown(page, "run"), f"{label}: an HTML entity shows as text"
+                # the answer's legend names the sources this method drafts from, no other (studio.css)
+                legend = set(page.evaluate(_LEGEND_SHOWN))
+                assert "target (bonus)" in legend and legend <= _LEGEND_OF[label], f"{label}: {legend}"
             assert page.locator("#step-words").inner_text().startswith("Step ")
             # scrubbing updates the words beside the tree
             number = page.locator("#step-slider input[type=number]")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from recap.studio import figures, render
 from recap.trace import FusedRecord, NodeRecord, StepRecord
+from recap.tree import SOURCE_TABLE
 
 
 def _node(id, parent, token, text, depth, sources, contributions, accepted, score=0.5):
@@ -242,6 +244,23 @@ def test_stats_keep_the_cpu_label_while_only_the_prefill_has_run():
     prefill[0].cpu_ms = 5.0
     assert "draft + update ms / pass (CPU time)" in render.stats_html(prefill)
     assert "draft + update ms / pass (CPU time)" in render.stats_html([])  # the empty page's cards too
+
+
+def test_the_answer_legend_names_only_the_sources_of_the_answer():
+    # the stats cards list the answer's sources; studio.css hides every legend item of another source
+    # (gradio's legend draws the whole colour map), so a rule must exist for each colour a legend shows
+    assert 'data-sources="|ctx2|ctx3|target|"' in render.stats_html(_steps())
+    assert 'data-sources="|"' in render.stats_html([])
+    steps = _steps()
+    steps[1].new_sources = ['a"b', "ctx2", "target"]  # a replayed trace's source names: escaped
+    assert 'data-sources="|a&quot;b|ctx2|target|"' in render.stats_html(steps)
+    css = (Path(render.__file__).parents[2] / "assets" / "static" / "studio.css").read_text()
+    for label, colour in render.highlight_color_map().items():
+        source = next(s.name for s in SOURCE_TABLE if s.meaning == label)
+        r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+        shown = f'#stats [data-sources*="|{source}|"]'
+        rule = f'body:not(:has({shown})) #answer .legend-item[style*="rgba({r}, {g}, {b},"]'
+        assert rule in css, f"no legend rule for {source}"
 
 
 def _run(method, tokens, sources):

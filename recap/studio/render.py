@@ -218,7 +218,10 @@ def stats_html(steps: Sequence[StepRecord], status: str = "") -> str:
         for label, value in cards
     )
     note = f'<div class="recap-card-status">{html.escape(status)}</div>' if status else ""
-    return f'<div class="recap-cards">{body}</div>{note}'
+    # the sources the answer's tokens came from: the answer's legend names only these (studio.css)
+    sources = sorted({source for step in steps for source in step.new_sources})
+    shown = html.escape("|" + "".join(f"{source}|" for source in sources))
+    return f'<div class="recap-cards" data-sources="{shown}">{body}</div>{note}'
 
 
 TOKENS_TITLE = {"text": "tokens", "font": {"size": 11}}
