@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recap.studio import figures, render
+from recap.studio import figures, render, tables
 from recap.trace import FusedRecord, NodeRecord, StepRecord
 from recap.tree import SOURCE_TABLE
 
@@ -214,7 +214,7 @@ def test_visible_token(piece, spaces, shown):
 
 
 def test_step_table_and_stats():
-    rows = dict(render.step_table(_steps()[1]))
+    rows = dict(tables.step_table(_steps()[1]))
     assert (
         rows["nodes drafted"] == 4 and rows["accepted drafted tokens"] == 2 and rows["tokens committed"] == 3
     )
@@ -234,7 +234,7 @@ def test_stats_time_drafting_in_cpu_time_when_recorded():
     html = render.stats_html(steps)
     assert "draft + update ms / pass (CPU time)" in html and ">0.30<" in html and ">40.00<" not in html
     assert "tokens / s (wall clock)" in html
-    assert dict(render.step_table(steps[1]))["draft + update CPU ms"] == 0.3
+    assert dict(tables.step_table(steps[1]))["draft + update CPU ms"] == 0.3
 
 
 def test_stats_keep_the_cpu_label_while_only_the_prefill_has_run():
@@ -249,11 +249,11 @@ def test_stats_keep_the_cpu_label_while_only_the_prefill_has_run():
 def test_the_answer_legend_names_only_the_sources_of_the_answer():
     # the stats cards list the answer's sources; studio.css hides every legend item of another source
     # (gradio's legend draws the whole colour map), so a rule must exist for each colour a legend shows
-    assert 'data-sources="|ctx2|ctx3|target|"' in render.stats_html(_steps())
+    assert 'data-sources="|ctx3|ctx2|target|"' in render.stats_html(_steps())
     assert 'data-sources="|"' in render.stats_html([])
     steps = _steps()
     steps[1].new_sources = ['a"b', "ctx2", "target"]  # a replayed trace's source names: escaped
-    assert 'data-sources="|a&quot;b|ctx2|target|"' in render.stats_html(steps)
+    assert 'data-sources="|ctx2|target|a&quot;b|"' in render.stats_html(steps)
     css = (Path(render.__file__).parents[2] / "assets" / "static" / "studio.css").read_text()
     for label, colour in render.highlight_color_map().items():
         source = next(s.name for s in SOURCE_TABLE if s.meaning == label)
@@ -304,13 +304,13 @@ def test_sensitivity_rows_and_answer():
     runs = {"recap": [*_run("recap", [1], ["target"]), *_run("recap", [2, 3], ["ctx2", "target"])]}
     flags = [True, True, False]
     # the flagged second token came from an accepted draft at its pass's first draft
-    assert render.sensitivity_rows(runs, flags) == [["RECAP", "1/1 (100%)", "0/1 (0%)", "-", "1/1 · 0/0"]]
+    assert tables.sensitivity_rows(runs, flags) == [["RECAP", "1/1 (100%)", "0/1 (0%)", "-", "1/1 · 0/0"]]
     deeper = {"recap": [*_run("recap", [1], ["target"]), *_run("recap", [2, 3], ["ctx2", "ctx3"])]}
-    assert render.sensitivity_rows(deeper, [False, False, True])[0][4] == "0/0 · 1/1"  # one draft deep
+    assert tables.sensitivity_rows(deeper, [False, False, True])[0][4] == "0/0 · 1/1"  # one draft deep
     from recap.bench.coverage import PositionCoverage as At
 
     held = {"recap": [None, At(("ctx2",), True, True, True), At((), False, True, False)]}
-    assert render.sensitivity_rows(runs, flags, held)[0][3] == "1/1 (100%); 1 from this image"
+    assert tables.sensitivity_rows(runs, flags, held)[0][3] == "1/1 (100%); 1 from this image"
     spans = render.sensitivity_answer(runs["recap"], flags)
     assert [label for _, label in spans] == [render.SENSITIVE_LABEL, render.SENSITIVE_LABEL, None]
 

@@ -21,7 +21,7 @@ import gradio as gr
 
 from recap.inputs import check_integer, shown
 from recap.state import DrafterState
-from recap.studio import figures, render, validation
+from recap.studio import figures, render, tables, validation
 from recap.studio.environment import REPLAY_CONCURRENCY, SESSION_SCOPE, SHARED_SCOPE, model_label
 from recap.studio.exports import TraceExports, read_trace
 from recap.studio.serving import EMPTIED, Studio, drafter_for
@@ -67,7 +67,7 @@ def step_view(steps: list[StepRecord], index: int) -> tuple:
         render.step_words_html(step),
         figures.tree_figure(step, root_text=root_text),
         figures.fused_figure(step),
-        render.step_table(step),
+        tables.step_table(step),
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 
 from recap.drafters.recap.config import RecapConfig
-from recap.studio import measure, render
+from recap.studio import measure, render, tables
 from recap.studio.environment import (
     DEFAULT_MODEL_ID,
     EMBEDDED_V1_ID,
@@ -133,7 +133,7 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
             ui["tree"] = gr.Plot(label="Candidate tree", elem_id="tree-plot")
             ui["fused"] = gr.Plot(label="Drafter's distribution at the root", elem_id="fused-plot")
             ui["step_table"] = gr.Dataframe(
-                headers=render.STEP_TABLE_HEADERS,
+                headers=tables.STEP_TABLE_HEADERS,
                 interactive=False,
                 wrap=True,
                 # on a phone both columns show, the names wrapped; the value column fits "Autoregressive"
@@ -362,7 +362,7 @@ def sensitivity_tab() -> dict[str, Any]:
         )
         gr.HTML(NARROW_HINT, elem_classes="recap-narrow-only", padding=False)
         table = gr.Dataframe(
-            headers=render.SENSITIVITY_HEADERS,
+            headers=tables.SENSITIVITY_HEADERS,
             interactive=False,
             label="Methods",
             show_label=False,

@@ -10,7 +10,7 @@ function is a plain value transformation, so the visual layer is unit-tested wit
 - `highlighted_answer` returns the value of a ``gr.HighlightedText`` (``[(text, label), ...]``) whose
   labels are `SOURCE_LABELS` and whose colours are `highlight_color_map()`;
 - the passes chart is a `plotly.graph_objects.Figure` (the step panel's are in `recap.studio.figures`);
-  tables are ``list[list]`` rows under a ``*_HEADERS`` list.
+  the step table's and the sensitivity table's rows are `recap.studio.tables`'.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from recap.bench.sensitivity import common_prefix, split_against_reference, token_sources
+from recap.bench.sensitivity import token_sources
 from recap.studio.explain import explain_step
-from recap.studio.story import accepted_by_depth
 from recap.trace import StepRecord, summarize
 from recap.tree import SOURCE_TABLE
 
@@ -44,15 +43,6 @@ METHOD_LABELS: dict[str, str] = {
 
 SENSITIVE_LABEL = "image-sensitive"
 SENSITIVE_COLOR = "#EE3377"
-
-STEP_TABLE_HEADERS = ["quantity", "value"]
-SENSITIVITY_HEADERS = [
-    "method",
-    "accepted drafts at image-sensitive",
-    "accepted drafts at insensitive",
-    "a memory held it (image-sensitive; of them from this image)",
-    "image-sensitive, accepted / reached: at a pass's first draft · deeper in the tree",
-]
 
 
 #: Short names, where a phone's Compare strip has no room for the display names (studio.css).
@@ -219,8 +209,7 @@ def stats_html(steps: Sequence[StepRecord], status: str = "") -> str:
     )
     note = f'<div class="recap-card-status">{html.escape(status)}</div>' if status else ""
     # the sources the answer's tokens came from: the answer's legend names only these (studio.css)
-    sources = sorted({source for step in steps for source in step.new_sources})
-    shown = html.escape("|" + "".join(f"{source}|" for source in sources))
+    shown = html.escape("|" + "".join(f"{source}|" for source in _sources_in(steps)))
     return f'<div class="recap-cards" data-sources="{shown}">{body}</div>{note}'
 
 
@@ -254,26 +243,6 @@ def passes_figure(steps: Sequence[StepRecord]) -> go.Figure:
 def _sources_in(steps: Sequence[StepRecord]) -> list[str]:
     seen = {src for s in steps for src in s.new_sources}
     return [s for s in SOURCE_COLORS if s in seen] + sorted(seen - set(SOURCE_COLORS))
-
-
-# ---------------------------------------------------------------------------------- step table
-def step_table(step: StepRecord) -> list[list]:
-    """Rows ``[quantity, value]`` describing one step (under `STEP_TABLE_HEADERS`)."""
-    timing = step.timing or {}
-    sources = sorted({s for n in step.nodes for s in n.sources})
-    return [
-        ["step", step.step],
-        ["method", method_label(step.method)],
-        ["tokens before this pass (prompt + answer)", step.committed_len],
-        ["nodes drafted", len(step.nodes)],
-        ["drafting sources", ", ".join(sources) or "none"],
-        ["accepted drafted tokens", step.accepted_len],
-        ["tokens committed", len(step.new_tokens)],
-        ["draft ms (wall)", round(timing.get("draft_ms", 0.0), 2)],
-        ["verify ms (wall)", round(timing.get("verify_ms", 0.0), 2)],
-        ["update ms (wall)", round(timing.get("update_ms", 0.0), 2)],
-        ["draft + update CPU ms", round(step.drafter_cpu_ms, 2)],
-    ]
 
 
 # ---------------------------------------------------------------------------------- step words
@@ -391,58 +360,3 @@ def compare_strip_html(
         f'<div class="recap-strip"><table>{"".join(rows)}</table></div></div>'
         f'<div class="recap-strip-legend">filled = drafted and accepted: {legend}{depends}</div>'
     )
-
-
-# ---------------------------------------------------------------------------------- sensitivity
-def sensitivity_rows(
-    runs: Mapping[str, Sequence[StepRecord]],
-    flags: Sequence[bool],
-    coverage: Mapping[str, Sequence] | None = None,
-) -> list[list]:
-    """Per method: tokens from accepted drafts / all tokens at image-sensitive and insensitive positions
-    (not the first), and where ``coverage`` says (the Compare tab's probe, `recap.bench.coverage`): at
-    how many image-sensitive positions a memory already held the token, and how many of those a record
-    of this request (this image); then the image-sensitive ones split by where the method met them (a
-    pass's first draft, or deeper: `recap.studio.story.accepted_by_depth`).
-
-    ``flags`` mark the positions of the first run's answer (the reference the sensitivity pass
-    forced); a method is counted only where its answer agrees with it (`split_against_reference`).
-    """
-    if not runs:
-        return []
-    reference = _tokens(next(iter(runs.values())))
-    rows = []
-    for method, steps in runs.items():
-        tokens = _tokens(steps)
-        split = split_against_reference(tokens, token_sources(steps), reference, flags)
-        rows.append(
-            [
-                method_label(method),
-                _rate(split.sensitive_drafted, split.sensitive_total),
-                _rate(split.insensitive_drafted, split.insensitive_total),
-                _held((coverage or {}).get(method), flags, common_prefix(tokens, reference)),
-                _by_depth(steps, flags, common_prefix(tokens, reference)),
-            ]
-        )
-    return rows
-
-
-def _by_depth(steps: Sequence[StepRecord], flags: Sequence[bool], agree: int) -> str:
-    """``accepted/met`` at the image-sensitive positions met at a pass's first draft, then deeper (after
-    accepted drafts of the same pass, where a tree has fewer candidates left)."""
-    counted = [i for i, flag in enumerate(flags[:agree]) if flag and i > 0]
-    return " · ".join(f"{won}/{met}" for won, met in accepted_by_depth(steps, counted))
-
-
-def _held(positions: Sequence | None, flags: Sequence[bool], agree: int) -> str:
-    """``held/total (of them from this image)`` at the image-sensitive positions, or ``-``."""
-    if not positions:
-        return "-"
-    here = [p for p, f in zip(positions[:agree], flags[:agree]) if f and p is not None]
-    held = [p for p in here if p.sources]
-    own = sum(p.this_request for p in held)
-    return f"{_rate(len(held), len(here))}; {own} from this image" if here else "0/0 (-)"
-
-
-def _rate(drafted: int, total: int) -> str:
-    return f"{drafted}/{total} ({100 * drafted / total:.0f}%)" if total else "0/0 (-)"

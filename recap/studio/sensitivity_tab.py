@@ -14,7 +14,7 @@ import asyncio
 import gradio as gr
 
 from recap.bench.sensitivity import mark_steps, sensitive_flags
-from recap.studio import render
+from recap.studio import render, tables
 from recap.studio.examples import check_other_image, other_image
 from recap.studio.serving import Studio
 from recap.studio.slots import HEARTBEAT_S
@@ -79,7 +79,7 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
             )
             if not coverage:  # only a comparison probes what the memories held at each token
                 status += " What a memory held there is known after a comparison (Compare tab): \"-\" here."
-            rows = render.sensitivity_rows(runs, flags, coverage)
+            rows = tables.sensitivity_rows(runs, flags, coverage)
             return render.sensitivity_answer(reference, flags), rows, status
 
         yield await asyncio.to_thread(shown)
