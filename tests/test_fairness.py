@@ -569,8 +569,7 @@ def test_the_sessions_of_the_client_holding_the_most_are_dropped_first():
     # Five sessions of a greedy client, then a visitor's one (the least recently used of all), then a
     # session that never decoded: over the count, the greedy client's go first (its least recently used
     # first), the visitor's stays.
-    from recap.studio.serving import ClientLedger
-    from recap.studio.sessions import SESSION_BYTES
+    from recap.studio.sessions import SESSION_BYTES, ClientLedger
 
     owners = {f"greedy{i}": "203.0.113.66" for i in range(5)} | {"visitor": "198.51.100.7"}
     order = ["visitor", *(f"greedy{i}" for i in range(5)), "fresh"]  # least recently used first

@@ -52,7 +52,7 @@ from recap.studio.environment import (
 )
 from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
 from recap.studio.line import Busy, DecodeSlots, client_key
-from recap.studio.sessions import SessionLedger
+from recap.studio.sessions import ClientLedger
 from recap.studio.slots import Cancelled, DecodeJob, DisplayTickets, RenderBudget, SessionJobs, WaitingLine
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
 from recap.trace import StepRecord
@@ -126,29 +126,6 @@ class RuntimeCache:
 
 #: The process's models, shared by every demo built in it.
 CACHE = RuntimeCache()
-
-
-class ClientLedger(SessionLedger):
-    """`SessionLedger` whose sweeps drop the sessions of the client holding the most first: a client
-    (`recap.studio.line.client_key`) that opened many sessions loses them before a visitor with one
-    loses theirs. `sizes` lists the sessions of the client holding the most bytes first, each client's
-    least recently used first; a session whose client is unknown (it never decoded) counts as a client
-    of its own. ``owner(session)``: the session's client, or None (`Studio.owner`)."""
-
-    def __init__(
-        self, budget: int, max_sessions: int, busy: Callable[[str], bool], owner: Callable[[str], str | None]
-    ) -> None:
-        super().__init__(budget, max_sessions, busy=busy)
-        self.owner = owner
-
-    def sizes(self) -> list[tuple[str, int]]:
-        sizes = super().sizes()  # least recently used first
-        owners = [self.owner(session) or ("session", session) for session, _ in sizes]
-        held: dict = {}
-        for owner, (_, size) in zip(owners, sizes):
-            held[owner] = held.get(owner, 0) + size
-        order = sorted(range(len(sizes)), key=lambda i: -held[owners[i]])  # (stable: LRU within a client)
-        return [sizes[i] for i in order]
 
 
 try:  # ZeroGPU: a no-op decorator unless the Space runs on ZeroGPU hardware

@@ -8,6 +8,7 @@ more than ``budget`` bytes together or there are more than ``max_sessions`` of t
 recently used ones whole (gradio's own state holder, the way gradio drops sessions beyond its capacity),
 never the session being served and never one with a run in flight. A dropped session's next run starts
 again from the model's starting memory, and its status and memory line say so (`restarted`).
+`ClientLedger`, the studio's, drops first the sessions of the client (an address) that holds the most.
 
 The estimate counts the arrays of the memories, the images, and a measured cost per step, drafted
 node and token of a trace (`STEP_BYTES`, `NODE_BYTES`, ...), plus `SESSION_BYTES` for gradio's own copy
@@ -200,3 +201,26 @@ class SessionLedger:
                 while len(self._dropped) > REMEMBERED:
                     self._dropped.popitem(last=False)
         return True
+
+
+class ClientLedger(SessionLedger):
+    """`SessionLedger` whose sweeps drop the sessions of the client holding the most first: a client
+    (`recap.studio.line.client_key`) that opened many sessions loses them before a visitor with one
+    loses theirs. `sizes` lists the sessions of the client holding the most bytes first, each client's
+    least recently used first; a session whose client is unknown (it never decoded) counts as a client
+    of its own. ``owner(session)``: the session's client, or None (`Studio.owner`)."""
+
+    def __init__(
+        self, budget: int, max_sessions: int, busy: Callable[[str], bool], owner: Callable[[str], str | None]
+    ) -> None:
+        super().__init__(budget, max_sessions, busy=busy)
+        self.owner = owner
+
+    def sizes(self) -> list[tuple[str, int]]:
+        sizes = super().sizes()  # least recently used first
+        owners = [self.owner(session) or ("session", session) for session, _ in sizes]
+        held: dict = {}
+        for owner, (_, size) in zip(owners, sizes):
+            held[owner] = held.get(owner, 0) + size
+        order = sorted(range(len(sizes)), key=lambda i: -held[owners[i]])  # (stable: LRU within a client)
+        return [sizes[i] for i in order]
