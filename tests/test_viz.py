@@ -87,11 +87,16 @@ def test_tree_figure_highlights_the_accepted_path_and_the_bonus_token():
     assert path.line.width > _trace(figure, "edges").line.width
     bonus = _trace(figure, "bonus")
     assert list(bonus.text) == ["e"] and bonus.x[0] == 3  # one past b (depth 2)
+    # beside b, in the first row below it that its column (d's) and its label's leave free: c's row
+    _, places = figures.tree_layout(_steps()[1].nodes)
+    assert places[3].y == places[1].y and bonus.y[0] == places[1].y + 1 == places[2].y
+    assert figure.layout.yaxis.range[0] == max(p.y for p in places.values()) + 0.7  # no row added for it
     # the whole tree accepted: the bonus hangs right of the deepest node, with room for its label
     step = _steps()[1]
     step.nodes = step.nodes[:3]
     whole = figures.tree_figure(step)
     assert whole.layout.xaxis.range[1] >= _trace(whole, "bonus").x[0] + 0.9
+    assert _trace(whole, "bonus").y[0] == _trace(whole, "accepted path").y[-2]  # on b's row: nothing there
     accepted_sizes = [
         s for t in _node_traces(figure) for s, n in zip(t.marker.size, t.customdata) if n in (0, 1)
     ]
@@ -126,6 +131,18 @@ def test_tree_columns_ask_for_room_and_end_at_the_deepest_label():
     assert deep.layout.xaxis.range[1] < 12.9
     endless = [_node(i, i - 1, 1, "a", i + 1, ["ctx3"], {"ctx3": 0.5}, False) for i in range(500)]
     assert figures.tree_figure(StepRecord(1, 4, "recap", nodes=endless)).layout.meta["min_width"] <= 2400
+
+
+def test_punctuation_labels_in_the_tree_are_not_specks():
+    step = _steps()[1]
+    step.nodes[2].text, step.nodes[3].text = ".", " b."
+    labels = {
+        n: t
+        for tr in _node_traces(figures.tree_figure(step, root_text=":"))
+        for n, t in zip(tr.customdata, tr.text)
+    }
+    assert labels[2] == "«.»" and labels[3] == "␣b." and labels[0] == "a"
+    assert _trace(figures.tree_figure(step, root_text=":"), "root").text == ("«:»",)
 
 
 def test_tree_layout_puts_children_right_of_parents_and_rows_apart():
@@ -431,4 +448,3 @@ def test_the_about_tab_names_every_source_as_the_legend_does():
     labels = [label for source, label in render.SOURCE_LABELS.items() if source != "unknown"]
     missing = [label for label in labels if label not in about]
     assert not missing, f"the About tab does not name these legend entries: {missing}"
-

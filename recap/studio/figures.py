@@ -71,6 +71,13 @@ def tree_layout(nodes: Sequence[NodeRecord]) -> tuple[_Placed, dict[int, _Placed
     return _Placed(0, rows[-1]), places
 
 
+def _label(text: str) -> str:
+    """A token's label in the tree: punctuation alone («.», «:», «↵») between guillemets, where a bare
+    dot or colon would be a speck beside its node."""
+    label = plot_text(text)
+    return f"«{label}»" if text.strip() and not any(c.isalnum() for c in text) and len(text) <= 3 else label
+
+
 def _node_hover(node: NodeRecord) -> str:
     shares = node.contributions or {}
     total = sum(shares.values())
@@ -111,7 +118,7 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
         mode="markers+text",
         name="root",
         marker={"size": 16, "color": "#444", "symbol": "square"},
-        text=[plot_text(root_text) if root_text else "root"],
+        text=[_label(root_text) if root_text else "root"],
         textposition="top center",
         hovertext=["root: the last committed token"],
         hoverinfo="text",
@@ -123,10 +130,11 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
     for source, nodes in by_source.items():
         figure.add_scatter(**_node_trace(source, nodes, places))
         figure.add_scatter(**_legend_entry(source))
-    bonus_x = _add_bonus(figure, step, places, root)
+    bonus = _add_bonus(figure, step, places, root)
     deepest = max((places[n.id].x for n in step.nodes), default=0)
     # half a column for the deepest labels (centred on their nodes), more for the bonus's (right of it)
-    right = max(deepest + 0.6, bonus_x + 0.9 if bonus_x is not None else 0)
+    right = max(deepest + 0.6, bonus.x + 0.9 if bonus is not None else 0)
+    bottom = max([p.y for p in places.values()] + [root.y] + ([bonus.y] if bonus is not None else []))
     title = f"step {step.step} · {len(step.nodes)} nodes drafted · {step.accepted_len} accepted"
     if step.step == 0:
         title = "step 0 · prefill<br>(no draft: the prompt pass gives the first token)"  # fits a phone
@@ -145,7 +153,7 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
             # panel's label badge ("Candidate tree") covers none of them
             "pad": {"t": 36 + _TITLE_LINE * title.count("<br>")},
         },
-        height=int(min(1400, max(324, 164 + 34 * (_bottom_row(places, root) + 1)))),  # ~34 px per row
+        height=int(min(1400, max(324, 164 + 34 * (bottom + 1)))),  # ~34 px per row
         margin={"l": 10, "r": 10, "t": 124, "b": 30},
         # read by assets/static/studio.js: the plot gets at least this width, and the panel scrolls
         # sideways where it is narrower (a deep tree on a phone), so neighbouring labels stay apart
@@ -158,7 +166,7 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
             "zeroline": False,
         },
         # explicit range with room above the top row, so its labels are not clipped
-        yaxis={"visible": False, "range": [_bottom_row(places, root) + 0.7, -1.0]},
+        yaxis={"visible": False, "range": [bottom + 0.7, -1.0]},
         # legend on top: below the plot it collides with the depth ticks when the figure is short
         legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "font": {"size": 10}},
         hovermode="closest",
@@ -175,11 +183,6 @@ _COLUMN_PX, _MAX_MIN_WIDTH = 48, 2400
 def _min_width(right: float) -> int:
     """The plot width at which every depth column, from the root's to ``right``, gets `_COLUMN_PX`."""
     return int(min(_MAX_MIN_WIDTH, _COLUMN_PX * (right + 0.8) + 20))
-
-
-def _bottom_row(places: dict[int, _Placed], root: _Placed) -> float:
-    """The lowest row in use, counting the bonus token's own row below the tree."""
-    return max([p.y for p in places.values()] + [root.y]) + (1 if places else 0)
 
 
 def _add_edges(figure: go.Figure, nodes, places, root: _Placed, accepted: set[int]) -> None:
@@ -230,7 +233,7 @@ def _node_trace(source: str, nodes: Sequence[NodeRecord], places) -> dict:
             "opacity": [1.0 if n.accepted else _FADED for n in nodes],
             "line": {"color": outlines, "width": widths},
         },
-        "text": [plot_text(n.text) for n in nodes],
+        "text": [_label(n.text) for n in nodes],
         "textposition": "top center",
         "textfont": {
             "size": [12 if n.accepted else 9 for n in nodes],
@@ -258,13 +261,18 @@ def _legend_entry(source: str) -> dict:
     }
 
 
-def _add_bonus(figure: go.Figure, step: StepRecord, places, root: _Placed) -> float | None:
-    """Hang the bonus token off the accepted path; its column (None: no bonus drawn)."""
+def _add_bonus(figure: go.Figure, step: StepRecord, places, root: _Placed) -> _Placed | None:
+    """Hang the bonus token off the accepted path; its place (None: no bonus drawn)."""
     if step.bonus_token is None or step.step == 0 or not step.new_texts:
         return None
     anchor = places[step.accepted_ids[-1]] if step.accepted_ids else root
-    # A row of its own below the tree: at the anchor's row it would hide the rejected siblings there.
-    anchor_next = _Placed(anchor.x + 1, _bottom_row(places, root))
+    # the first row from the anchor's down with no node in the bonus's column or the next one (where its
+    # label reaches): beside the node it follows, hiding none of the rejected children there
+    taken = [p.y for p in places.values() if p.x in (anchor.x + 1, anchor.x + 2)]
+    row = math.ceil(anchor.y)
+    while any(abs(row - y) < 0.75 for y in taken):
+        row += 1
+    anchor_next = _Placed(anchor.x + 1, row)
     figure.add_scatter(
         x=[anchor.x, anchor_next.x],
         y=[anchor.y, anchor_next.y],
@@ -285,14 +293,14 @@ def _add_bonus(figure: go.Figure, step: StepRecord, places, root: _Placed) -> fl
             "symbol": "diamond",
             "line": {"color": "#222", "width": 2},
         },
-        text=[plot_text(step.new_texts[-1])],
+        text=[_label(step.new_texts[-1])],
         textposition="middle right",
         hovertext=[
             f"bonus token from the target: <b>{html.escape(visible_token(step.new_texts[-1], True))}</b>"
         ],
         hoverinfo="text",
     )
-    return anchor_next.x
+    return anchor_next
 
 
 # ------------------------------------------------------------------------------------ fused bars
