@@ -305,6 +305,9 @@ def test_hostile_api_values_get_clear_messages(served, field, raw, message):
         "42",
         '{"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}',  # a file object outside the uploads
         '{"url": "http://127.0.0.1:9/x.png", "path": "x.png", "meta": {"_type": "gradio.FileData"}}',  # a URL
+        # a URL as the path: gradio would fetch it (a loopback one failed its validation, with no message)
+        '{"path": "http://127.0.0.1:9/x.png", "meta": {"_type": "gradio.FileData"}}',
+        '{"path": "https://example.invalid/x.png", "meta": {"_type": "gradio.FileData"}}',
     ],
 )
 def test_malformed_file_values_are_refused_in_one_line_before_the_app(served, raw, capfd, caplog):
@@ -510,12 +513,14 @@ def test_reset_clears_only_this_sessions_memories(served):
     assert "Memory</b> (per session)" in line
 
 
-def test_download_before_a_run_is_refused(served):
+def test_download_and_step_before_a_run_are_refused(served):
     from gradio_client import Client
 
     fresh = Client(served.url, verbose=False)
     with pytest.raises(Exception, match="Run a generation"):
         fresh.predict(api_name="/download")
+    with pytest.raises(Exception, match="Run a generation"):  # (it answered nothing before)
+        fresh.predict(3, api_name="/step")
     fresh.close()
 
 

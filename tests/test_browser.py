@@ -430,8 +430,8 @@ def _open_tab(page, name: str) -> None:
         tab.click()
 
 
-def _tree_scrolls_at(page, step: int) -> bool:
-    """Whether step ``step``'s tree is wider than its panel (it must then scroll: `_TREE_HAS_ITS_WIDTH`)."""
+def _show_step(page, step: int) -> None:
+    """Scrub to step ``step`` (>= 1) and wait for its words."""
     number = page.locator("#step-slider input[type=number]")
     number.fill(str(step))
     number.press("Enter")
@@ -440,6 +440,11 @@ def _tree_scrolls_at(page, step: int) -> bool:
         arg=step,
         timeout=SHOW_MS,
     )
+
+
+def _tree_scrolls_at(page, step: int) -> bool:
+    """Whether step ``step``'s tree is wider than its panel (it must then scroll: `_TREE_HAS_ITS_WIDTH`)."""
+    _show_step(page, step)
     page.wait_for_function(_TREE_HAS_ITS_WIDTH, timeout=SHOW_MS)
     return page.evaluate(
         """() => { const panel = document.querySelector('#tree-plot');
@@ -529,13 +534,7 @@ def test_every_tab_after_runs_of_each_method_shows_no_entity_and_fits(studio, tm
         assert last >= 2, f"RECAP's second run took {last} passes"
         if width < 500:  # a phone: some step's tree is wider than its panel, and scrolls to its end
             assert any(_tree_scrolls_at(page, step) for step in range(1, last + 1))
-        number.fill(str(last))
-        number.press("Enter")
-        page.wait_for_function(
-            "(last) => document.querySelector('#step-words').innerText.startsWith(`Step ${last}:`)",
-            arg=last,
-            timeout=SHOW_MS,
-        )
+        _show_step(page, last)
         page.wait_for_timeout(500)
         assert not _entities_shown(page, "run")
         page.wait_for_function(_TREE_HAS_ITS_WIDTH, timeout=SHOW_MS)

@@ -261,6 +261,7 @@ def test_stats_keep_the_cpu_label_while_only_the_prefill_has_run():
     prefill[0].cpu_ms = 5.0
     assert "draft + update ms / pass (CPU time)" in render.stats_html(prefill)
     assert "draft + update ms / pass (CPU time)" in render.stats_html([])  # the empty page's cards too
+    assert render.stats_html([]).count(">–<") == 5 and ">0<" not in render.stats_html([])  # no run: no 0s
 
 
 def test_the_answer_legend_names_only_the_sources_of_the_answer():
@@ -427,6 +428,10 @@ def test_step_words_explain_the_step_and_list_sampled_draws():
     assert shown.startswith('<div class="recap-words"><p>Step 1: the drafter proposed 4 nodes')
     assert "«a» p=0.610 ✓ accepted" in shown and "«d» p=0.050 ✗ rejected" in shown
     assert shown.count("drawn from the residual") == 1 and "«e» <span" in shown
+    # nothing drafted at a position (an autoregressive step): no child was removed from the distribution
+    step.draws = [{"tried": [], "token": 11, "residual": True}]
+    shown = render.step_words_html(step)
+    assert "drawn from the target's distribution" in shown and "the residual" not in shown
     step.draws = None
     assert "recap-draws" not in render.step_words_html(step)
 

@@ -54,6 +54,21 @@ UNKNOWN_ENDPOINT = (
 )
 
 
+def _names_a_url(value: Any, depth: int = 0) -> bool:
+    """Whether a call's value holds a file object whose path is a URL (``http://…``): gradio downloads
+    those; the studio reads uploads only."""
+    if depth > 8:  # (a call's values are shallow: a file object in a list at most)
+        return False
+    if isinstance(value, dict):
+        path = value.get("path")
+        if isinstance(path, str) and "://" in path:
+            return True
+        return any(_names_a_url(item, depth + 1) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_names_a_url(item, depth + 1) for item in value)
+    return False
+
+
 class StudioBlocks(gr.Blocks):
     """The studio's Blocks: its API documents file parameters without remote URLs (`get_api_info`),
     and every server it starts bounds the request bodies it reads (`launch`)."""
@@ -106,6 +121,10 @@ class StudioBlocks(gr.Blocks):
         one: gradio answers a file value that is not an upload (a path, a URL, a number) with no message
         and logs a traceback per call, which a client could flood the log with. Anything else (a fault
         inside a component's processing) keeps gradio's handling: a traceback in the log."""
+        inputs = kwargs.get("inputs", args[1] if len(args) > 1 else ())
+        if _names_a_url(inputs):  # gradio would fetch it (a request from this server), or fail validating
+            logger.warning("refused a call's file value (a URL)")
+            raise gr.Error(UNREADABLE_FILE, print_exception=False)
         try:
             return await super().preprocess_data(*args, **kwargs)
         except gr.Error as error:  # gradio's own refusal (a file type): its words, without a traceback

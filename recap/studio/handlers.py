@@ -297,8 +297,8 @@ def wire_scrub(ui: dict, run_state) -> None:
     """Moving the step slider shows that step in the step panel."""
 
     def scrub(state, index):
-        if not isinstance(state, dict) or not state["trace"].steps:
-            return (gr.skip(),) * len(STEP_PANEL)
+        if not isinstance(state, dict) or not state["trace"].steps:  # (the page's slider is locked then)
+            raise refusal(NO_RUN_YET)
         try:
             index = check_integer("step", index, 0, len(state["trace"].steps) - 1)
         except ValueError as error:
@@ -312,6 +312,10 @@ def wire_scrub(ui: dict, run_state) -> None:
         scrub, [run_state, ui["step"]], outputs, api_name="step", trigger_mode="always_last", **common
     )
     ui["step"].release(scrub, [run_state, ui["step"]], outputs, api_visibility="private", **common)
+
+
+#: What the step and download endpoints answer before a run or replay has anything to show.
+NO_RUN_YET = "Run a generation (or replay one) first."
 
 
 #: What each reset button brings this session's memories back to, and what it then says.
@@ -381,7 +385,7 @@ def wire_download(ui: dict, run_state, exports: TraceExports) -> None:
     def download(state, request: gr.Request):
         """Write the last run's trace for this session (it is removed when the session ends)."""
         if not isinstance(state, dict) or not state["trace"].steps:
-            raise refusal("Run a generation (or replay one) first.")
+            raise refusal(NO_RUN_YET)
         session = request.session_hash or "no-session"
         return str(exports.write(session, state["trace"])), session
 

@@ -138,6 +138,7 @@ def run_tab(models: list[str], scopes: tuple[str, ...]) -> dict[str, Any]:
                 wrap=True,
                 # on a phone both columns show, the names wrapped; the value column fits "Autoregressive"
                 column_widths=["56%", "44%"],
+                max_height=900,  # all eleven rows, wrapped on a phone (gradio's 500 px hid the last)
                 label="Step table",
                 show_label=False,
                 elem_id="step-table",

@@ -203,9 +203,9 @@ def stats_html(steps: Sequence[StepRecord], status: str = "") -> str:
         (drafting[0], f"{drafting[1]:.2f}"),
     ]
     body = "".join(
-        f'<div class="recap-card"><div class="recap-card-value">{html.escape(value)}</div>'
+        f'<div class="recap-card"><div class="recap-card-value">{html.escape(value if steps else "–")}</div>'
         f'<div class="recap-card-label">{html.escape(label)}</div></div>'
-        for label, value in cards
+        for label, value in cards  # (no run yet: a dash, not a 0 that reads as a result)
     )
     note = f'<div class="recap-card-status">{html.escape(status)}</div>' if status else ""
     # the sources the answer's tokens came from: the answer's legend names only these (studio.css)
@@ -279,8 +279,9 @@ def _draws_html(step: StepRecord, token_text: Mapping[int, str] | None) -> str:
             mark, cls = ("✓ accepted", "recap-accepted") if accepted else ("✗ rejected", "recap-rejected")
             tried.append(f'<span class="{cls}">«{name(token)}» p={float(p):.3f} {mark}</span>')
         outcome = f"«{name(draw.get('token'))}»"
-        if draw.get("residual"):
-            outcome += ' <span class="recap-residual">drawn from the residual</span>'
+        if draw.get("residual"):  # (nothing tried: the residual is the target's whole distribution)
+            source = "the residual" if tried else "the target's distribution"
+            outcome += f' <span class="recap-residual">drawn from {source}</span>'
         children = "".join(tried) or "no child drafted here"
         rows.append(f"<tr><td>{position + 1}</td><td>{children}</td><td>{outcome}</td></tr>")
     head = "<tr><th>position</th><th>children tried (target's p)</th><th>committed</th></tr>"
