@@ -256,6 +256,11 @@ def test_stop_during_a_delayed_display_leaves_the_stopped_status_and_no_error(st
         status = page.locator("#status").inner_text()
         assert status.startswith("Stopped: the answer so far is kept") and "Error" not in status, status
         assert "memories learnt from every token it decoded" in status
+        # (studio.js marks the page stopped, so that studio.css hides a badge the cancel may leave, until
+        # the next Run: a refusal of that run keeps its badge)
+        assert page.evaluate("document.body.dataset.recapStopped") == "1"
+        page.click("#run-button")
+        assert page.evaluate("document.body.dataset.recapStopped") is None
 
 
 def test_a_sampled_run_shows_each_positions_draws(studio, tmp_path):

@@ -21,4 +21,12 @@
   };
   new MutationObserver(watch).observe(document.body, { childList: true, subtree: true });
   watch();
+
+  // Stop cancels the run's event, and gradio sometimes marks that event's status line with its red
+  // "Error" badge over the Stopped text: from Stop to the next Run the page is marked stopped, and
+  // studio.css hides the status line's progress badge meanwhile (a refusal keeps its badge and toast).
+  document.addEventListener("click", (event) => {
+    if (event.target.closest("#stop-button")) document.body.dataset.recapStopped = "1";
+    else if (event.target.closest("#run-button")) delete document.body.dataset.recapStopped;
+  }, true);
 }
