@@ -149,7 +149,8 @@ def test_the_summary_line_says_where_its_numbers_come_from():
         },
     }
     line = measure.summary_line(summary)
-    assert line.startswith("**On 40 held-out scenes**") and "RECAP 3.75" in line
+    assert line.startswith("**Recorded beforehand, not on this input: 40 held-out scenes**")
+    assert "RECAP 3.75" in line and "whichever budgets are chosen above" in line
     assert "RECAP 62% / 83%" in line and "Autoregressive 0%" not in line
     assert "python -m scripts.compare_summary --model v2 --limit 40" in line
     assert "also learn from the scenes before" in line  # a stream, unlike the table's warmed copies

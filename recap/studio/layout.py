@@ -320,12 +320,13 @@ def compare_tab() -> dict[str, Any]:
             elem_id="compare-table",
             wrap=True,
         )
-        summary = gr.Markdown(
-            measure.held_out_line(DEFAULT_MODEL_ID), label="Held-out summary", elem_id="compare-summary"
-        )
         story = gr.HTML("", label="Story", elem_id="compare-story")
         gr.HTML(NARROW_HINT.replace("table", "strip"), elem_classes="recap-narrow-only", padding=False)
         strip = gr.HTML(render.compare_strip_html({}), label="Strip", elem_id="compare-strip")
+        # after this input's table, story and strip: a recorded run, not this one
+        summary = gr.Markdown(
+            measure.held_out_line(DEFAULT_MODEL_ID), label="Held-out summary", elem_id="compare-summary"
+        )
     return {
         "button": button,
         "budgets": budgets,

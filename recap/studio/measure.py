@@ -290,9 +290,10 @@ def summary_line(summary: dict | None) -> str:
         if m != "ar" and r.get("accept_sensitive") is not None
     )
     return (
-        f"**On {summary['samples']} held-out scenes** of this model ({summary['budget_note']}), decoded one "
-        "after another, so each method's memories also learn from the scenes before (the table above "
-        f"starts every input from the same warm-up instead). MAT: {mats}. Drafts accepted at "
+        f"**Recorded beforehand, not on this input: {summary['samples']} held-out scenes** of this model "
+        f"({summary['budget_note']}, whichever budgets are chosen above), decoded one after another, so "
+        "each method's memories also learn from the scenes before (the comparison above starts every "
+        f"input from the same warm-up instead). MAT: {mats}. Drafts accepted at "
         f"image-sensitive / insensitive tokens: {sens}.{_at_tr_depths(methods)}{_scene_by_scene(summary)}"
         f" Recorded with `{summary['command']}` in the project's repository."
     )
