@@ -8,14 +8,15 @@ from scripts import compare_story
 
 def test_the_counts_are_read_off_the_line_the_tab_shows():
     line = (
-        "5 of 40 tokens depend on the image (the greedy token changes when the image is replaced by a blank"
-        " one). Accepted drafts there (drafted there): Prompt lookup 0 (2), Token Recycling 7 (9), RECAP 6"
-        " (9). Token Recycling's ..."
+        "5 of the 39 tokens after the first depend on the image (the greedy token changes when the image"
+        " is replaced by a blank one). Accepted drafts there (drafted there): Prompt lookup 0 (2), Token"
+        " Recycling 7 (9), RECAP 6 (9). Token Recycling's ..."
     )
     expected = {"Prompt lookup": (0, 2), "Token Recycling": (7, 9), "RECAP": (6, 9)}
     assert compare_story.counts(line) == expected
     assert compare_story.counts(story.story_html(line)) == expected  # as the page gets it
-    assert compare_story.counts("0 of 12 tokens depend on the image. So no drafter can be told apart") == {}
+    none = "0 of the 11 tokens after the first depend on the image. So no drafter can be told apart"
+    assert compare_story.counts(none) == {}
 
 
 def test_the_depth_split_is_read_off_the_line_the_tab_shows():

@@ -694,8 +694,9 @@ def test_token_drafts(steps, outcomes):
         # drafted at both; RECAP both; TR's « blue» was rejected where RECAP's ctx2 « red» was accepted
         (
             [False, True, True, False],
-            "2 of 4 tokens depend on the image (the greedy token changes when the image is replaced by "
-            "a blank one). Accepted drafts there (drafted there): TR 1 (2), RECAP 2 (2). On this input RECAP "
+            "2 of the 3 tokens after the first depend on the image (the greedy token changes when the "
+            "image is replaced by a blank one). Accepted drafts there (drafted there): "
+            "TR 1 (2), RECAP 2 (2). On this input RECAP "
             "accepted more drafts there than TR (2 against 1). Accepted there "
             "at a pass's first draft, where a tree offers its widest fan: TR 1 of 2, RECAP 1 of 1; after "
             "accepted drafts of the same pass, deeper in the tree: TR none met there, RECAP 1 of 1. "
@@ -704,8 +705,9 @@ def test_token_drafts(steps, outcomes):
         # only « circle»: both accepted a draft, so no token is named
         (
             [False, False, True, False],
-            "1 of 4 tokens depend on the image (the greedy token changes when the image is replaced by "
-            "a blank one). Accepted drafts there (drafted there): TR 1 (1), RECAP 1 (1). On this input RECAP "
+            "1 of the 3 tokens after the first depend on the image (the greedy token changes when the "
+            "image is replaced by a blank one). Accepted drafts there (drafted there): "
+            "TR 1 (1), RECAP 1 (1). On this input RECAP "
             "and TR accepted as many drafts there (1). Accepted there "
             "at a pass's first draft, where a tree offers its widest fan: TR 1 of 1, RECAP none met there; "
             "after accepted drafts of the same pass, deeper in the tree: TR none met there, RECAP 1 of 1. "
@@ -714,8 +716,9 @@ def test_token_drafts(steps, outcomes):
         # the first token never counts
         (
             [True, False, False, False],
-            "0 of 4 tokens depend on the image (the greedy token changes when the image is replaced by "
-            "a blank one). So no drafter can be told apart by the image here: try another example.",
+            "0 of the 3 tokens after the first depend on the image (the greedy token changes when the "
+            "image is replaced by a blank one). So no drafter can be told apart by the image here: try "
+            "another example.",
         ),
     ],
 )

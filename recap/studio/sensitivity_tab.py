@@ -72,10 +72,10 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
         def shown():
             for steps in runs.values():
                 mark_steps(steps, flags)
-            count = sum(flags)
+            count = sum(flags[1:])  # (the first token comes from the prefill: nothing drafts it)
             status = (
-                f"{count} of {len(flags)} tokens are image-sensitive (the first token is not counted below). "
-                f"Analysed: {source}."
+                f"{count} of the {max(0, len(flags) - 1)} tokens after the first are image-sensitive (the "
+                f"first comes from the prompt pass, where nothing is drafted). Analysed: {source}."
             )
             if not coverage:  # only a comparison probes what the memories held at each token
                 status += " What a memory held there is known after a comparison (Compare tab): \"-\" here."

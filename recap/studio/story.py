@@ -9,13 +9,13 @@ Example (reference ``« The» «␣red» «␣circle»``, flags ``[F, T, T]``; T
 each at the first draft of a pass, and only «␣circle» was accepted; RECAP's ``ctx2`` node «␣red» was
 accepted at a pass's first draft, then the bonus «␣circle»)::
 
-    2 of 3 tokens depend on the image (the greedy token changes when the image is replaced by a blank
-    one). Accepted drafts there (drafted there): RECAP 1 (1), Token Recycling 1 (2). On this input RECAP
-    and Token Recycling accepted as many drafts there (1). Accepted there at a pass's first draft,
-    where a tree offers its widest fan: Token Recycling 1 of 2, RECAP 1 of 1; after accepted drafts of
-    the same pass, deeper in the tree: Token Recycling none met there, RECAP 0 of 1. RECAP's draft was
-    accepted where Token Recycling's was not at «␣red» (from its contextual memory: «␣red»); Token
-    Recycling's draft was accepted where RECAP's was not at «␣circle».
+    2 of the 2 tokens after the first depend on the image (the greedy token changes when the image is
+    replaced by a blank one). Accepted drafts there (drafted there): RECAP 1 (1), Token Recycling 1 (2).
+    On this input RECAP and Token Recycling accepted as many drafts there (1). Accepted there at a pass's
+    first draft, where a tree offers its widest fan: Token Recycling 1 of 2, RECAP 1 of 1; after accepted
+    drafts of the same pass, deeper in the tree: Token Recycling none met there, RECAP 0 of 1. RECAP's
+    draft was accepted where Token Recycling's was not at «␣red» (from its contextual memory: «␣red»);
+    Token Recycling's draft was accepted where RECAP's was not at «␣circle».
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ def story_line(
     texts = [t for s in base for t in s.new_texts]
     counted = [i for i, flag in enumerate(flags[: len(ref_tokens)]) if flag and i > 0]
     head = (
-        f"{len(counted)} of {len(ref_tokens)} tokens depend on the image (the greedy token changes "
-        f"when the image is replaced by {replaced_by})."
+        f"{len(counted)} of the {max(0, len(ref_tokens) - 1)} tokens after the first depend on the image "
+        f"(the greedy token changes when the image is replaced by {replaced_by})."
     )
     if not counted:
         return head + " So no drafter can be told apart by the image here: try another example."

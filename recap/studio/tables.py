@@ -14,8 +14,8 @@ from recap.trace import StepRecord
 STEP_TABLE_HEADERS = ["quantity", "value"]
 SENSITIVITY_HEADERS = [
     "method",
-    "accepted drafts at image-sensitive",
-    "accepted drafts at insensitive",
+    "accepted drafts at image-sensitive tokens",
+    "accepted drafts at insensitive tokens",
     "a memory held it (image-sensitive; of them from this image)",
     "image-sensitive, accepted / reached: at a pass's first draft · deeper in the tree",
 ]
