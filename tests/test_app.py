@@ -9,6 +9,7 @@ in-process tiny LLaVA, and driven through `gradio_client` like an API user, or t
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -629,6 +630,11 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
     sens_rows = sens_table["data"] if isinstance(sens_table, dict) else sens_table
     assert len(sens_rows) == len(compared)
     held = {row[0]: row[3] for row in sens_rows}  # the compared runs' coverage, where the method has one
+    # the line counts what the table divides: the tokens after the first (the prefill's)
+    counts = re.match(r"(\d+) of the (\d+) tokens after the first", sens_status)
+    sensitive, after_first = int(counts[1]), int(counts[2])
+    ar = next(row for row in sens_rows if row[0] == "Autoregressive")
+    assert f"/{sensitive} (" in ar[1] and ar[1].startswith("0/") and f"/{after_first - sensitive} (" in ar[2]
     assert held["Autoregressive"] == "-" and held["Prompt lookup"] == "-"
     assert "from this image" in held["RECAP"] and "from this image" in held["Token Recycling"]
 
