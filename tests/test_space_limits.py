@@ -702,3 +702,22 @@ def test_a_long_value_echoed_in_a_message_keeps_its_closing_quote():
     assert shown("x" * 100) == repr("x" * 37 + "…") and len(shown("x" * 100)) == 40
     assert shown("/srv/models/a-very-long-model-folder-name/weights").endswith("…'")
     assert shown("short") == "'short'" and shown(list(range(50))).endswith("…")  # not a string: cut as before
+
+
+@pytest.mark.parametrize(
+    ("message", "shown"),
+    [
+        ("unknown model 'x': choose one from the list", "Unknown model 'x': choose one from the list."),
+        ("Run a generation (or replay one) first.", "Run a generation (or replay one) first."),
+        ("k must be at most 16", "k must be at most 16."),  # a one-letter name keeps its case
+        ("the prompt is empty: type a question", "The prompt is empty: type a question."),
+        ("cannot read /srv/app/uploads/x.png", "Cannot read …/x.png."),  # and no server path
+        ("a <b>tag</b>", "A &lt;b&gt;tag&lt;/b&gt;."),
+        ("   ", "Something went wrong."),
+    ],
+)
+def test_every_refusal_reads_as_one_sentence(message, shown):
+    # refusals come from many checks, some lower-case fragments: a visitor reads them all alike
+    from recap.studio.validation import toast_text
+
+    assert toast_text(message) == shown

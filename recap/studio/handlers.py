@@ -334,7 +334,7 @@ def wire_reset(studio: Studio, ui: dict, session) -> None:
             try:
                 model_id = validation.check_model(model_id, studio.models)
             except ValueError as error:
-                raise refusal(f"{str(error)[0].upper()}{str(error)[1:]}.") from None
+                raise refusal(str(error)) from None
             if not isinstance(scope, str) or scope not in studio.scopes:
                 raise refusal(f"Unknown memory scope {shown(scope)}: choose one from the list.")
             memories = memories if isinstance(memories, dict) else {}

@@ -78,10 +78,20 @@ def without_paths(message: str) -> str:
     return _SERVER_PATH.sub(lambda m: "…/" + re.split(r"[/\\]", m.group(0).rstrip("/\\"))[-1], message)
 
 
+def sentence(message: str) -> str:
+    """``message`` as a sentence: its first letter capitalised (not a one-letter name: "k must be …"),
+    a full stop at its end where it has none."""
+    message = message.strip()
+    first = message.split(" ", 1)[0]
+    if (len(first) > 1 or first == "a") and first[0].islower():
+        message = message[0].upper() + message[1:]
+    return message if not message or message[-1] in ".!?…" else message + "."
+
+
 def toast_text(message: str) -> str:
-    """``message`` as a toast shows it: without server paths, and HTML-escaped, because gradio renders
-    toasts (errors and warnings) as HTML and messages echo values that visitors sent."""
-    return html.escape(without_paths(message.strip()) or "Something went wrong.", quote=False)
+    """``message`` as a toast shows it: a `sentence`, without server paths, and HTML-escaped, because
+    gradio renders toasts (errors and warnings) as HTML and messages echo values that visitors sent."""
+    return html.escape(sentence(without_paths(message)) or "Something went wrong.", quote=False)
 
 
 def refusal(message: str) -> gr.Error:
