@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 
 from recap.studio import exports as exports_module
-from recap.studio import handlers, layout
+from recap.studio import handlers, layout, traces
 from recap.studio.bodylimit import BodyLimit
 from recap.studio.compare import wire_compare
 from recap.studio.environment import (
@@ -204,12 +204,12 @@ def build_demo(
         handlers.wire_memory_view(studio, ui, session, demo)
         layout.blank_seed(demo, ui)
         wire_examples(ui)  # the examples follow the chosen model
-        handlers.wire_download(ui, run_state, exports)
-        handlers.wire_replay(studio, ui, run_state)
+        traces.wire_download(ui, run_state, exports)
+        traces.wire_replay(studio, ui, run_state)
         handlers.wire_image_check(studio, ui)
         wire_compare(studio, ui, cmp, setting_inputs, compare_state)
         wire_sensitivity(studio, ui, sens, run_state, compare_state)
-        demo.unload(handlers.forget_exports(exports))
+        demo.unload(traces.forget_exports(exports))
     # Compare's handler takes the settings as *values: its API parameters are named here, as /run's
     name_parameters(demo, "compare", ["image", "prompt", *setting_names(), "budgets"])
     studio.sessions.attach(demo, session)  # (the sessions' budget: `recap.studio.sessions`)

@@ -1,0 +1,105 @@
+"""The Run tab's traces: Download writes the last run's trace for the browser to fetch, and a trace file
+dropped on *Replay a run* fills the answer and the step panel again, with no model (`recap.trace`,
+`recap.studio.exports`). Wired like `recap.studio.handlers`' events, whose panels they fill."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gradio as gr
+
+from recap.studio import render
+from recap.studio.environment import REPLAY_CONCURRENCY
+from recap.studio.exports import TraceExports, read_trace
+from recap.studio.handlers import NO_RUN_YET, RESULT_OUTPUTS, panels
+from recap.studio.serving import Studio
+from recap.studio.sessions import release_memory
+from recap.studio.validation import markdown_text, refusal
+from recap.trace import RunTrace
+
+#: Run in the browser after the Download click's handler: fetch the file it wrote, as a download.
+_DOWNLOAD_JS = """
+(file) => {
+  if (file && file.url) {
+    const link = document.createElement("a");
+    link.href = file.url;
+    link.download = file.orig_name || "recap-run.json";
+    document.body.appendChild(link);
+    link.click();
+    link.remove();
+  }
+  return [];
+}
+"""
+
+
+def wire_download(ui: dict, run_state, exports: TraceExports) -> None:
+    # Holds the session's id after a download; gradio deletes it max_age_s after the last one
+    # and calls back, so the exports of a session that never closes a tab (an API client) go too.
+    owner = gr.State(None, time_to_live=exports.max_age_s, delete_callback=exports.remove_session)
+
+    def download(state, request: gr.Request):
+        """Write the last run's trace for this session (it is removed when the session ends)."""
+        if not isinstance(state, dict) or not state["trace"].steps:
+            raise refusal(NO_RUN_YET)
+        session = request.session_hash or "no-session"
+        return str(exports.write(session, state["trace"])), session
+
+    ui["download"].click(download, [run_state], [ui["download_file"], owner], api_name="download").then(
+        None, [ui["download_file"]], None, js=_DOWNLOAD_JS
+    )
+
+
+def forget_exports(exports: TraceExports) -> Callable[[gr.Request], None]:
+    def forget(request: gr.Request) -> None:
+        """The tab closed: its downloaded traces (they hold its prompts) go now."""
+        if request is not None and request.session_hash:
+            exports.remove(request.session_hash)
+
+    return forget
+
+
+def replay_status(trace: RunTrace) -> str:
+    """The status line of a replayed trace (its method and model are the uploader's text: escaped)."""
+    method = render.method_label(str(trace.settings.get("method", "?")))
+    model = trace.settings.get("model", "?")
+    return (
+        f"Replaying a recorded {markdown_text(method, 40)} run of {markdown_text(model)} "
+        f"({len(trace.steps)} steps): scrub the steps on the right."
+    )
+
+
+def wire_replay(studio: Studio, ui: dict, run_state) -> None:
+    def replay(path, request: gr.Request = None):
+        """Show a downloaded run (its JSON trace) without a model: the answer, stats and last step."""
+        if not path:
+            return {run_state: gr.skip()}
+        try:
+            trace = read_trace(path)
+        except ValueError as error:
+            raise refusal(f"Cannot replay this file: {error}") from None
+        finally:
+            release_memory()  # what parsing allocated goes back to the system, refused or not
+        prompt = str(trace.settings.get("prompt", ""))
+        studio.sessions.sweep(request.session_hash if request is not None else None)
+        return {
+            **panels(ui, trace.steps, scrubbable=True),
+            ui["status"]: replay_status(trace),
+            run_state: {"trace": trace, "image": None, "prompt": prompt, "model": None},
+            # the trace holds no pixels: clear the image so it does not pose as the replayed run's input
+            ui["image"]: None,
+            ui["prompt"]: prompt,
+        }
+
+    names = (*RESULT_OUTPUTS, "image", "prompt", "words")
+    ui["replay"].upload(
+        replay,
+        [ui["replay"]],
+        [*(ui[n] for n in names), run_state],
+        api_name="replay",
+        show_progress="hidden",
+        concurrency_limit=REPLAY_CONCURRENCY,
+        concurrency_id="replay",
+    ).failure(  # a refused file leaves the box, so that the next one can be dropped at once
+        lambda: None, None, [ui["replay"]], api_visibility="private", show_progress="hidden", queue=False
+    )
