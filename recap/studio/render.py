@@ -231,7 +231,7 @@ def passes_figure(steps: Sequence[StepRecord]) -> go.Figure:
         barmode="stack",
         height=230,
         margin={"l": 48, "r": 10, "t": 40, "b": 30},  # (the top clear of the plot's label badge)
-        xaxis_title="step",
+        xaxis_title="step (colours: the answer's legend)",
         # the sources' colours are the answer's, whose legend sits above: no legend of its own; a little
         # room above the tallest bar, so that its tick's label is not cut by the plot's top edge
         yaxis={**ticks, "range": [0, max(tallest, 1) * 1.08], "title": TOKENS_TITLE},
