@@ -694,6 +694,10 @@ def test_stop_says_the_memories_learnt_what_a_delayed_display_had_not_shown(dela
     status = stopped_status(delay_ms)
     assert status.startswith("Stopped: the answer so far is kept; press Run to start again.")
     assert ("the memories learnt from every token it decoded, shown or not" in status) is ahead
+    # a method without memories learnt nothing (nor does a hostile method value claim it did)
+    for method in ("ar", "pld", "<b>nope</b>", None):
+        assert "memories learnt" not in stopped_status(delay_ms, method)
+    assert ("memories learnt" in stopped_status(delay_ms, "tr")) is ahead
 
 
 def test_a_long_value_echoed_in_a_message_keeps_its_closing_quote():

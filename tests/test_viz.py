@@ -125,7 +125,7 @@ def test_tree_columns_ask_for_room_and_end_at_the_deepest_label():
     chain = [_node(i, i - 1, 1, "a", i + 1, ["ctx3"], {"ctx3": 0.5}, False) for i in range(12)]
     deep = figures.tree_figure(StepRecord(1, 4, "recap", nodes=chain))
     shallow = figures.tree_figure(StepRecord(1, 4, "recap", nodes=chain[:2]))
-    # the script (assets/static/studio.js) gives the plot this width: ~48 px a column, so 13 columns
+    # the script (assets/static/studio.js) gives the plot this width: ~47 px a column, so 13 columns
     # are wider than a phone's panel and 3 are not
     assert shallow.layout.meta["min_width"] < 330 < deep.layout.meta["min_width"]
     assert deep.layout.xaxis.range[1] < 12.9
@@ -453,3 +453,16 @@ def test_the_about_tab_names_every_source_as_the_legend_does():
     labels = [label for source, label in render.SOURCE_LABELS.items() if source != "unknown"]
     missing = [label for label in labels if label not in about]
     assert not missing, f"the About tab does not name these legend entries: {missing}"
+
+
+def test_a_replay_names_an_offered_model_as_the_page_does():
+    from recap.studio.environment import EMBEDDED_V2_ID, model_label
+    from recap.studio.traces import replay_status
+    from recap.studio.validation import markdown_text
+    from recap.trace import RunTrace
+
+    trace = RunTrace(settings={"model": EMBEDDED_V2_ID, "method": "pld"}, steps=_steps())
+    shown = markdown_text(model_label(EMBEDDED_V2_ID))  # (the status is Markdown: escaped)
+    assert replay_status(trace).startswith(f"Replaying a recorded Prompt lookup run of {shown} (")
+    other = RunTrace(settings={"model": "someone/else", "method": "tr"}, steps=_steps())
+    assert f"run of {markdown_text('someone/else')} (" in replay_status(other)  # not offered: its id

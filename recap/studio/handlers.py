@@ -287,7 +287,8 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
     # the status after the cancel: set at once, an update of the run still in flight could overwrite it
     stopped = ui["stop"].click(None, None, None, cancels=[event], queue=False, api_visibility="private")
     stopped.then(
-        validation.stopped_status, [ui["delay_ms"]], ui["status"], queue=False, api_visibility="private"
+        validation.stopped_status, [ui["delay_ms"], ui["method"]], ui["status"], queue=False,
+        api_visibility="private",
     )
 
 

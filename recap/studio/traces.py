@@ -9,7 +9,7 @@ from collections.abc import Callable
 import gradio as gr
 
 from recap.studio import render
-from recap.studio.environment import REPLAY_CONCURRENCY
+from recap.studio.environment import REPLAY_CONCURRENCY, model_label
 from recap.studio.exports import TraceExports, read_trace
 from recap.studio.handlers import NO_RUN_YET, RESULT_OUTPUTS, panels
 from recap.studio.serving import Studio
@@ -62,7 +62,7 @@ def forget_exports(exports: TraceExports) -> Callable[[gr.Request], None]:
 def replay_status(trace: RunTrace) -> str:
     """The status line of a replayed trace (its method and model are the uploader's text: escaped)."""
     method = render.method_label(str(trace.settings.get("method", "?")))
-    model = trace.settings.get("model", "?")
+    model = model_label(str(trace.settings.get("model", "?")))  # (an offered model by its shown name)
     return (
         f"Replaying a recorded {markdown_text(method, 40)} run of {markdown_text(model)} "
         f"({len(trace.steps)} steps): scrub the steps on the right."

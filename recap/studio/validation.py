@@ -19,6 +19,7 @@ from pathlib import Path
 import gradio as gr
 from PIL import Image
 
+from recap.drafters import shared_state
 from recap.drafters.recap.config import RecapConfig
 from recap.inputs import (
     MAX_IMAGE_PIXELS,
@@ -99,7 +100,7 @@ def refusal(message: str) -> gr.Error:
 
     A refusal is the studio answering a request, not a fault: it is logged as one line (``refused:
     ...``), and gradio is told not to print its traceback."""
-    log.info("refused: %s", " ".join(without_paths(message).split())[:300])
+    log.info("refused: %s", " ".join(sentence(without_paths(message)).split())[:300])
     return gr.Error(toast_text(message), print_exception=False)
 
 
@@ -209,11 +210,12 @@ def display_delay_s(value: object) -> float:
     return check_number("display delay (ms)", value, *DELAY_MS_RANGE) / 1000.0
 
 
-def stopped_status(delay_ms: object) -> str:
-    """The status after Stop. With a display delay the decoding runs ahead of what is shown, and the
-    memories learn from every token decoded, shown or not: the status says so (a bad value: no delay)."""
+def stopped_status(delay_ms: object, method: object = "recap") -> str:
+    """The status after Stop. With a display delay the decoding runs ahead of what is shown, and a
+    method with memories (RECAP's, TR's matrix, SuffixDecoding's tree) learns from every token decoded,
+    shown or not: the status says so (a bad delay: none; a bad method: one without memories)."""
     try:
-        paced = display_delay_s(delay_ms) > 0
+        paced = display_delay_s(delay_ms) > 0 and bool(shared_state(str(method)) - {"cost_model"})
     except ValueError:
         paced = False
     ahead = (
