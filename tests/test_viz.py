@@ -97,6 +97,9 @@ def test_tree_figure_highlights_the_accepted_path_and_the_bonus_token():
     whole = figures.tree_figure(step)
     assert whole.layout.xaxis.range[1] >= _trace(whole, "bonus").x[0] + 0.9
     assert _trace(whole, "bonus").y[0] == _trace(whole, "accepted path").y[-2]  # on b's row: nothing there
+    # lines first, markers over them: no edge is drawn over the root's or a node's marker
+    names = [t.name for t in figure.data]
+    assert names.index("bonus edge") < names.index("root") and names[:2] == ["edges", "accepted path"]
     accepted_sizes = [
         s for t in _node_traces(figure) for s, n in zip(t.marker.size, t.customdata) if n in (0, 1)
     ]
@@ -142,6 +145,8 @@ def test_punctuation_labels_in_the_tree_are_not_specks():
         for n, t in zip(tr.customdata, tr.text)
     }
     assert labels[2] == "«.»" and labels[3] == "␣b." and labels[0] == "a"
+    step.nodes[2].text = "\n"
+    assert "«↵»" in [t for tr in _node_traces(figures.tree_figure(step)) for t in tr.text]
     assert _trace(figures.tree_figure(step, root_text=":"), "root").text == ("«:»",)
 
 

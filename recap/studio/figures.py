@@ -75,7 +75,8 @@ def _label(text: str) -> str:
     """A token's label in the tree: punctuation alone («.», «:», «↵») between guillemets, where a bare
     dot or colon would be a speck beside its node."""
     label = plot_text(text)
-    return f"«{label}»" if text.strip() and not any(c.isalnum() for c in text) and len(text) <= 3 else label
+    bare = (text.strip() or "\n" in text) and not any(c.isalnum() for c in text) and len(text) <= 3
+    return f"«{label}»" if bare else label
 
 
 def _node_hover(node: NodeRecord) -> str:
@@ -131,6 +132,9 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
         figure.add_scatter(**_node_trace(source, nodes, places))
         figure.add_scatter(**_legend_entry(source))
     bonus = _add_bonus(figure, step, places, root)
+    # every line under every marker: the bonus's dotted edge starts at its anchor's centre (the root's too)
+    lines = ("edges", "accepted path", "bonus edge")
+    figure.data = tuple(sorted(figure.data, key=lambda trace: trace.name not in lines))
     deepest = max((places[n.id].x for n in step.nodes), default=0)
     # half a column for the deepest labels (centred on their nodes), more for the bonus's (right of it)
     right = max(deepest + 0.6, bonus.x + 0.9 if bonus is not None else 0)
