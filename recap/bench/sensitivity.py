@@ -29,6 +29,11 @@ def sensitive_flags(
     return [int(g) != int(a) for g, a in zip(greedy, answer)]
 
 
+def token_ids(steps: Sequence[StepRecord]) -> list[int]:
+    """Every generated token, in order (the answer's ids)."""
+    return [token for step in steps for token in step.new_tokens]
+
+
 def token_sources(steps: Sequence[StepRecord]) -> list[str]:
     """The source of every generated token, in order (``target`` = produced by the target itself)."""
     return [source for step in steps for source in step.new_sources]

@@ -43,7 +43,7 @@ import gradio as gr
 import torch
 
 from recap.bench.coverage import CoverageProbe
-from recap.bench.sensitivity import sensitive_flags
+from recap.bench.sensitivity import sensitive_flags, token_ids
 from recap.drafters import is_recap_method, shared_state
 from recap.drafters.suffix_decoding import SuffixConfig
 from recap.embedded import embedded_world
@@ -340,7 +340,7 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
 def done_status(runs: dict[str, list[StepRecord]], how: str) -> str:
     """The status after a comparison: one line on the answers, then what was timed and how the methods
     were warmed, folded (a phone showed about 290 words before the table)."""
-    answers = {m: [t for s in steps for t in s.new_tokens] for m, steps in runs.items()}
+    answers = {m: token_ids(steps) for m, steps in runs.items()}
     differ = [render.method_label(m) for m, a in answers.items() if a != answers.get("ar", a)]
     head = "Done: every method's answer is identical to AR's; the table compares their passes and times."
     if differ:  # (greedy float32 never differs; lower precisions can, at near ties)
@@ -362,6 +362,6 @@ def _image_dependent(studio: Studio, runtime, model: str, runs: dict, images: li
     """The reference answer's image-dependent tokens (one pass with a blank image), None without an image."""
     if not images:
         return None
-    answer = [t for s in runs["ar"] for t in s.new_tokens]
+    answer = token_ids(runs["ar"])
     with studio.cache.pass_lock(model):
         return sensitive_flags(runtime.target, [other_image(BLANK_IMAGE, images[0])], prompt, answer)

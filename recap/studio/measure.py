@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from recap.bench.coverage import at_depths, deep_share
+from recap.bench.sensitivity import token_ids
 from recap.models.cost import CostModel, load_curve, projected_seconds
 from recap.studio.environment import EMBEDDED_FOLDERS
 from recap.studio.render import method_label
@@ -158,7 +159,7 @@ def rows(
     """One row per method (under `HEADERS`): ``runs`` (one run per method: the repeats' trees are the
     same), ``times`` (each repeat's `pass_seconds`)."""
     best = {m: fastest_total(t) for m, t in times.items() if t}
-    ref_tokens = _tokens(runs[reference]) if reference in runs else None
+    ref_tokens = token_ids(runs[reference]) if reference in runs else None
     ref_projected = projected(runs[reference], projection) if projection and reference in runs else None
     table = []
     for method, steps in runs.items():
@@ -173,7 +174,7 @@ def rows(
         if projection is not None:
             seconds_there = projected(steps, projection)
             gpu = f"{seconds_there:.3f} s ({ref_projected / seconds_there:.2f}x)" if seconds_there else "-"
-        identical = "-" if ref_tokens is None else ("yes" if _tokens(steps) == ref_tokens else "NO")
+        identical = "-" if ref_tokens is None else ("yes" if token_ids(steps) == ref_tokens else "NO")
         table.append(
             [
                 method_label(method),
@@ -188,10 +189,6 @@ def rows(
             ]
         )
     return table
-
-
-def _tokens(steps: Sequence[StepRecord]) -> list[int]:
-    return [t for s in steps for t in s.new_tokens]
 
 
 def timing_note(

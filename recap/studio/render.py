@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from recap.bench.sensitivity import token_sources
+from recap.bench.sensitivity import token_ids, token_sources
 from recap.studio.explain import explain_step
 from recap.trace import StepRecord, summarize
 from recap.tree import SOURCE_TABLE
@@ -289,10 +289,6 @@ def _draws_html(step: StepRecord, token_text: Mapping[int, str] | None) -> str:
 
 
 # ------------------------------------------------------------------------------------- compare
-def _tokens(steps: Sequence[StepRecord]) -> list[int]:
-    return [t for s in steps for t in s.new_tokens]
-
-
 _DEPENDS = ' class="recap-strip-depends"'
 
 
@@ -313,7 +309,7 @@ def compare_strip_html(
         )
     base = reference if reference in runs else next(iter(runs))
     texts = [t for s in runs[base] for t in s.new_texts][:limit]
-    ref_tokens = _tokens(runs[base])
+    ref_tokens = token_ids(runs[base])
     flags = [False, *list(flags or ())[1 : len(texts)]]  # the first token is never counted (the story's)
     flags += [False] * (len(texts) - len(flags))
     head = "".join(
@@ -323,7 +319,7 @@ def compare_strip_html(
     )
     rows = [f'<tr><th class="recap-strip-method">token</th>{head}</tr>']
     for method, steps in runs.items():
-        tokens, sources = _tokens(steps), token_sources(steps)
+        tokens, sources = token_ids(steps), token_sources(steps)
         cells = []
         for i in range(len(texts)):
             if i >= len(tokens) or tokens[i] != ref_tokens[i]:

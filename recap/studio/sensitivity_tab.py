@@ -13,7 +13,7 @@ import asyncio
 
 import gradio as gr
 
-from recap.bench.sensitivity import mark_steps, sensitive_flags
+from recap.bench.sensitivity import mark_steps, sensitive_flags, token_ids
 from recap.studio import render, tables
 from recap.studio.examples import check_other_image, other_image
 from recap.studio.serving import Studio
@@ -51,7 +51,7 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
         if image is None:
             raise refusal("The run had no image, so nothing can depend on it.")
         reference = next(iter(runs.values()))
-        answer = [t for s in reference for t in s.new_tokens]
+        answer = token_ids(reference)
 
         def work(job):
             replacement = other_image(choice, image, model_id)

@@ -24,7 +24,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
 
-from recap.bench.sensitivity import common_prefix, split_against_reference, token_sources
+from recap.bench.sensitivity import common_prefix, split_against_reference, token_ids, token_sources
 from recap.studio.explain import quote
 from recap.trace import StepRecord
 
@@ -63,10 +63,6 @@ def token_drafts(steps: Sequence[StepRecord]) -> list[TokenDraft]:
     return drafts
 
 
-def _tokens(steps: Sequence[StepRecord]) -> list[int]:
-    return [t for s in steps for t in s.new_tokens]
-
-
 def story_line(
     runs: Mapping[str, Sequence[StepRecord]],
     flags: Sequence[bool],
@@ -79,7 +75,7 @@ def story_line(
     ``labels``: display names of the methods; ``coverage``: per method, what its memories held at each
     token (`recap.bench.coverage.PositionCoverage`, None for the first), for the methods that say."""
     base = runs[reference] if reference in runs else next(iter(runs.values()))
-    ref_tokens = _tokens(base)
+    ref_tokens = token_ids(base)
     texts = [t for s in base for t in s.new_texts]
     counted = [i for i, flag in enumerate(flags[: len(ref_tokens)]) if flag and i > 0]
     head = (
@@ -92,7 +88,7 @@ def story_line(
     for method, steps in runs.items():
         if method == reference:
             continue
-        tokens, drafts = _tokens(steps), token_drafts(steps)
+        tokens, drafts = token_ids(steps), token_drafts(steps)
         split = split_against_reference(tokens, token_sources(steps), ref_tokens, flags)
         agree = common_prefix(tokens, ref_tokens)
         drafted = sum(1 for i in counted if i < agree and drafts[i].outcome != "none")
@@ -130,7 +126,7 @@ def _depths(tr, recap, ref_tokens, counted, labels) -> str:
     """Where each method met the image-dependent tokens, and how many it accepted there."""
     split = {}
     for method, steps in (("tr", tr), ("recap", recap)):
-        agree = common_prefix(_tokens(steps), ref_tokens)
+        agree = common_prefix(token_ids(steps), ref_tokens)
         split[method] = accepted_by_depth(steps, [i for i in counted if i < agree])
     tr_name, recap_name = labels.get("tr", "tr"), labels.get("recap", "recap")
     (tr_first, tr_deeper), (recap_first, recap_deeper) = split["tr"], split["recap"]
@@ -152,7 +148,7 @@ def _held(runs, coverage, ref_tokens, counted, labels) -> str:
     them were first mentions (the two tokens before never committed earlier in the answer)."""
     parts, first = [], None
     for method, positions in coverage.items():
-        agree = common_prefix(_tokens(runs[method]), ref_tokens)
+        agree = common_prefix(token_ids(runs[method]), ref_tokens)
         here = [positions[i] for i in counted if i < min(agree, len(positions)) and positions[i] is not None]
         if not here:
             continue
@@ -190,7 +186,7 @@ def _contrast(tr, recap, ref_tokens, texts, counted, labels) -> str:
     (rejected, or nothing drafted), and which of RECAP's came from its contextual memories: the two
     lists differ by the difference of the counts."""
     tr_drafts, recap_drafts = token_drafts(tr), token_drafts(recap)
-    agree = min(common_prefix(_tokens(tr), ref_tokens), common_prefix(_tokens(recap), ref_tokens))
+    agree = min(common_prefix(token_ids(tr), ref_tokens), common_prefix(token_ids(recap), ref_tokens))
     here = [i for i in counted if i < agree]
     won = [i for i in here if recap_drafts[i].outcome == "accepted" and tr_drafts[i].outcome != "accepted"]
     lost = [i for i in here if tr_drafts[i].outcome == "accepted" and recap_drafts[i].outcome != "accepted"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from recap.bench.sensitivity import common_prefix, split_against_reference, token_sources
+from recap.bench.sensitivity import common_prefix, split_against_reference, token_ids, token_sources
 from recap.studio.render import method_label
 from recap.studio.story import accepted_by_depth
 from recap.trace import StepRecord
@@ -58,10 +58,10 @@ def sensitivity_rows(
     """
     if not runs:
         return []
-    reference = [t for s in next(iter(runs.values())) for t in s.new_tokens]
+    reference = token_ids(next(iter(runs.values())))
     rows = []
     for method, steps in runs.items():
-        tokens = [t for s in steps for t in s.new_tokens]
+        tokens = token_ids(steps)
         split = split_against_reference(tokens, token_sources(steps), reference, flags)
         rows.append(
             [
