@@ -6,7 +6,7 @@
 # Its build requirements go into this Python first (no build isolation: pip's isolated build
 # environment lacks them), and this Python's bin folder goes first on PATH, otherwise CMake finds
 # another Python without nanobind. Its setup.py imports torch (for a CMake path), so install torch
-# first, as for RECAP itself (`pip install torch==2.13.0` on a CPU machine). `--no-deps`: the suffix
+# first, as for RECAP itself (README: `pip install torch==2.13.0`). `--no-deps`: the suffix
 # tree needs none of the package's vLLM dependencies, only numpy.
 #
 # Usage (from anywhere): bash scripts/install_suffix.sh      PYTHON=/path/to/python to choose the Python.
