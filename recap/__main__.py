@@ -71,6 +71,8 @@ def _generate(args: argparse.Namespace) -> int:
     sampling = sampling_settings(args)
     images = [_image(path) for path in args.image]
     runtime = load_runtime(args)
+    if not images and runtime.target.family_spec.vision:
+        log.warning("no --image: this is a vision model, and it answers the prompt's text alone")
     problems: list[str] = []  # reported after the answer, with exit code 2
     memory_file = Path(args.memory) if args.memory else None
     save_memory = memory_file is not None and is_recap_method(args.method)

@@ -235,3 +235,18 @@ def test_a_prompt_over_the_models_positions_exits_2_with_both_numbers(capsys, mo
 def test_missing_model_directory(capsys):
     code, _, err = run(capsys, "--model", "./no/such/model", "--prompt", "hi")
     assert code == 2 and "model directory not found" in err
+
+
+def test_a_vision_model_without_an_image_answers_the_text_with_a_warning(
+    capsys, caplog, model_dir, image_file
+):
+    # `--image` may be omitted (a text prompt), but a vision model is then told so: the studio refuses it
+    with caplog.at_level(logging.WARNING):
+        code, out, _ = run(capsys, "--model", model_dir, "--prompt", "the cat is", "--max-new-tokens", 4)
+    assert code == 0 and out.strip()
+    assert any("no --image: this is a vision model" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        args = ("--model", model_dir, "--image", image_file, "--prompt", "the cat is", "--max-new-tokens", 4)
+        assert run(capsys, *args)[0] == 0
+    assert not any("no --image" in r.getMessage() for r in caplog.records)
