@@ -486,6 +486,7 @@ def test_cli_specbench_from_the_environment_on_a_saved_text_model(tmp_path, caps
     assert main(args) == 0
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     assert data["settings"]["data_file"] == "question.jsonl"  # the name only, never the machine path
+    assert data["settings"]["command"].endswith(" --data-file question.jsonl")  # read from RECAP_SPECBENCH
     assert str(questions) not in (tmp_path / "out" / "results.json").read_text()
     assert list(data["categories"]) == ["qa", "rag"] and data["methods"]["suffix"]["match_rate"] == 1.0
     assert "| suffix |" in capsys.readouterr().out

@@ -169,6 +169,8 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     data_file = args.data_file
     if data_file is None and args.dataset == "specbench":
         data_file = os.environ.get(SPECBENCH_ENV) or None
+        if data_file:  # recorded by its name (no machine path), as `data_file` below
+            command += " --data-file " + shlex.quote(Path(data_file).name)
     samples = load_dataset(args.dataset, args.limit, data_file=data_file)
     check_scene_world(args.dataset, image_size)  # v1 scenes for v2's model: refused
     curve = load_curve(args.cost_curve) if args.cost_curve is not None else None
