@@ -1,9 +1,9 @@
-"""Issue 26's attacks on a running studio, by hand: how long a visitor waits, what a replay costs, how
-the server's memory grows with sessions. Loopback only.
+"""A hostile stranger's attacks on a running studio, by hand: how long a visitor waits, what a replay
+costs, how the server's memory grows with sessions. Loopback only.
 
     GRADIO_SERVER_PORT=7961 RECAP_OFFLINE=1 python app.py &
     python -m scripts.space_attack delay --pid PID [--visitor-delay 60]
-    python -m scripts.space_attack replay --pid PID [--shape issue|strings|tokens|nodes | --file F]
+    python -m scripts.space_attack replay --pid PID [--shape largest|strings|tokens|nodes | --file F]
     python -m scripts.space_attack sessions --pid PID [-n 1000]
     RECAP_PROXY_HOPS=1 ... python app.py &   # (each client says its address in X-Forwarded-For)
     python -m scripts.space_attack crowd --pid PID [--seconds 110]
@@ -182,7 +182,7 @@ def crowd_attack(server: Server, seconds: float) -> None:
 
 
 def crafted(path: Path, shape: str) -> Path:
-    """A trace of ``shape``: the issue's (255 steps x 8192 tokens, 15.96 MiB), or one just within the
+    """A trace of ``shape``: ``largest`` (255 steps x 8192 tokens, 15.96 MiB), or one just within the
     limits of the kind that costs most (``strings``, ``tokens``, ``nodes``)."""
 
     def node(i, sources=("ctx3",)):
@@ -192,7 +192,7 @@ def crafted(path: Path, shape: str) -> Path:
     def step(i, **fields):
         return {"step": i, "committed_len": i, "method": "recap", **fields}
 
-    if shape == "issue":
+    if shape == "largest":
         tokens = {"new_tokens": [7] * 8192, "new_texts": [""] * 8192, "new_sources": [""] * 8192}
         steps = [step(i, **tokens) for i in range(255)]
     elif shape == "strings":
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default="http://127.0.0.1:7961/")
     parser.add_argument("--pid", type=int, required=True, help="the server's process id (for its RSS)")
     parser.add_argument("--visitor-delay", type=int, default=0, help="the visitor's display delay (ms)")
-    parser.add_argument("--shape", default="issue", choices=["issue", "strings", "tokens", "nodes"])
+    parser.add_argument("--shape", default="largest", choices=["largest", "strings", "tokens", "nodes"])
     parser.add_argument("--file", type=Path, default=None, help="replay this trace instead of a crafted one")
     parser.add_argument("-n", type=int, default=1000, help="sessions")
     parser.add_argument("--seconds", type=float, default=110.0, help="how long the crowd sends work")
