@@ -11,8 +11,9 @@ again from the model's starting memory, and its status and memory line say so (`
 `ClientLedger`, the studio's, drops first the sessions of the client (an address) that holds the most.
 
 The estimate counts the arrays of the memories, the images, and a measured cost per step, drafted
-node and token of a trace (`STEP_BYTES`, `NODE_BYTES`, ...), plus `SESSION_BYTES` for gradio's own copy
-of the page per session; SuffixDecoding's tree (C++) is counted as `SUFFIX_TREE_BYTES`.
+node and token of a trace (`STEP_BYTES`, `NODE_BYTES`, ...) with its texts and what its records hold
+beyond a drafter's few entries (a replayed trace's may hold thousands), plus `SESSION_BYTES` for
+gradio's own copy of the page per session; SuffixDecoding's tree (C++) is counted as `SUFFIX_TREE_BYTES`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ SESSION_BYTES = 200_000
 #: per sampling draw's tried pair (`tests/test_space_limits.py` checks that a recorded trace's estimate
 #: is not below what reading it allocates).
 STEP_BYTES, NODE_BYTES, TOKEN_BYTES, PAIR_BYTES = 1_200, 700, 150, 150
+#: And what a record holds beyond a drafter's few entries: per entry of a node's or a fused entry's
+#: ``sources`` and ``contributions`` past the first `BASE_ENTRIES` (a replayed trace may hold thousands,
+#: each a string of its own: ~56 MB in a trace within the limits), plus every text's own size.
+ENTRY_BYTES, BASE_ENTRIES = 70, 4
 #: SuffixDecoding's global tree lives in C++ and is not measured: this much is assumed.
 SUFFIX_TREE_BYTES = 4 << 20
 #: How many dropped sessions are remembered (to tell them on their next run), at ~100 bytes each.
@@ -104,7 +109,11 @@ def footprint(value: Any, seen: set[int] | None = None) -> int:
 def _step_bytes(step: StepRecord) -> int:
     pairs = sum(len(d.get("tried", ())) for d in step.draws) if step.draws else 0
     nodes = len(step.nodes) + len(step.fused_at_root) + (len(step.draws) if step.draws else 0)
-    return STEP_BYTES + NODE_BYTES * nodes + TOKEN_BYTES * len(step.new_tokens) + PAIR_BYTES * pairs
+    held = sum(map(sys.getsizeof, step.new_texts))
+    for record in (*step.nodes, *step.fused_at_root):  # (a sweep's nodes are bounded by the budget)
+        entries = len(getattr(record, "sources", ())) + len(record.contributions)
+        held += ENTRY_BYTES * max(0, entries - BASE_ENTRIES) + sys.getsizeof(record.text)
+    return STEP_BYTES + NODE_BYTES * nodes + TOKEN_BYTES * len(step.new_tokens) + PAIR_BYTES * pairs + held
 
 
 class SessionLedger:
