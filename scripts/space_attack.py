@@ -4,6 +4,7 @@ costs, how the server's memory grows with sessions. Loopback only.
     GRADIO_SERVER_PORT=7961 RECAP_OFFLINE=1 python app.py &
     python -m scripts.space_attack delay --pid PID [--visitor-delay 60]
     python -m scripts.space_attack replay --pid PID [--shape largest|strings|tokens|nodes | --file F]
+        [--times N]
     python -m scripts.space_attack sessions --pid PID [-n 1000]
     RECAP_PROXY_HOPS=1 ... python app.py &   # (each client says its address in X-Forwarded-For)
     python -m scripts.space_attack crowd --pid PID [--seconds 110]
@@ -207,7 +208,7 @@ def crafted(path: Path, shape: str) -> Path:
     return path
 
 
-def replay_attack(server: Server, path: Path) -> None:
+def replay_attack(server: Server, path: Path, times: int = 1) -> None:
     print(f"trace: {path.stat().st_size / 2**20:.2f} MiB")
     file = server.upload(path)
     before, peak, done = server.rss_mb(), [0.0], threading.Event()
@@ -225,6 +226,14 @@ def replay_attack(server: Server, path: Path) -> None:
         f"replay: {seconds:.1f} s, {kind}, answer {size / 1e6:.1f} MB; RSS {before:.0f} MB, "
         f"peak +{max(peak[0] - before, 0):.0f} MB, 2 s later {server.rss_mb() - before:+.0f} MB"
     )
+    kinds: dict[str, int] = {}
+    for i in range(1, times):  # more replays, one after the other, each in a session of its own
+        kind = server.call("replay", [file])[1]
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if (i + 1) % 25 == 0:
+            print(f"{i + 1} replays: RSS {server.rss_mb() - before:+.0f} MB", flush=True)
+    if times > 1:
+        print(f"{times} replays in {times} sessions: RSS {server.rss_mb() - before:+.0f} MB {kinds}")
 
 
 def sessions_attack(server: Server, n: int) -> None:
@@ -259,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", default="largest", choices=["largest", "strings", "tokens", "nodes"])
     parser.add_argument("--file", type=Path, default=None, help="replay this trace instead of a crafted one")
     parser.add_argument("-n", type=int, default=1000, help="sessions")
+    parser.add_argument("--times", type=int, default=1, help="replays, one after the other, a session each")
     parser.add_argument("--seconds", type=float, default=110.0, help="how long the crowd sends work")
     args = parser.parse_args(argv)
     server = Server(args.url, args.pid)
@@ -268,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         crowd_attack(server, args.seconds)
     elif args.attack == "replay":
         target = Path(tempfile.gettempdir()) / f"recap-crafted-{args.shape}.json"
-        replay_attack(server, args.file or crafted(target, args.shape))
+        replay_attack(server, args.file or crafted(target, args.shape), args.times)
     else:
         sessions_attack(server, args.n)
     return 0

@@ -76,6 +76,7 @@ def served(tmp_path_factory, own_gradio_folder):
     import app
 
     demo = app.build_demo(runtime_factory=_factory, models=[TINY, MISSING])
+    demo.studio.replays.share = None  # the hostile replays below come back to back from one client
     port = free_port()
     demo.queue().launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     folder = tmp_path_factory.mktemp("inputs")

@@ -130,9 +130,9 @@ def test_a_comparisons_work_gives_its_slot_to_another_clients_run_between_its_me
 
 
 def test_display_tickets_bound_paced_displays_in_all_and_per_client():
-    from recap.studio.slots import DisplayTickets
+    from recap.studio.slots import Tickets
 
-    tickets = DisplayTickets(3, per_client=2)
+    tickets = Tickets(3, per_client=2)
     assert tickets.take("A") and tickets.take("A")
     assert not tickets.take("A")  # A's share
     assert tickets.take("B")
@@ -146,7 +146,28 @@ def test_display_tickets_bound_paced_displays_in_all_and_per_client():
     with pytest.raises(RuntimeError, match="never taken"):
         tickets.give("A")
     with pytest.raises(ValueError):
-        DisplayTickets(0)
+        Tickets(0)
+
+
+def test_with_a_share_a_client_rests_after_its_work_in_proportion(monkeypatch):
+    # Replays: a client whose replay took 1 s to read may take no ticket for 3 s more (share 0.25),
+    # so that one client's replays back to back use at most a quarter of the server; others are free.
+    from recap.studio import slots
+
+    now = [100.0]
+    monkeypatch.setattr(slots.time, "monotonic", lambda: now[0])
+    tickets = slots.Tickets(2, per_client=1, share=0.25)
+    assert tickets.take("A")
+    tickets.give("A", seconds=1.0)
+    assert tickets.resting("A") == pytest.approx(3.0) and not tickets.take("A")
+    assert tickets.take("B")  # another client does not wait for A's rest
+    tickets.give("B", seconds=0.01)
+    now[0] += 2.9
+    assert not tickets.take("A")
+    now[0] += 0.2
+    assert tickets.resting("A") == 0 and tickets.take("A")
+    with pytest.raises(ValueError):
+        slots.Tickets(1, share=0)
 
 
 def test_the_per_client_cap_refuses_with_a_plain_message_and_is_released():
@@ -345,7 +366,7 @@ def test_gradios_thread_bound_is_above_everything_the_studio_lets_in(monkeypatch
     by_name = {fn.api_name: fn for fn in queued}
     for name in ("run", "compare", "sensitivity"):
         assert by_name[name].concurrency_limit is None, name
-    assert by_name["replay"].concurrency_limit == environment.REPLAY_CONCURRENCY
+    assert by_name["replay"].concurrency_limit == environment.REPLAY_EVENTS > environment.REPLAY_CONCURRENCY
     limited = {
         fn.concurrency_id: fn.concurrency_limit
         for fn in queued
@@ -354,7 +375,7 @@ def test_gradios_thread_bound_is_above_everything_the_studio_lets_in(monkeypatch
     assert len(limited) <= environment.OTHER_EVENT_GROUPS, limited
     assert all(limit in ("default", 3) for limit in limited.values()), limited
     line = 3 + 10
-    others = environment.REPLAY_CONCURRENCY + len(limited) * 3
+    others = environment.REPLAY_EVENTS + len(limited) * 3
     assert environment.launch_kwargs()["max_threads"] == environment.max_threads()
     assert environment.max_threads() >= line + environment.displays() + others
     tickets = demo.studio.displays

@@ -204,8 +204,15 @@ def proxy_hops() -> int:
     return _in_range("RECAP_PROXY_HOPS", raw, int, 0, MAX_PROXY_HOPS, "a whole number of proxies")
 
 
-#: Replays decoded at once (each is bounded by `recap.trace`'s limits: a few seconds, under 100 MB).
+#: Replays read at once (each is bounded by `recap.trace`'s limits: a few seconds, under 100 MB), at
+#: most one per client (`recap.studio.serving.Studio.replays`); more are refused.
 REPLAY_CONCURRENCY = 2
+#: The share of the server's time one client's replays may take back to back (a replay that took t s to
+#: read makes its client wait ``t / share - t`` s before the next; a usual trace reads in ~0.05 s).
+REPLAY_SHARE = 0.5
+#: The replay event's gradio concurrency: above `REPLAY_CONCURRENCY`, so that a flood of replays is
+#: answered (refused) at once instead of filling gradio's queue, which every visitor's events share.
+REPLAY_EVENTS = 4 * REPLAY_CONCURRENCY
 #: Queued events of the studio other than runs, comparisons, sensitivity passes and replays (scrub,
 #: the two resets, download, the image check, the held-out line, the tab's unload), each with gradio's
 #: default concurrency (`concurrency`); a margin over the 7 the page has (a test counts them).
@@ -229,11 +236,11 @@ def max_threads() -> int:
     - a run's paced display after its slot was freed: at most `displays`;
     - a request between its arrival and the line (its checks, a refusal), over in milliseconds: a
       margin of ``concurrency() + waiting()`` more;
-    - replays (`REPLAY_CONCURRENCY`) and the other queued events (`OTHER_EVENT_GROUPS`, each at most
-      `concurrency` at once).
+    - replays (`REPLAY_EVENTS`: those read and those being refused) and the other queued events
+      (`OTHER_EVENT_GROUPS`, each at most `concurrency` at once).
     """
     line = concurrency() + waiting()
-    return 2 * line + displays() + REPLAY_CONCURRENCY + OTHER_EVENT_GROUPS * concurrency()
+    return 2 * line + displays() + REPLAY_EVENTS + OTHER_EVENT_GROUPS * concurrency()
 
 
 def session_budget() -> tuple[int, int]:

@@ -40,6 +40,8 @@ from recap.runtime import Runtime
 from recap.sampling import GREEDY, SamplingSettings
 from recap.state import DrafterState
 from recap.studio.environment import (
+    REPLAY_CONCURRENCY,
+    REPLAY_SHARE,
     SESSION_SCOPE,
     MemoryPlan,
     concurrency,
@@ -53,7 +55,7 @@ from recap.studio.environment import (
 from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
 from recap.studio.line import Busy, DecodeSlots, client_key
 from recap.studio.sessions import ClientLedger
-from recap.studio.slots import Cancelled, DecodeJob, DisplayTickets, RenderBudget, SessionJobs, WaitingLine
+from recap.studio.slots import Cancelled, DecodeJob, RenderBudget, SessionJobs, Tickets, WaitingLine
 from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
 from recap.trace import StepRecord
 
@@ -257,7 +259,10 @@ class Studio:
         self.proxy_hops = proxy_hops()
         self.jobs = SessionJobs()
         # paced displays at once, in all and per client (a run's handler lives as long as its display)
-        self.displays = DisplayTickets(displays(), per_client())
+        self.displays = Tickets(displays(), per_client())
+        # replays read at once, one per client, a client's at most half of the time back to back: more
+        # are refused at once, never queued behind them
+        self.replays = Tickets(REPLAY_CONCURRENCY, 1, share=REPLAY_SHARE)
         self.updates = RenderBudget(DISPLAY_SHARE)
         budget, sessions = session_budget()
         # each session's client (the last that sent its decoding work), at most twice the sessions kept

@@ -6,9 +6,9 @@
   its own (`take`, `values`).
 - `SessionJobs`: a session has at most one job queued or running per event: a newer one replaces it
   (the older one stops at its next step and ends with a message saying so).
-- `DisplayTickets`: how many runs' displays are paced at once, in all and per client (a display lasts
+- `Tickets`: how many runs' displays are paced at once, in all and per client (a display lasts
   after its run's slot is free, so the line's own bounds do not count it); beyond, a run is shown as
-  it decodes.
+  it decodes. The same bound, without waiting, on the replays being read.
 - `RenderBudget`: the paced displays of every run in the process share a part of one CPU (each update
   renders plotly figures, tens of ms), so a crowd of slow displays cannot starve the decodes; a live
   display (no delay: it lasts while its run decodes in a slot) is bounded by the slots themselves.
@@ -203,21 +203,28 @@ class SessionJobs:
             return len(self._jobs)
 
 
-class DisplayTickets:
-    """At most ``total`` paced displays at once, at most ``per_client`` of them per client (None: no
-    such bound). `take` never waits: a run without a ticket is shown without the delay."""
+class Tickets:
+    """At most ``total`` of something at once, at most ``per_client`` of them per client (None: no
+    such bound): paced displays (a run without a ticket is shown without the delay) and replays being
+    read (a replay without one is refused). `take` never waits. With a ``share``, a client whose work
+    took ``t`` seconds rests ``t / share - t`` seconds before its next ticket (`give`'s ``seconds``), so
+    one client's work back to back uses at most that share of the server's time."""
 
-    def __init__(self, total: int, per_client: int | None = None) -> None:
-        if total < 1 or (per_client is not None and per_client < 1):
-            raise ValueError(f"need total >= 1 and per_client >= 1, got {total}, {per_client}")
-        self.total, self.per_client = total, per_client
+    def __init__(self, total: int, per_client: int | None = None, share: float | None = None) -> None:
+        bad_share = share is not None and not 0 < share <= 1
+        if total < 1 or (per_client is not None and per_client < 1) or bad_share:
+            raise ValueError(f"need total, per_client >= 1, 0 < share <= 1: {total}, {per_client}, {share}")
+        self.total, self.per_client, self.share = total, per_client, share
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}  # each client's tickets
+        self._rest: dict[str, float] = {}  # each resting client's time (monotonic) of its next ticket
 
     def take(self, client: str) -> bool:
         """A ticket for one of ``client``'s displays, if both bounds allow it (then `give` it back)."""
         with self._lock:
             held = self._held.get(client, 0)
+            if self._rest.get(client, 0.0) > time.monotonic():
+                return False
             if sum(self._held.values()) >= self.total:
                 return False
             if self.per_client is not None and held >= self.per_client:
@@ -225,8 +232,8 @@ class DisplayTickets:
             self._held[client] = held + 1
             return True
 
-    def give(self, client: str) -> None:
-        """``client``'s display has ended: its ticket goes back."""
+    def give(self, client: str, seconds: float = 0.0) -> None:
+        """``client``'s display has ended: its ticket goes back (after the rest its ``seconds`` earn)."""
         with self._lock:
             held = self._held.get(client, 0)
             if held <= 0:
@@ -235,6 +242,16 @@ class DisplayTickets:
                 del self._held[client]
             else:
                 self._held[client] = held - 1
+            if self.share is not None and seconds > 0:
+                now = time.monotonic()
+                if len(self._rest) > 10_000:  # forget the clients that rest no more
+                    self._rest = {c: t for c, t in self._rest.items() if t > now}
+                self._rest[client] = now + seconds * (1 / self.share - 1)
+
+    def resting(self, client: str) -> float:
+        """Seconds before ``client`` may take a ticket again after its last work (0: now)."""
+        with self._lock:
+            return max(0.0, self._rest.get(client, 0.0) - time.monotonic())
 
     def held(self, client: str | None = None) -> int:
         """Tickets held now: by ``client``, or in all."""

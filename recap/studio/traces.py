@@ -4,12 +4,14 @@ dropped on *Replay a run* fills the answer and the step panel again, with no mod
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 
 import gradio as gr
 
 from recap.studio import render
-from recap.studio.environment import REPLAY_CONCURRENCY, model_label
+from recap.studio.environment import REPLAY_CONCURRENCY, REPLAY_EVENTS, model_label
 from recap.studio.exports import TraceExports, read_trace
 from recap.studio.handlers import NO_RUN_YET, RESULT_OUTPUTS, panels
 from recap.studio.serving import Studio
@@ -69,17 +71,42 @@ def replay_status(trace: RunTrace) -> str:
     )
 
 
+#: A replay refused for want of a ticket (`Studio.replays`): every reader is busy, or this client's is.
+REPLAYS_BUSY = (
+    f"The studio is reading {REPLAY_CONCURRENCY} replays, as many as it reads at once: try again in a "
+    "few seconds."
+)
+REPLAY_HELD = "Your previous replay is still being read: wait for it to show before sending another."
+
+
+def _replay_refused(studio: Studio, client: str) -> str:
+    """Why ``client``'s replay gets no ticket: its previous one is being read, it rests after one, or
+    every reader is busy."""
+    if studio.replays.held(client):
+        return REPLAY_HELD
+    rest = studio.replays.resting(client)
+    if rest > 0:
+        return f"Your last replay took a while to read: wait {math.ceil(rest)} s before the next one."
+    return REPLAYS_BUSY
+
+
 def wire_replay(studio: Studio, ui: dict, run_state) -> None:
     def replay(path, request: gr.Request = None):
         """Show a downloaded run (its JSON trace) without a model: the answer, stats and last step."""
         if not path:
             return {run_state: gr.skip()}
+        client = studio.client(request)
+        if not studio.replays.take(client):
+            raise refusal(_replay_refused(studio, client))
+        start = time.monotonic()
         try:
             trace = read_trace(path)
         except ValueError as error:
             raise refusal(f"Cannot replay this file: {error}") from None
         finally:
+            reading = time.monotonic() - start
             release_memory()  # what parsing allocated goes back to the system, refused or not
+            studio.replays.give(client, reading)
         prompt = str(trace.settings.get("prompt", ""))
         studio.sessions.sweep(request.session_hash if request is not None else None)
         return {
@@ -98,7 +125,8 @@ def wire_replay(studio: Studio, ui: dict, run_state) -> None:
         [*(ui[n] for n in names), run_state],
         api_name="replay",
         show_progress="hidden",
-        concurrency_limit=REPLAY_CONCURRENCY,
+        # above the tickets, so that the replays refused are answered at once, not queued behind them
+        concurrency_limit=REPLAY_EVENTS,
         concurrency_id="replay",
     ).failure(  # a refused file leaves the box, so that the next one can be dropped at once
         lambda: None, None, [ui["replay"]], api_visibility="private", show_progress="hidden", queue=False

@@ -12,6 +12,7 @@ import dataclasses
 import html
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,9 +100,32 @@ def refusal(message: str) -> gr.Error:
     """The error a visitor sees for ``message`` (`toast_text`).
 
     A refusal is the studio answering a request, not a fault: it is logged as one line (``refused:
-    ...``), and gradio is told not to print its traceback."""
-    log.info("refused: %s", " ".join(sentence(without_paths(message)).split())[:300])
+    ...``; the same refusal again within `REFUSAL_LOG_S` is counted, not logged), and gradio is told
+    not to print its traceback."""
+    _log_refusal(" ".join(sentence(without_paths(message)).split())[:300])
     return gr.Error(toast_text(message), print_exception=False)
+
+
+#: The same refusal again within this many seconds of its last log line is counted, not logged (a
+#: client sending one refused request again and again would fill the log); the next line says how many.
+REFUSAL_LOG_S = 10.0
+_refusals: dict[str, tuple[float, int]] = {}  # text -> (time of its last line, refusals since, unlogged)
+_refusals_lock = threading.Lock()
+
+
+def _log_refusal(text: str) -> None:
+    now = time.monotonic()
+    with _refusals_lock:
+        last, unlogged = _refusals.get(text, (-REFUSAL_LOG_S, 0))
+        if now - last < REFUSAL_LOG_S:
+            _refusals[text] = (last, unlogged + 1)
+            return
+        if len(_refusals) > 1000:  # forget the refusals not seen lately
+            for old in [t for t, (when, _) in _refusals.items() if now - when >= REFUSAL_LOG_S]:
+                del _refusals[old]
+        _refusals[text] = (now, 0)
+    more = f" ({unlogged} more like it in the {now - last:.0f} s before, not logged)" if unlogged else ""
+    log.info("refused: %s%s", text, more)
 
 
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-%'-/:<-@\[-`{-~])")  # ASCII punctuation except & and ;
