@@ -259,8 +259,55 @@ def test_stop_during_a_delayed_display_leaves_the_stopped_status_and_no_error(st
         # (studio.js marks the page stopped, so that studio.css hides a badge the cancel may leave, until
         # the next Run: a refusal of that run keeps its badge)
         assert page.evaluate("document.body.dataset.recapStopped") == "1"
+        # the steps shown so far are kept as a run's: they scrub and download (both stayed locked)
+        slider = page.locator("#step-slider input[type=range]")
+        page.wait_for_function(
+            "!document.querySelector('#step-slider input[type=range]').disabled", timeout=SHOW_MS
+        )
+        shown = len(page.evaluate("[...document.querySelectorAll('#answer .token')].map(t => t.innerText)"))
+        assert 1 <= int(float(slider.get_attribute("max"))) <= shown
+        assert page.locator("#download").is_enabled()
+        delay.fill("0")
+        delay.press("Enter")
         page.click("#run-button")
         assert page.evaluate("document.body.dataset.recapStopped") is None
+        page.wait_for_function(
+            "document.querySelector('#status').innerText.startsWith('Done')", timeout=RUN_MS
+        )
+        # a Stop once the run has ended changes nothing (it said "Stopped" over a finished answer)
+        page.click("#stop-button")
+        page.wait_for_timeout(1500)
+        assert page.locator("#status").inner_text().startswith("Done:")
+        # a refused run: its toast says why; the status line keeps its words, under no "Error" badge
+        page.fill("#prompt textarea", "x" * 10_500)
+        page.click("#run-button")
+        page.wait_for_function("document.body.innerText.includes('The prompt is too long')", timeout=SHOW_MS)
+        status = page.locator("#status").inner_text()
+        assert status.startswith("Done:") and "Error" not in status, status
+
+
+def test_stop_cancels_a_comparison_and_a_later_one_runs(studio, tmp_path):
+    studio_url, _ = studio
+    with _page(studio_url, tmp_path) as page:
+        _open_tab(page, "Compare")
+        page.click("#compare-stop")  # nothing running: nothing changes
+        page.wait_for_timeout(1000)
+        assert "Stopped" not in page.locator("#compare-status").inner_text()
+        page.click("#compare-button")
+        page.wait_for_function(
+            "document.querySelector('#compare-status').innerText.includes('Warming up')", timeout=RUN_MS
+        )
+        page.click("#compare-stop")
+        page.wait_for_function(
+            "document.querySelector('#compare-status').innerText.startsWith('Stopped')", timeout=SHOW_MS
+        )
+        page.wait_for_timeout(2000)  # a late update of the cancelled comparison would land by now
+        status = page.locator("#compare-status").inner_text()
+        assert status.startswith("Stopped: the comparison was cancelled") and "Error" not in status, status
+        page.click("#compare-button")
+        page.wait_for_function(
+            "document.querySelector('#compare-status').innerText.includes('Done')", timeout=RUN_MS
+        )
 
 
 def test_a_sampled_run_shows_each_positions_draws(studio, tmp_path):

@@ -230,6 +230,9 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
             with studio.awaiting(
                 request, "run", job, "This run was replaced by a newer run of the same session."
             ):
+                # this run's state from now on (Stop reads it: not ended, so much shown), the last locked
+                locked = gr.Slider(interactive=False), gr.Button(interactive=False)
+                yield {run_state: state, ui["step"]: locked[0], ui["download"]: locked[1]}
                 waiting = studio.waiting_line(job)
                 if line := waiting.status():
                     yield {ui["status"]: line}
@@ -244,6 +247,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
                     elif not shown.final:
                         status = f"Generating… step {steps[shown.shown - 1].step}"
                         view, begun = steps[: shown.shown], time.monotonic()
+                        state["shown"] = shown.shown  # what Stop keeps
                         shown_now = await asyncio.to_thread(update, view, status, state, memories, settings)
                         studio.updates.spent(time.monotonic() - begun)
                         yield shown_now
@@ -263,6 +267,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
             )
         if restarted:
             done += f" {RESTARTED[0].upper()}{RESTARTED[1:]}."
+        state["ended"] = True  # a Stop from now on has nothing to stop
         final = await asyncio.to_thread(update, steps, done, state, memories, settings)
         final[ui["download"]] = gr.Button(interactive=True)
         final[ui["step"]] = gr.Slider(
@@ -284,11 +289,27 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         # progress and a refusal show on the status line (and its toast), not as an "Error" on every panel
         show_progress_on=[ui["status"]],
     )
+    def after_stop(delay_ms, method, state):
+        """The status after Stop, and the steps shown so far kept as a run's: scrubbable, downloadable.
+        A Stop when no run is in flight (it ended, or none ran) changes nothing."""
+        if not isinstance(state, dict) or state.get("ended", False):
+            return {ui["status"]: gr.skip()}
+        shown = min(int(state.get("shown", 0)), len(state["trace"].steps))
+        out = {ui["status"]: validation.stopped_status(delay_ms, method)}
+        if shown:
+            trace = state["trace"]
+            steps = trace.steps[:shown]
+            text = "".join(t for step in steps for t in step.new_texts)
+            out[run_state] = {**state, "trace": RunTrace(settings=trace.settings, steps=steps, text=text)}
+            out[ui["step"]] = gr.Slider(0, max(1, shown - 1), value=shown - 1, interactive=True)
+            out[ui["download"]] = gr.Button(interactive=True)
+        return out
+
     # the status after the cancel: set at once, an update of the run still in flight could overwrite it
     stopped = ui["stop"].click(None, None, None, cancels=[event], queue=False, api_visibility="private")
     stopped.then(
-        validation.stopped_status, [ui["delay_ms"], ui["method"]], ui["status"], queue=False,
-        api_visibility="private",
+        after_stop, [ui["delay_ms"], ui["method"], run_state],
+        [ui["status"], run_state, ui["step"], ui["download"]], queue=False, api_visibility="private",
     )
 
 

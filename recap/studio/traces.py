@@ -67,7 +67,7 @@ def replay_status(trace: RunTrace) -> str:
     model = model_label(str(trace.settings.get("model", "?")))  # (an offered model by its shown name)
     return (
         f"Replaying a recorded {markdown_text(method, 40)} run of {markdown_text(model)} "
-        f"({len(trace.steps)} steps): scrub the steps on the right."
+        f"({len(trace.steps)} steps): scrub its steps with the step slider."
     )
 
 
@@ -112,7 +112,7 @@ def wire_replay(studio: Studio, ui: dict, run_state) -> None:
         return {
             **panels(ui, trace.steps, scrubbable=True),
             ui["status"]: replay_status(trace),
-            run_state: {"trace": trace, "image": None, "prompt": prompt, "model": None},
+            run_state: {"trace": trace, "image": None, "prompt": prompt, "model": None, "ended": True},
             # the trace holds no pixels: clear the image so it does not pose as the replayed run's input
             ui["image"]: None,
             ui["prompt"]: prompt,
