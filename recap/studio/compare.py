@@ -256,7 +256,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
                     waiting.shown_other()
                     yield update
 
-    cmp["button"].click(
+    event = cmp["button"].click(
         compare,
         [ui["image"], ui["prompt"], *setting_inputs, cmp["budgets"]],
         [cmp["status"], cmp["table"], cmp["story"], cmp["strip"], compare_state],
@@ -266,6 +266,15 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         preprocess=False,
         show_progress_on=[cmp["status"]],  # progress and a refusal on the status line, not every panel
     )
+
+    def stopped(status):
+        """The status after Stop; none when no comparison was running (it ended, or none ran)."""
+        if not isinstance(status, str) or not status.strip() or status.startswith(("Done", "Stopped")):
+            return gr.skip()
+        return "Stopped: the comparison was cancelled; what it had measured stays shown."
+
+    cancel = cmp["stop"].click(None, None, None, cancels=[event], queue=False, api_visibility="private")
+    cancel.then(stopped, [cmp["status"]], [cmp["status"]], queue=False, api_visibility="private")
 
     ui["model"].change(measure.held_out_line, [ui["model"]], [cmp["summary"]], api_name=False)
 

@@ -7,6 +7,7 @@ renderers, so an empty panel looks like a filled one.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -310,6 +311,7 @@ def compare_tab() -> dict[str, Any]:
                 elem_id="compare-budgets",
             )
             button = gr.Button("Compare methods", variant="primary", elem_id="compare-button")
+            stop = gr.Button("Stop", variant="stop", elem_id="compare-stop", scale=0, min_width=90)
         status = gr.Markdown("", label="Status", show_label=False, elem_id="compare-status")
         gr.HTML(NARROW_HINT, elem_classes="recap-narrow-only", padding=False)
         table = gr.Dataframe(
@@ -329,6 +331,7 @@ def compare_tab() -> dict[str, Any]:
         )
     return {
         "button": button,
+        "stop": stop,
         "budgets": budgets,
         "status": status,
         "table": table,
@@ -341,14 +344,18 @@ def compare_tab() -> dict[str, Any]:
 def sensitivity_tab() -> dict[str, Any]:
     with gr.Column():
         gr.Markdown(
-            "One teacher-forced pass with **another image** marks the tokens whose greedy prediction "
+            "One pass over the same answer with **another image** marks the tokens whose greedy prediction "
             "depends on the image; then each method's drafting is split at those tokens, counted where "
             "its answer agrees with the first one. It reads the last run of the Run tab (or the last "
             "comparison, when it matches that run): run a generation first."
         )
         with gr.Row():
             other = gr.Dropdown(
-                other_image_choices(),
+                # "scene_3.png" is shown as "example scene 3"; the value sent stays the file's name
+                [
+                    (c if c == BLANK_IMAGE else f"example {Path(c).stem.replace('_', ' ')}", c)
+                    for c in other_image_choices()
+                ],
                 value=BLANK_IMAGE,
                 label="Replace the image with",
                 elem_id="other-image",
