@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,9 +49,11 @@ def image_size(path: str | Path) -> tuple[int, int]:
     try:
         with Image.open(path, formats=IMAGE_FORMATS) as opened:
             width, height = opened.size
-    except Image.DecompressionBombError:
-        # Pillow refuses to even read the header of a far larger image (a decompression bomb)
-        raise ValueError(_too_many_pixels(f"over {2 * Image.MAX_IMAGE_PIXELS / 1e6:.0f}")) from None
+    except Image.DecompressionBombError as bomb:
+        # Pillow refuses to open a far larger image (a decompression bomb); its message has the size
+        pixels = re.search(r"Image size \((\d+) pixels\)", str(bomb))
+        size = f"{int(pixels[1]) / 1e6:.0f}" if pixels else f"over {2 * Image.MAX_IMAGE_PIXELS / 1e6:.0f}"
+        raise ValueError(_too_many_pixels(size)) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
         raise ValueError(f"not a readable image (use {', '.join(IMAGE_FORMATS)})") from None
     if width < 1 or height < 1:

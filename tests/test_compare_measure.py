@@ -48,6 +48,9 @@ def test_rows_show_nodes_fastest_passes_ranges_speedups_and_the_projection():
     # projected: decoding passes at 3 ms each plus the drafting measured here (1.5 ms a pass)
     assert recap[7] == f"0.009 s ({3 * 0.0045 / (2 * 0.0045):.2f}x)"
     assert recap[8] == ar[8] == "yes"
+    # while the comparison runs, a method with fewer repeats than the header's says how many so far
+    partial = measure.rows(runs, {"ar": times["ar"], "recap": times["recap"][:1]}, FLAT)[1]
+    assert partial[5] == f"0.080 (1 of {measure.REPEATS} repeats so far)"
 
 
 def test_the_projection_is_the_benchmarks_on_the_same_passes():

@@ -496,6 +496,8 @@ def test_the_api_names_its_parameters_and_needs_no_internet(space):
     assert "param_" not in text and "value_" not in text, text
     assert "http" not in json.dumps(api), "a default or an example is a remote URL"
     assert run["seed"]["parameter_has_default"] and run["image"]["parameter_has_default"]
+    # a file is sent with handle_file: gradio's own description offers a URL, which the studio refuses
+    assert "URL is refused" in run["image"]["python_type"]["description"], run["image"]["python_type"]
 
 
 def test_a_request_body_over_the_bound_is_refused_before_it_is_read(space):

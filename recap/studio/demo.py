@@ -150,6 +150,10 @@ class StudioBlocks(gr.Blocks):
                 parameter["example_input"] = example
                 if parameter["component"] == "Image":
                     parameter["parameter_has_default"], parameter["parameter_default"] = True, None
+                if isinstance(parameter.get("python_type"), dict):  # (gradio's says "or … URL": refused)
+                    parameter["python_type"]["description"] = (
+                        "A local file, sent with handle_file(path); a URL is refused."
+                    )
         return info
 
 

@@ -414,10 +414,11 @@ def _text_of(step: StepRecord, token: int) -> str:
 def _fused_title(step: StepRecord, target_label: str | None, has_bars: bool, faded: bool = False) -> str:
     if not has_bars:
         if step.step == 0:
-            return "fused distribution:<br>none at the prefill pass"
+            return "no fused distribution:<br>the prefill pass drafts nothing"
         if is_recap_method(step.method):
-            return "fused distribution:<br>the memories held nothing for this context yet"
-        return f"fused distribution:<br>{plot_name(method_label(step.method))} drafts without probabilities"
+            return "no fused distribution at the root:<br>the memories held nothing for this context yet"
+        drafter = plot_name(method_label(step.method))
+        return f"no fused distribution at the root:<br>{drafter} drafts without probabilities"
     title = "fused distribution at the root" + (" (faded: not drafted)" if faded else " (token [id])")
     if target_label is not None:
         chance = f" (target's own p={step.target_prob:.2f})" if step.target_prob is not None else ""

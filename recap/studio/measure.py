@@ -165,7 +165,9 @@ def rows(
     for method, steps in runs.items():
         summary, seconds = summarize(steps), [sum(r) for r in times.get(method, ())]
         timed = "-"
-        if seconds:
+        if len(seconds) < REPEATS and seconds:  # (a comparison still running)
+            timed = f"{best[method]:.3f} ({len(seconds)} of {REPEATS} repeats so far)"
+        elif seconds:
             timed = f"{best[method]:.3f} (repeats {min(seconds):.3f}-{max(seconds):.3f})"
         speedup = "-"
         if reference in best and best.get(method):

@@ -45,9 +45,14 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
             runs = {method: state["trace"].steps}
             image, prompt, model_id = state["image"], state["prompt"], state.get("model")
             source = f"the last run ({render.method_label(method)})"
-        runtime = studio.cache.loaded(model_id) if model_id else None
+        if not model_id:  # a replayed trace: the file holds neither the image nor a model to run
+            raise refusal(
+                "A replayed run holds no image, so nothing in it can be compared with another image: "
+                "run a generation (or a comparison) first."
+            )
+        runtime = studio.cache.loaded(model_id)
         if runtime is None:
-            raise refusal("This needs the model that made the run (a replayed run has none loaded).")
+            raise refusal("The model that made the run is no longer loaded: run the generation again.")
         if image is None:
             raise refusal("The run had no image, so nothing can depend on it.")
         reference = next(iter(runs.values()))

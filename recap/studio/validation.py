@@ -298,15 +298,15 @@ def read_image(path: Path | str | None, needs_image: bool) -> Image.Image | None
     if not path:
         if needs_image:
             raise refusal(
-                "This is a vision model: upload an image or pick an example first "
-                "(through the API: image=handle_file(path))."
+                "This is a vision model: it needs an image. Upload one or pick an example (an API client "
+                "sends image=handle_file(path))."
             )
         return None
     _await_upload(Path(path))
     try:
         width, height = image_size(path)
         if width * height > MAX_IMAGE_PIXELS:
-            gr.Warning(f"The image is {width}x{height} pixels; it is downscaled to about 1 megapixel.")
+            gr.Warning(f"The image is {width}x{height} pixels: it is first downscaled to about 1 megapixel.")
         return load_image(path)
     except ValueError as error:
         raise refusal(f"That file cannot be used: {error}.") from None
