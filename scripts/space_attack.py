@@ -7,7 +7,7 @@ costs, how the server's memory grows with sessions. Loopback only.
         [--times N]
     python -m scripts.space_attack sessions --pid PID [-n 1000]
     RECAP_PROXY_HOPS=1 ... python app.py &   # (each client says its address in X-Forwarded-For)
-    python -m scripts.space_attack crowd --pid PID [--seconds 110]
+    python -m scripts.space_attack crowd --pid PID [--seconds 110] [--comparisons]
 
 ``--pid``: the server's process (its RSS is read from /proc); ``--url`` (default
 http://127.0.0.1:7961/) must be on 127.0.0.1. Every call goes through gradio's plain HTTP API
@@ -107,11 +107,12 @@ def delay_attack(server: Server, visitor_delay: int) -> None:
     print("hostile runs:", sorted(round(s, 1) for s, _, _ in results), sorted({k for _, k, _ in results}))
 
 
-def crowd_attack(server: Server, seconds: float) -> None:
+def crowd_attack(server: Server, seconds: float, comparisons: bool = False) -> None:
     """Six clients with five sessions each send costly runs back to back (RECAP, 512 new tokens,
-    temperature 2, budget 128) and two clients send comparisons, for ``seconds``; meanwhile a visitor
-    sends a 16-token run every 15 s (or when its last one ends). Prints the visitor's first output and
-    end times and what the crowd got (served, refused)."""
+    temperature 2, budget 128) and two clients send comparisons, for ``seconds`` (``comparisons``: six
+    clients with three sessions each send comparisons of up to 512 new tokens instead); meanwhile a
+    visitor sends a 16-token run every 15 s (or when its last one ends). Prints the visitor's first
+    output and end times and what the crowd got (served, refused)."""
     import statistics
 
     from gradio_client import Client, handle_file
@@ -146,11 +147,15 @@ def crowd_attack(server: Server, seconds: float) -> None:
                     counts[f"{kind} {outcome}"] += 1
 
     crowd = []
-    for g in range(6):
+    for g in range(6 if comparisons else 0):
+        for _ in range(3):
+            args = [image, DETAILED, *settings(512, 0.0, 128), EQUAL]
+            crowd.append((client(f"203.0.113.{g + 1}"), args, "/compare", "comparisons"))
+    for g in range(0 if comparisons else 6):
         for _ in range(5):
             args = [image, DETAILED, *settings(512, 2.0, 128), 0]
             crowd.append((client(f"203.0.113.{g + 1}"), args, "/run", "runs"))
-    for i in range(2):
+    for i in range(0 if comparisons else 2):
         args = [image, DETAILED, *settings(128, 0.0, 128), EQUAL]
         crowd.append((client(f"203.0.113.{100 + i}"), args, "/compare", "comparisons"))
     threads = [threading.Thread(target=loop, args=a, daemon=True) for a in crowd]
@@ -270,12 +275,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=1000, help="sessions")
     parser.add_argument("--times", type=int, default=1, help="replays, one after the other, a session each")
     parser.add_argument("--seconds", type=float, default=110.0, help="how long the crowd sends work")
+    parser.add_argument("--comparisons", action="store_true", help="a crowd sending comparisons only")
     args = parser.parse_args(argv)
     server = Server(args.url, args.pid)
     if args.attack == "delay":
         delay_attack(server, args.visitor_delay)
     elif args.attack == "crowd":
-        crowd_attack(server, args.seconds)
+        crowd_attack(server, args.seconds, args.comparisons)
     elif args.attack == "replay":
         target = Path(tempfile.gettempdir()) / f"recap-crafted-{args.shape}.json"
         replay_attack(server, args.file or crafted(target, args.shape), args.times)

@@ -238,8 +238,9 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         def work(job):
             measured = _measured(studio, cmp, compare_state, job, image, prompt, settings, choice, note, path)
             for update in measured:
-                job.put("step", update)
-                yield  # between two methods: the slot may go to another client's waiting work
+                if update is not None:  # (None: between two passes of a timed run)
+                    job.put("step", update)
+                yield  # the slot may go to another client's waiting work
 
         job = studio.submit(request, "compare", work)
         with studio.awaiting(
@@ -281,7 +282,9 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
 
 def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, settings, choice, note, path):
     """The comparison itself, in a decode slot: every method timed on the input, each after its warm-up;
-    yields the updates to show (each a point where the slot may go to another client's work)."""
+    yields the updates to show, and None between two passes of a timed run (each yield a point where the
+    slot may go to another client's work; a pass's phases are timed within it, so a wait between two
+    passes is not timed)."""
     runtime, config, prompt, images = studio.prepare(image, prompt, settings)
     config, suffix_config = budgets(choice, config)
     max_new, model = settings.max_new_tokens, settings.model
@@ -317,6 +320,8 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
             for step in studio.stream(runtime, model, drafter, prompt, images, max_new, method, probe=probe):
                 job.check()
                 steps.append(step)
+                # between two passes: the slot may go to another client (each pass times its own phases)
+                yield None
             times[method].append(measure.pass_seconds(steps, which))
             if probe is not None:  # every repeat drafts the same trees; the first is shown
                 runs[method] = steps
