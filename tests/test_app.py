@@ -512,7 +512,7 @@ def test_reset_clears_only_this_sessions_memories(served):
     finally:
         gr.Info = original
     assert left == {MISSING: {"k": 8}} and "session" in infos[0] and len(shared) == 0
-    assert "Memory</b> (per session)" in line
+    assert "RECAP's memory</b> (per session)" in line
 
 
 def test_download_and_step_before_a_run_are_refused(served):

@@ -127,10 +127,10 @@ class MemoryState:
 
 
 def memory_state_html(state: MemoryState) -> str:
-    """One line about the memories the next run drafts from: warm or cold, tokens known (and contexts
-    held, once runs have written some), scope and starting point. Example: ``Memory (per session):
-    warm, 84 of 460 tokens known, 1,203 2- and 3-token contexts; started from the shipped memory
-    (warmed on training scenes).``"""
+    """One line about the memories RECAP's next run drafts from: warm or cold, tokens known (and
+    contexts held, once runs have written some), scope and starting point. Example: ``RECAP's memory
+    (per session): warm, 84 of 460 tokens known, 1,203 2- and 3-token contexts; started from the
+    shipped memory (warmed on training scenes).``"""
     scope = html.escape(state.scope, quote=False)
     if state.tokens is None:
         start = "empty (you reset it)" if state.emptied else "from the model's starting memory"
@@ -145,7 +145,8 @@ def memory_state_html(state: MemoryState) -> str:
         origin = ORIGIN_WORDS.get(state.origin, "started empty")
         body = f'<span class="recap-{warmth}">{warmth}</span>, {known}; {html.escape(origin, quote=False)}.'
     note = f" <small>({html.escape(state.note, quote=False)})</small>" if state.note else ""
-    return f'<div class="recap-memory"><b>Memory</b> ({scope}): {body}{note}</div>'
+    # (RECAP's: TR's matrix and SuffixDecoding's tree learn beside it; AR and prompt lookup keep none)
+    return f'<div class="recap-memory"><b>RECAP\'s memory</b> ({scope}): {body}{note}</div>'
 
 
 # ----------------------------------------------------------------------------------------- answer
