@@ -289,6 +289,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         # progress and a refusal show on the status line (and its toast), not as an "Error" on every panel
         show_progress_on=[ui["status"]],
     )
+
     def after_stop(delay_ms, method, state):
         """The status after Stop, and the steps shown so far kept as a run's: scrubbable, downloadable.
         A Stop when no run is in flight (it ended, or none ran) changes nothing."""
