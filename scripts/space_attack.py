@@ -4,7 +4,7 @@ costs, how the server's memory grows with sessions. Loopback only.
     GRADIO_SERVER_PORT=7961 RECAP_OFFLINE=1 python app.py &
     python -m scripts.space_attack delay --pid PID [--visitor-delay 60]
     python -m scripts.space_attack replay --pid PID [--shape largest|strings|tokens|nodes | --file F]
-        [--times N]
+        [--times N | --flood N]
     python -m scripts.space_attack sessions --pid PID [-n 1000]
     RECAP_PROXY_HOPS=1 ... python app.py &   # (each client says its address in X-Forwarded-For)
     python -m scripts.space_attack crowd --pid PID [--seconds 110] [--comparisons]
@@ -51,14 +51,25 @@ class Server:
         response.raise_for_status()
         return {"path": response.json()[0], "meta": {"_type": "gradio.FileData"}, "orig_name": path.name}
 
-    def call(self, api: str, data: list, timeout: float = 600) -> tuple[float, str, int]:
-        """One call in its own session: ``(seconds, last event, bytes received)``."""
+    def call(
+        self, api: str, data: list, timeout: float = 600, address: str | None = None
+    ) -> tuple[float, str, int]:
+        """One call in its own session: ``(seconds, last event, bytes received)``; ``address``: the
+        client it says it is (``X-Forwarded-For``, for a server behind `RECAP_PROXY_HOPS`)."""
         start = time.perf_counter()
-        response = httpx.post(f"{self.url}gradio_api/call/{api}", json={"data": data}, timeout=60)
+        headers = {"X-Forwarded-For": address} if address else {}
+        response = httpx.post(
+            f"{self.url}gradio_api/call/{api}", json={"data": data}, headers=headers, timeout=60
+        )
+        if response.status_code == 503:  # gradio's queue is full
+            return time.perf_counter() - start, "503", 0
         response.raise_for_status()
         kind, size = "", 0
         with httpx.stream(
-            "GET", f"{self.url}gradio_api/call/{api}/{response.json()['event_id']}", timeout=timeout
+            "GET",
+            f"{self.url}gradio_api/call/{api}/{response.json()['event_id']}",
+            headers=headers,
+            timeout=timeout,
         ) as s:
             for line in s.iter_lines():
                 size += len(line)
@@ -241,6 +252,33 @@ def replay_attack(server: Server, path: Path, times: int = 1) -> None:
         print(f"{times} replays in {times} sessions: RSS {server.rss_mb() - before:+.0f} MB {kinds}")
 
 
+def replay_flood(server: Server, path: Path, calls: int) -> None:
+    """One address sends ``calls`` replays of ``path`` at once, each in a session of its own; then three
+    visitors (other addresses) each run 32 tokens and replay the ``tokens`` trace (a 4096-token answer).
+    Needs the server behind
+    ``RECAP_PROXY_HOPS=1`` (each client says its address)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    file, before = server.upload(path), server.rss_mb()
+    with ThreadPoolExecutor(64) as pool:
+        flood = [pool.submit(server.call, "replay", [file], 600, "203.0.113.66") for _ in range(calls)]
+        time.sleep(2)
+        image = server.upload(IMAGE)
+        recorded = server.upload(crafted(Path(tempfile.mkdtemp()) / "tokens.json", "tokens"))
+        for i in range(3):
+            address = f"198.51.100.{i + 1}"
+            args = run_args(image, "Describe the image.", "recap", 32, 0)
+            seconds, kind, _ = server.call("run", args, 600, address)
+            print(f"visitor {i + 1}: 32-token run {kind} in {seconds:.1f} s", flush=True)
+            seconds, kind, _ = server.call("replay", [recorded], 600, address)
+            print(f"visitor {i + 1}: replay {kind} in {seconds:.1f} s", flush=True)
+        outcomes: dict[str, int] = {}
+        for future in flood:
+            kind = future.result()[1]
+            outcomes[kind] = outcomes.get(kind, 0) + 1
+    print(f"the flood's {calls} replays: {outcomes}; RSS {server.rss_mb() - before:+.0f} MB")
+
+
 def sessions_attack(server: Server, n: int) -> None:
     image = server.upload(IMAGE)
     for _ in range(3):  # the model loads, lazy imports happen: outside the measure
@@ -274,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--file", type=Path, default=None, help="replay this trace instead of a crafted one")
     parser.add_argument("-n", type=int, default=1000, help="sessions")
     parser.add_argument("--times", type=int, default=1, help="replays, one after the other, a session each")
+    parser.add_argument("--flood", type=int, default=0, help="replays at once from one address (hops 1)")
     parser.add_argument("--seconds", type=float, default=110.0, help="how long the crowd sends work")
     parser.add_argument("--comparisons", action="store_true", help="a crowd sending comparisons only")
     args = parser.parse_args(argv)
@@ -284,7 +323,11 @@ def main(argv: list[str] | None = None) -> int:
         crowd_attack(server, args.seconds, args.comparisons)
     elif args.attack == "replay":
         target = Path(tempfile.gettempdir()) / f"recap-crafted-{args.shape}.json"
-        replay_attack(server, args.file or crafted(target, args.shape), args.times)
+        trace = args.file or crafted(target, args.shape)
+        if args.flood:
+            replay_flood(server, trace, args.flood)
+        else:
+            replay_attack(server, trace, args.times)
     else:
         sessions_attack(server, args.n)
     return 0

@@ -212,7 +212,7 @@ REPLAY_CONCURRENCY = 2
 REPLAY_SHARE = 0.5
 #: The replay event's gradio concurrency: above `REPLAY_CONCURRENCY`, so that a flood of replays is
 #: answered (refused) at once instead of filling gradio's queue, which every visitor's events share.
-REPLAY_EVENTS = 4 * REPLAY_CONCURRENCY
+REPLAY_EVENTS = 16 * REPLAY_CONCURRENCY
 #: Queued events of the studio other than runs, comparisons, sensitivity passes and replays (scrub,
 #: the two resets, download, the image check, the held-out line, the tab's unload), each with gradio's
 #: default concurrency (`concurrency`); a margin over the 7 the page has (a test counts them).

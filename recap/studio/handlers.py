@@ -267,7 +267,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
             )
         if restarted:
             done += f" {RESTARTED[0].upper()}{RESTARTED[1:]}."
-        state["ended"] = True  # a Stop from now on has nothing to stop
+        state["ended"] = done  # a Stop from now on has nothing to stop (it shows this status again)
         final = await asyncio.to_thread(update, steps, done, state, memories, settings)
         final[ui["download"]] = gr.Button(interactive=True)
         final[ui["step"]] = gr.Slider(
@@ -292,9 +292,18 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
 
     def after_stop(delay_ms, method, state):
         """The status after Stop, and the steps shown so far kept as a run's: scrubbable, downloadable.
-        A Stop when no run is in flight (it ended, or none ran) changes nothing."""
-        if not isinstance(state, dict) or state.get("ended", False):
+        A Stop when no run is in flight changes nothing: after a run's end it shows that run's final
+        status and controls again (the same, unless the Stop cancelled the final update on its way)."""
+        ended = state.get("ended", False) if isinstance(state, dict) else True  # (True: a replay, or none)
+        if ended is True:
             return {ui["status"]: gr.skip()}
+        if isinstance(done := ended, str):
+            last = len(state["trace"].steps) - 1
+            return {
+                ui["status"]: done,
+                ui["step"]: gr.Slider(0, max(1, last), value=last, interactive=True),
+                ui["download"]: gr.Button(interactive=True),
+            }
         shown = min(int(state.get("shown", 0)), len(state["trace"].steps))
         out = {ui["status"]: validation.stopped_status(delay_ms, method)}
         if shown:
