@@ -643,6 +643,9 @@ def test_compare_sensitivity_and_replay(served, tmp_path):
     trace_file = client.predict(api_name="/download")
     replayed = client.predict(handle_file(trace_file), api_name="/replay")
     assert replayed[0] == final[0] and "Replaying" in replayed[7]
+    # the Sensitivity tab after a replay: a hint on its status line (the trace holds no image)
+    _answer, _table, sens_status = client.predict("blank (grey)", api_name="/sensitivity")
+    assert sens_status.startswith("A replayed run holds no image"), sens_status
 
 
 def _timed(cell: str) -> tuple[float, float, float]:

@@ -45,16 +45,22 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
             runs = {method: state["trace"].steps}
             image, prompt, model_id = state["image"], state["prompt"], state.get("model")
             source = f"the last run ({render.method_label(method)})"
+        # hints on the tab's status line, like the one above: what the last run lets this tab do
+        runtime = studio.cache.loaded(model_id) if model_id else None
         if not model_id:  # a replayed trace: the file holds neither the image nor a model to run
-            raise refusal(
+            hint = (
                 "A replayed run holds no image, so nothing in it can be compared with another image: "
                 "run a generation (or a comparison) first."
             )
-        runtime = studio.cache.loaded(model_id)
-        if runtime is None:
-            raise refusal("The model that made the run is no longer loaded: run the generation again.")
-        if image is None:
-            raise refusal("The run had no image, so nothing can depend on it.")
+        elif runtime is None:
+            hint = "The model that made the run is no longer loaded: run the generation again."
+        elif image is None:
+            hint = "The run had no image, so nothing can depend on it."
+        else:
+            hint = None
+        if hint is not None:
+            yield {sens["status"]: hint}
+            return
         reference = next(iter(runs.values()))
         answer = token_ids(reference)
 
