@@ -34,6 +34,11 @@ def token_ids(steps: Sequence[StepRecord]) -> list[int]:
     return [token for step in steps for token in step.new_tokens]
 
 
+def token_texts(steps: Sequence[StepRecord]) -> list[str]:
+    """The text of every generated token, in order (joined: the answer as shown)."""
+    return [text for step in steps for text in step.new_texts]
+
+
 def token_sources(steps: Sequence[StepRecord]) -> list[str]:
     """The source of every generated token, in order (``target`` = produced by the target itself)."""
     return [source for step in steps for source in step.new_sources]

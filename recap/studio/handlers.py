@@ -19,6 +19,7 @@ from dataclasses import asdict
 
 import gradio as gr
 
+from recap.bench.sensitivity import token_texts
 from recap.inputs import check_integer, shown
 from recap.state import DrafterState
 from recap.studio import figures, render, tables, validation
@@ -309,7 +310,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         if shown:
             trace = state["trace"]
             steps = trace.steps[:shown]
-            text = "".join(t for step in steps for t in step.new_texts)
+            text = "".join(token_texts(steps))
             out[run_state] = {**state, "trace": RunTrace(settings=trace.settings, steps=steps, text=text)}
             out[ui["step"]] = gr.Slider(0, max(1, shown - 1), value=shown - 1, interactive=True)
             out[ui["download"]] = gr.Button(interactive=True)

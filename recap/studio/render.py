@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from recap.bench.sensitivity import token_ids, token_sources
+from recap.bench.sensitivity import token_ids, token_sources, token_texts
 from recap.studio.explain import explain_step
 from recap.trace import StepRecord, summarize
 from recap.tree import SOURCE_TABLE
@@ -166,7 +166,7 @@ def highlighted_answer(steps: Sequence[StepRecord], upto: int | None = None) -> 
 
 def sensitivity_answer(steps: Sequence[StepRecord], flags: Sequence[bool]) -> list[tuple[str, str | None]]:
     """The answer with image-sensitive tokens labelled `SENSITIVE_LABEL` (others unlabelled)."""
-    texts = [t for step in steps for t in step.new_texts]
+    texts = token_texts(steps)
     return [
         (
             "\n".join(visible_token(p) if p else "" for p in text.split("\n")),
@@ -309,7 +309,7 @@ def compare_strip_html(
             '<div class="recap-strip-empty">Run a comparison to see which method drafted which token.</div>'
         )
     base = reference if reference in runs else next(iter(runs))
-    texts = [t for s in runs[base] for t in s.new_texts][:limit]
+    texts = token_texts(runs[base])[:limit]
     ref_tokens = token_ids(runs[base])
     flags = [False, *list(flags or ())[1 : len(texts)]]  # the first token is never counted (the story's)
     flags += [False] * (len(texts) - len(flags))

@@ -24,7 +24,13 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
 
-from recap.bench.sensitivity import common_prefix, split_against_reference, token_ids, token_sources
+from recap.bench.sensitivity import (
+    common_prefix,
+    split_against_reference,
+    token_ids,
+    token_sources,
+    token_texts,
+)
 from recap.studio.explain import quote
 from recap.trace import StepRecord
 
@@ -76,7 +82,7 @@ def story_line(
     token (`recap.bench.coverage.PositionCoverage`, None for the first), for the methods that say."""
     base = runs[reference] if reference in runs else next(iter(runs.values()))
     ref_tokens = token_ids(base)
-    texts = [t for s in base for t in s.new_texts]
+    texts = token_texts(base)
     counted = [i for i, flag in enumerate(flags[: len(ref_tokens)]) if flag and i > 0]
     head = (
         f"{len(counted)} of the {max(0, len(ref_tokens) - 1)} tokens after the first depend on the image "
