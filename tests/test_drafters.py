@@ -22,7 +22,7 @@ from recap.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter, find_c
 from recap.drafters.recap.config import ABLATIONS, AUTO_FALLBACK_BUDGET, RecapConfig, apply_ablation
 from recap.drafters.recap.drafter import RecapDrafter
 from recap.drafters.recap.fusion import fuse
-from recap.drafters.recap.kernel import suffix_chain
+from recap.drafters.recap.suffix_match import suffix_chain
 from recap.drafters.token_recycling import TR_TEMPLATE, SuccessorMatrix, TokenRecyclingDrafter
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import PredictionRecord

@@ -32,6 +32,7 @@ from safetensors.numpy import save_file
 
 from recap.memory.backoff import BackoffRecord
 from recap.memory.context import ContextMemory
+from recap.memory.continuations import Continuations
 from recap.memory.estimates import AcceptanceModel
 from recap.memory.guarded import Guarded
 from recap.memory.records import PredictionRecord, concentration, fit_topk, last_rows, record_table
@@ -67,6 +68,8 @@ class PersistentMemory(Guarded):
         self.context3 = ContextMemory(3, capacity=STREAM_CONTEXT_CAPACITY)
         #: The stream's most often committed tokens, drafted where no memory has a record (not saved).
         self.backoff = BackoffRecord(vocab_size, k)
+        #: The contexts earlier answers continued in different ways, where the search fans (not saved).
+        self.continuations = Continuations()
         #: The earlier requests' tokens the suffix match also searches (``suffix_scope="stream"``), and
         #: the request in progress (its `recap.drafters.recap.mirror.RequestMirror`), which the next request
         #: appends; not saved. Requests run at once on one memory may each miss the other's tokens: only
@@ -186,6 +189,7 @@ class PersistentMemory(Guarded):
         if self._acceptance is not None:
             self._acceptance.reset()
         self.backoff.reset()
+        self.continuations.reset()
         self.suffix_history, self.suffix_request = np.zeros(0, dtype=np.int64), None
 
     # ------------------------------------------------------------------------------------- persistence

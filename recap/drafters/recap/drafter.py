@@ -114,6 +114,7 @@ class RecapDrafter:
         self._root_tail: Tail | None = None
         self._growth: Growth | None = None
         self._kept = 0  # nodes of the grown tree kept in the proposal (a cost-aware budget may cut it)
+        self._fans: tuple[np.ndarray, np.ndarray] | None = None  # this request's open contexts
 
     def __deepcopy__(self, memo: dict) -> RecapDrafter:
         """A drafter with copies of everything it learnt (its memories copy with locks of their own,
@@ -157,7 +158,11 @@ class RecapDrafter:
         self._usable = np.ones(request.vocab_size + 1, dtype=bool)
         self._usable[[t for t in self._excluded if 0 <= t < request.vocab_size]] = False
         self._usable[-1] = False
+        continuations = self.persistent.continuations
+        continuations.fold_pending(self._usable)  # the request before this one (another image)
+        self._fans = continuations.arrays() if self.config.fans else None
         self._seen.start(self.persistent, self.config.suffix_scope == "stream")
+        continuations.pending = (self._seen, len(request.prompt_tokens))
         self._forget_proposal()
 
     def propose(self, context: Sequence[int]) -> DraftTree:
@@ -339,6 +344,7 @@ class RecapDrafter:
             self.acceptance.levels() if config.calibrate else None,
             backoff=self._backoff(),
             stop=stop,
+            fans=self._fans,
         )
         self._growth = growth
         if len(growth.tokens) == 0:

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from recap.drafters.recap.suffix_match import suffix_chain
 from recap.memory.estimates import CODES, A, B
 from recap.memory.key_index import find_row
 from recap.memory.records import KEY_BITS
@@ -85,50 +86,6 @@ def _searchsorted_right(edges, value):
     return low
 
 
-@numba.njit(cache=True, nogil=True)
-def suffix_chain(tokens, length, usable, min_n, max_n, num):
-    """The suffix-matched continuation of ``tokens[:length]``: `recap.drafters.prompt_lookup`'s
-    ``find_continuation(tokens[:length], min_n, max_n, num, excluded)`` (the longest suffix of
-    ``min_n``..``max_n`` tokens seen before, its most recent earlier occurrence, up to ``num`` tokens
-    that followed it, cut before an excluded one or a separator, a negative token), with the excluded
-    tokens those ``usable`` (token -> may appear in a key, ``len`` vocab + 1) marks False; ``num`` 0:
-    none. One backward scan: at each earlier end, how many tokens agree with the suffix; the first end
-    with the most wins (n-grams with an excluded token never match: the suffix compared holds none).
-
-    Example: ``tokens = [1, 2, 3, 9, 1, 2, 3, 7, 1, 2, 3]``, ``min_n, max_n, num = 1, 3, 2``: ``[7, 1]``.
-    """
-    none = np.empty(0, dtype=np.int64)
-    if num <= 0:
-        return none
-    vocab = len(usable) - 1
-    longest = 0  # the suffix's length: at most max_n and length - 1 tokens, none of them excluded
-    while longest < min(max_n, length - 1):
-        token = tokens[length - 1 - longest]
-        if token < 0 or (token < vocab and not usable[token]):  # (a negative token: a separator)
-            break
-        longest += 1
-    best, best_end = 0, -1
-    for end in range(length - 2, min_n - 2, -1):
-        agree = 0
-        while agree < longest and agree <= end and tokens[end - agree] == tokens[length - 1 - agree]:
-            agree += 1
-        if agree > best:
-            best, best_end = agree, end
-            if agree == longest:
-                break
-    if best < min_n:
-        return none
-    chain = np.empty(num, dtype=np.int64)
-    size = 0
-    for at in range(best_end + 1, min(best_end + 1 + num, length)):
-        token = tokens[at]
-        if token < 0 or (token < vocab and not usable[token]):
-            break
-        chain[size] = token
-        size += 1
-    return chain[:size]
-
-
 class SearchMemories(NamedTuple):
     """The memories' arrays one search reads (`recap.drafters.recap.search.grow` builds it each pass).
 
@@ -136,7 +93,9 @@ class SearchMemories(NamedTuple):
     table; ``P1``: an on flag and its table (`recap.memory.persistent.PersistentMemory.table`); a memory
     that is off reads as empty. ``request``: this request's stamp (fresh records). ``calibrate`` and the
     acceptance model's shrinkage levels (`recap.memory.estimates.AcceptanceModel.levels`). The back-off
-    record (`recap.memory.backoff`): on flag, ids ``(k,)``, probabilities ``(k,)``.
+    record (`recap.memory.backoff`): on flag, ids ``(k,)``, probabilities ``(k,)``. The open contexts
+    (`recap.memory.continuations.Continuations.arrays`): packed 2-token keys, sorted, and their fan sizes
+    (empty: no fans).
     """
 
     c3_on: bool
@@ -156,6 +115,8 @@ class SearchMemories(NamedTuple):
     backoff_on: bool
     backoff_ids: np.ndarray
     backoff_probs: np.ndarray
+    fan_keys: np.ndarray
+    fan_sizes: np.ndarray
 
 
 class SearchSettings(NamedTuple):
@@ -216,7 +177,8 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
     without a rule).
     """
     (c3_on, c3_keys, c3_rows, c3_table, c2_on, c2_keys, c2_rows, c2_table, p_on, p_table,
-     request, calibrate, fine_rows, coarse_rows, backoff_on, backoff_ids, backoff_probs) = memories
+     request, calibrate, fine_rows, coarse_rows, backoff_on, backoff_ids, backoff_probs,
+     fan_keys, fan_sizes) = memories
     (suffix_min, suffix_max, suffix_num, k, width, floor, max_depth, suffix_prior,
      uniform, kappa_min, specificity, edges, buckets, stop_patience) = settings
     stop_costs, stop_pending, stop_overhead = stop
@@ -240,6 +202,7 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
     label_token = np.empty(max_labels, dtype=np.int64)
     label_kind = np.empty(max_labels, dtype=np.int64)
     tree_id = np.full(max_pool, -1, dtype=np.int64)
+    fanned = np.zeros(max_pool, dtype=np.bool_)  # queued ahead of its own estimate (a fan)
     out_tokens = np.empty(cap, dtype=np.int64)
     out_parents = np.empty(cap, dtype=np.int64)
     out_scores = np.empty(cap)
@@ -374,6 +337,8 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
                 labels += 1
         # ---- the `width` best candidates become nodes (ties: the earlier column)
         chain_next = np.int64(-2) if chain_column >= 0 else chain_node
+        fan = _fan_size(fan_keys, fan_sizes, context_tail, usable)
+        fan_priority = 0.0
         for place in range(min(width, columns)):
             best = -1
             for column in range(columns):
@@ -392,7 +357,11 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
             if best == chain_column:
                 suffix[size] = True
                 chain_next = size
-            heapq.heappush(heap, (-child_score, depth[size], key[size], np.int64(size)))
+            if place == 0:  # a fan's nodes are queued at its best candidate's priority
+                fan_priority = child_score
+            priority = fan_priority if place < fan else child_score
+            fanned[size] = priority > child_score
+            heapq.heappush(heap, (-priority, depth[size], key[size], np.int64(size)))
             size += 1
         chain_node = chain_next
         # ---- the next node joins the tree; its context is expanded next
@@ -412,7 +381,7 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
                 ratio = (1.0 + summed) / (stop_costs[pops + stop_pending] + stop_overhead)
                 if ratio > best_ratio:
                     best_ratio, stale, kept = ratio, 0, pops
-                else:
+                elif not fanned[node]:  # (a fan's nodes come early: they never end the search)
                     stale += 1
                     if stale >= stop_patience:
                         stop = True
@@ -428,6 +397,21 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
         label_node[:labels], label_token[:labels], label_kind[:labels],
         kept if rule else pops,
     )
+
+
+@numba.njit(cache=True, nogil=True)
+def _fan_size(fan_keys, fan_sizes, tail, usable):
+    """How many of a context's best candidates form its fan: the distinct continuations earlier answers
+    committed after its last two tokens (`recap.memory.continuations`), 0 where they agreed or none was
+    seen."""
+    b, c = tail[1], tail[2]
+    if len(fan_keys) == 0 or b < 0 or c < 0 or not usable[b] or not usable[c]:
+        return 0
+    want = (b << KEY_BITS) | c
+    at = np.searchsorted(fan_keys, want)
+    if at < len(fan_keys) and fan_keys[at] == want:
+        return fan_sizes[at]
+    return 0
 
 
 @numba.njit(cache=True, nogil=True)

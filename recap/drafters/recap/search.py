@@ -4,7 +4,7 @@ A node's *path estimate* is its own acceptance estimate (`recap.memory.estimates
 estimate (the root's is 1), so it never grows along a path and best-first search pops parents before
 children. At each context every fused candidate is estimated and the ``config.branching`` best (above
 ``config.score_floor``) become nodes; the suffix-matched continuation (the context's longest suffix
-seen earlier in it, what followed: `recap.drafters.recap.kernel.suffix_chain`, as
+seen earlier in it, what followed: `recap.drafters.recap.suffix_match.suffix_chain`, as
 `recap.drafters.prompt_lookup.find_continuation` finds it) enters as one more candidate of each context
 along its path, with the suffix flag in its acceptance kind; where no memory has a record, the
 back-off record's tokens (`recap.memory.backoff`) are the candidates. The search itself runs compiled
@@ -36,10 +36,11 @@ _NO_STOP = StopRule(np.zeros(0), 0, 0.0)
 _NO_SLOTS = np.full(1, -1, dtype=np.int64)
 _NO_LEVELS = np.zeros((1, KIND_COLUMNS))
 _NO_TABLE = np.zeros((1, 2), dtype=np.float32)
+_NO_FANS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 #: `SOURCE_NAMES` as an array (a tree's sources in one lookup).
 _SOURCE_NAMES = np.empty(len(SOURCE_NAMES), dtype=object)
 _SOURCE_NAMES[:] = [*SOURCE_NAMES]
-#: The shortest suffix the suffix match takes (`recap.drafters.recap.kernel.suffix_chain`; the longest:
+#: The shortest suffix the suffix match takes (`recap.drafters.recap.suffix_match.suffix_chain`; the longest:
 #: ``config.suffix_max_len``).
 SUFFIX_MIN_LEN = 2
 
@@ -88,6 +89,7 @@ def grow(
     levels: tuple[np.ndarray, np.ndarray] | None,
     backoff: tuple[np.ndarray, np.ndarray] | None = None,
     stop: tuple[np.ndarray, int, float] | None = None,
+    fans: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Growth:
     """The best-first search for ``cap`` nodes under the context ``tokens[:length]`` (``tokens`` int64,
     C-contiguous; the root is its last token) with ``settings`` (`settings_of` a config: the depth, the
@@ -102,7 +104,8 @@ def grow(
     ``(costs, pending, overhead)`` (``costs[T]``: `recap.models.cost.CostModel.costs` of ``T`` tokens, up to
     ``cap + pending``), so that the search grows no further than the budget rule
     (`recap.drafters.recap.budget`) looks (the
-    nodes it keeps are the same); None: grow to ``cap``.
+    nodes it keeps are the same); None: grow to ``cap``. ``fans``: the open contexts' sorted packed keys
+    and fan sizes (`recap.memory.continuations.Continuations.arrays`); None: no fans.
     """
     rule = _NO_STOP if stop is None else StopRule(stop[0], int(stop[1]), float(stop[2]))
     if len(rule.costs) and len(rule.costs) <= cap + rule.pending:
@@ -134,7 +137,7 @@ def grow(
     try:
         memories = SearchMemories(
             *_context_arrays(ctx3), *_context_arrays(ctx2), p_on, p_table,
-            int(request), levels is not None, fine, coarse, *backoff_arrays,
+            int(request), levels is not None, fine, coarse, *backoff_arrays, *(fans or _NO_FANS),
         )
         found = grow_tree(tokens, int(length), int(cap), usable, memories, settings, rule)
     finally:

@@ -1,0 +1,112 @@
+"""Where the image decides: the 2-token contexts that earlier answers continued in different ways.
+
+A template word such as « is » or « at the » is followed by the same word whatever the image shows;
+after « a » or « the red » the next word is the one this image decides (its colour, its shape). The
+stream tells the two apart: every answer committed under another image is a sample of what follows
+each context. `Continuations` keeps, for each 2-token context of the earlier requests' answers, the
+distinct tokens committed right after it (up to `MAX_DISTINCT`). A context continued in two or more
+ways is *open*: the tree search gives it a *fan* (`recap.drafters.recap.kernel`): as many of its
+best candidates as distinct continuations were seen (at most ``RecapConfig.branching``) are queued at
+the priority of its best candidate, so where the image decides the tree offers the alternatives
+together instead of one candidate and a deep chain behind it. The fused distribution, the estimates
+and the output are unchanged; only which nodes the budget buys.
+
+Only finished requests count (a request's own answer joins the memory when the next request starts):
+a context is open because *other images* led the target to other words there. Kept with the persistent
+memory for the stream, bounded (`CAPACITY` contexts, the oldest dropped first), not saved.
+
+Example::
+
+    memory = Continuations()
+    usable = np.ones(100, dtype=bool)
+    memory.fold(np.array([7, 1, 2, 3, 4]), 1, usable)   # prompt [7], answer [1, 2, 3, 4]
+    memory.fold(np.array([7, 1, 2, 5]), 1, usable)      # (1, 2) continued by 3, then by 5
+    memory.arrays()      # (keys [pack(1, 2)], sizes [2]): the one open context, 2 ways
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from recap.memory.guarded import Guarded
+from recap.memory.records import KEY_BITS
+
+#: Contexts kept (the oldest first out beyond it).
+CAPACITY = 1 << 16
+#: Distinct continuations counted per context (a fan is at most ``RecapConfig.branching`` wide).
+MAX_DISTINCT = 16
+_NONE = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+class Continuations(Guarded):
+    """The distinct tokens committed after each 2-token context of the finished requests (thread-safe).
+
+    ``pending``: the request in progress (its `recap.drafters.recap.mirror.RequestMirror` and prompt
+    length), folded in when the next request starts (`fold_pending`).
+    """
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
+        self._seen: dict[int, set[int]] = {}
+        self._arrays = _NONE
+        self._stale = False
+        self.pending: tuple[object, int] | None = None
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """Contexts kept."""
+        return len(self._seen)
+
+    def fold(self, tokens: np.ndarray, answer_start: int, usable: np.ndarray) -> None:
+        """Count one finished request: ``tokens`` its prompt and answer, the answer from ``answer_start``;
+        ``usable``: token -> may appear in a key (an image placeholder never does; ``len`` vocab + 1, as
+        the search reads it)."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        vocab = len(usable) - 1
+        with self._lock:
+            for i in range(max(answer_start, 2), len(tokens)):
+                b, c, nxt = int(tokens[i - 2]), int(tokens[i - 1]), int(tokens[i])
+                if not (0 <= b < vocab and 0 <= c < vocab and usable[b] and usable[c] and nxt >= 0):
+                    continue
+                key = (b << KEY_BITS) | c
+                found = self._seen.get(key)
+                if found is None:
+                    if len(self._seen) >= self.capacity:
+                        del self._seen[next(iter(self._seen))]
+                    self._seen[key] = {nxt}
+                    self._stale = True
+                elif nxt not in found and len(found) < MAX_DISTINCT:
+                    found.add(nxt)
+                    self._stale = True
+
+    def fold_pending(self, usable: np.ndarray) -> None:
+        """Fold the request in progress that `pending` names (as the next one starts), then clear it."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return
+        mirror, prompt = pending
+        request = mirror.tokens[mirror.offset : mirror.offset + mirror.length]
+        self.fold(request, prompt, usable)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(keys, sizes)``: the open contexts' packed keys (``(b << KEY_BITS) | c``, sorted) and how many
+        distinct tokens followed each (2 or more); what the search reads."""
+        with self._lock:
+            if self._stale:
+                open_ = sorted((key, len(found)) for key, found in self._seen.items() if len(found) > 1)
+                if open_:
+                    keys, sizes = zip(*open_, strict=True)
+                    self._arrays = (np.array(keys, dtype=np.int64), np.array(sizes, dtype=np.int64))
+                else:
+                    self._arrays = _NONE
+                self._stale = False
+            return self._arrays
+
+    def reset(self) -> None:
+        with self._lock:
+            self._seen.clear()
+            self._arrays, self._stale, self.pending = _NONE, False, None

@@ -1,0 +1,111 @@
+"""Fans where the image decides: the open contexts (`recap.memory.continuations`) and the search's fans."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from test_drafters import IMAGE, VOCAB, seeded
+
+from recap.drafters.base import RequestInfo
+from recap.drafters.recap.config import RecapConfig
+from recap.drafters.recap.drafter import RecapDrafter
+from recap.memory.continuations import MAX_DISTINCT, Continuations
+from recap.memory.records import KEY_BITS
+from recap.tree import ROOT
+
+USABLE = np.ones(VOCAB + 1, dtype=bool)
+USABLE[[IMAGE, VOCAB]] = False
+
+
+def key(b: int, c: int) -> int:
+    return (b << KEY_BITS) | c
+
+
+def opened(memory: Continuations) -> dict[int, int]:
+    keys, sizes = memory.arrays()
+    return dict(zip(keys.tolist(), sizes.tolist(), strict=True))
+
+
+def test_a_context_continued_two_ways_is_open():
+    memory = Continuations()
+    memory.fold(np.array([7, 1, 2, 3, 4]), 1, USABLE)  # prompt [7], answer [1, 2, 3, 4]
+    assert opened(memory) == {} and len(memory) == 3  # (7 1)->2, (1 2)->3, (2 3)->4: one way each
+    memory.fold(np.array([7, 1, 2, 5]), 1, USABLE)
+    assert opened(memory) == {key(1, 2): 2}
+    memory.fold(np.array([7, 1, 2, 5]), 1, USABLE)  # the same way again: still 2
+    memory.fold(np.array([7, 1, 2, 6]), 1, USABLE)
+    assert opened(memory) == {key(1, 2): 3}
+    keys, _ = memory.arrays()
+    assert keys.dtype == np.int64 and list(keys) == sorted(keys)
+
+
+def test_only_the_answer_counts_and_image_placeholders_make_no_key():
+    memory = Continuations()
+    memory.fold(np.array([1, 2, 3, 1, 2, 4]), 5, USABLE)  # the prompt's (1 2)->3 is not counted
+    assert opened(memory) == {}
+    memory.fold(np.array([IMAGE, 2, 8, IMAGE, 2, 9]), 2, USABLE)
+    assert key(IMAGE, 2) not in memory._seen and opened(memory) == {}
+
+
+def test_distinct_continuations_are_capped_and_the_oldest_context_goes_first():
+    memory = Continuations(capacity=2)
+    for token in range(3, 3 + MAX_DISTINCT + 5):
+        memory.fold(np.array([1, 2, token]), 2, USABLE)
+    assert opened(memory) == {key(1, 2): MAX_DISTINCT}
+    memory.fold(np.array([5, 6, 7]), 2, USABLE)
+    memory.fold(np.array([8, 9, 10]), 2, USABLE)  # a third context: (1 2), the oldest, is dropped
+    assert len(memory) == 2 and opened(memory) == {}
+    memory.reset()
+    assert len(memory) == 0
+
+
+def test_a_copy_counts_on_its_own():
+    memory = Continuations()
+    memory.fold(np.array([1, 2, 3]), 2, USABLE)
+    twin = copy.deepcopy(memory)
+    twin.fold(np.array([1, 2, 4]), 2, USABLE)
+    assert opened(twin) == {key(1, 2): 2} and opened(memory) == {}
+
+
+def test_the_drafter_counts_a_request_when_the_next_one_starts():
+    drafter = RecapDrafter(RecapConfig(k=4, budget=8))
+    drafter.begin(RequestInfo((IMAGE, 1), frozenset({IMAGE}), VOCAB))
+    drafter.propose([IMAGE, 1, 2, 3, 4])  # the answer so far: 2 3 4
+    assert drafter._fans[0].size == 0
+    drafter.begin(RequestInfo((IMAGE, 1), frozenset({IMAGE}), VOCAB))
+    drafter.propose([IMAGE, 1, 2, 3, 5])  # another image: after (2 3), 5
+    assert drafter._fans[0].size == 0  # the request in progress does not count yet
+    drafter.begin(RequestInfo((IMAGE, 1), frozenset({IMAGE}), VOCAB))
+    assert dict(zip(*(a.tolist() for a in drafter._fans), strict=True)) == {key(2, 3): 2}
+    off = RecapDrafter(RecapConfig(k=4, budget=8, fans=False), persistent=drafter.persistent)
+    off.begin(RequestInfo((IMAGE, 1), frozenset({IMAGE}), VOCAB))
+    assert off._fans is None
+
+
+# Root context (0, 1): its candidates 10 (0.4), 11 (0.3), 12 (0.2), 13 (0.1); after 10 a chain of sure
+# tokens 20 -> 21 -> 22 ... that the best-first search prefers to the root's other candidates.
+RECORDS = {1: {10: 0.4, 11: 0.3, 12: 0.2, 13: 0.1}, 10: {20: 0.95, 30: 0.05}}
+RECORDS.update({t: {t + 1: 0.95, 30: 0.05} for t in range(20, 28)})
+
+
+def _tree(fans: dict[int, int] | None, budget: int = 4):
+    drafter = RecapDrafter(RecapConfig(k=4, budget=budget, suffix=False, use_context=False, backoff=False))
+    seeded(drafter, RECORDS)
+    if fans is not None:
+        keys = sorted(fans)
+        drafter._fans = (np.array(keys, dtype=np.int64), np.array([fans[k] for k in keys], dtype=np.int64))
+    return drafter.propose([0, 1])
+
+
+def test_an_open_context_gets_its_fan_before_the_chain_behind_its_best_candidate():
+    plain = _tree(None)
+    assert plain.tokens == [10, 20, 21, 22]  # one root candidate, then the chain
+    fanned = _tree({key(0, 1): 3})
+    assert fanned.tokens[:3] == [10, 11, 12] and fanned.parents[:3] == [ROOT] * 3
+    assert fanned.tokens[3] == 20  # then the chain goes on
+    # each node keeps its own path estimate: the fan changes which nodes the budget buys, not scores
+    assert fanned.scores[1] == pytest.approx(plain.scores[0] * 0.3 / 0.4)
+    assert _tree({key(0, 1): 8}).tokens == [10, 11, 12, 13]  # never wider than the candidates
+    assert _tree({key(5, 1): 3}).tokens == plain.tokens  # another context's fan: nothing changes
