@@ -297,6 +297,7 @@ def _step_record(
             contributions=dict(tree.contributions[i]),
             accepted=i in accepted,
             this_request=bool(tree.this_request[i]) if tree.this_request else False,
+            fan=int(tree.fans[i]) if tree.fans else 0,
         )
         for i in range(len(tree))
     ]

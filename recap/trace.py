@@ -33,6 +33,8 @@ class NodeRecord:
     accepted: bool
     #: RECAP: a record this request wrote (under its image) proposed the node.
     this_request: bool = False
+    #: RECAP: offered in a fan: earlier answers went on this many ways after its context (0: no fan).
+    fan: int = 0
 
 
 @dataclass
@@ -247,7 +249,7 @@ _NODE_FIELDS: dict[str, _FieldKind] = {
     "accepted": "bool",
 }
 #: Node fields a trace may leave out (traces written before they existed).
-_OPTIONAL_NODE_FIELDS: dict[str, _FieldKind] = {"this_request": "bool"}
+_OPTIONAL_NODE_FIELDS: dict[str, _FieldKind] = {"this_request": "bool", "fan": "count"}
 _FUSED_FIELDS: dict[str, _FieldKind] = {
     "token": "token",
     "text": "text",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -109,3 +110,42 @@ def test_an_open_context_gets_its_fan_before_the_chain_behind_its_best_candidate
     assert fanned.scores[1] == pytest.approx(plain.scores[0] * 0.3 / 0.4)
     assert _tree({key(0, 1): 8}).tokens == [10, 11, 12, 13]  # never wider than the candidates
     assert _tree({key(5, 1): 3}).tokens == plain.tokens  # another context's fan: nothing changes
+
+
+def test_explain_says_which_nodes_a_fan_offered():
+    drafter = RecapDrafter(RecapConfig(k=4, budget=4, suffix=False, use_context=False, backoff=False))
+    seeded(drafter, RECORDS)
+    drafter._fans = (np.array([key(0, 1)], dtype=np.int64), np.array([12], dtype=np.int64))
+    tree = drafter.propose([0, 1])
+    drafter.explain(tree)
+    assert tree.tokens == [10, 11, 12, 13] and tree.fans == [12] * 4  # a fan of the 4 it has ...
+    drafter._fans = (np.array([key(0, 1)], dtype=np.int64), np.array([3], dtype=np.int64))
+    tree = drafter.propose([0, 1])
+    drafter.explain(tree)
+    assert tree.fans == [3, 3, 3, 0]  # ... and node 3 (20, under 10) sits at another context
+
+
+def test_a_trace_keeps_each_nodes_fan_and_the_tooltip_says_it():
+    from recap.studio.figures import _node_hover
+    from recap.trace import NodeRecord, RunTrace, StepRecord, check_trace_data
+
+    node = NodeRecord(0, -1, 11, "blue", 1, 0.3, ["ctx2"], {"ctx2": 0.3}, False, fan=3)
+    assert "in a fan: earlier answers went on 3 ways here" in _node_hover(node)
+    assert "fan" not in _node_hover(NodeRecord(0, -1, 11, "blue", 1, 0.3, ["ctx2"], {}, False))
+    step = StepRecord(step=1, committed_len=4, method="recap", nodes=[node])
+    data = json.loads(RunTrace({"method": "recap"}, [step]).to_json())
+    assert RunTrace.from_json(json.dumps(data)).steps[0].nodes[0].fan == 3
+    data["steps"][0]["nodes"][0]["fan"] = -2
+    with pytest.raises(ValueError, match="fan"):
+        check_trace_data(data)
+
+
+def test_a_request_without_an_image_gets_no_fans():
+    drafter = RecapDrafter(RecapConfig(k=4, budget=8))
+    for answer in ([2, 3, 4], [2, 3, 5]):
+        drafter.begin(RequestInfo((IMAGE, 1), frozenset({IMAGE}), VOCAB))
+        drafter.propose([IMAGE, 1, *answer])
+    drafter.begin(RequestInfo((7, 1), frozenset({IMAGE}), VOCAB))  # text only: no fans ...
+    assert drafter._fans is None
+    drafter.begin(RequestInfo((IMAGE, 1), frozenset({IMAGE}), VOCAB))  # ... the next image request has
+    assert drafter._fans[0].tolist() == [key(2, 3)]

@@ -110,3 +110,18 @@ class Continuations(Guarded):
         with self._lock:
             self._seen.clear()
             self._arrays, self._stale, self.pending = _NONE, False, None
+
+
+def fan_sizes(fans: tuple[np.ndarray, np.ndarray] | None, tails: np.ndarray, usable: np.ndarray) -> list[int]:
+    """How many ways earlier answers went on after each context of ``tails`` ``(N, 3)`` (its last three
+    tokens, -1 before the start), as the compiled search reads ``fans`` (`Continuations.arrays`; None:
+    off): 0 for a context that is not open. (Its fan is that many of its best candidates, at most
+    ``RecapConfig.branching`` and the candidates it has.)"""
+    if fans is None or len(fans[0]) == 0 or len(tails) == 0:
+        return [0] * len(tails)
+    keys, sizes = fans
+    ok = usable[tails[:, 1]] & usable[tails[:, 2]]  # (-1 reads usable's last entry: False)
+    wanted = np.where(ok, (tails[:, 1] << KEY_BITS) | tails[:, 2], -1)
+    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    found = ok & (keys[at] == wanted)
+    return np.where(found, sizes[at], 0).tolist()

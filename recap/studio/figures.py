@@ -91,6 +91,8 @@ def _node_hover(node: NodeRecord) -> str:
         lines.append("from this image's own records (computed in this request)")
     elif any(shares.get(name, 0) > 0 for name in ("ctx3", "ctx2")):
         lines.append("records of earlier requests (other images)")
+    if node.fan:
+        lines.append(f"offered in a fan: earlier answers went on {node.fan} ways here")
     if total > 0:
         lines += [
             f"{plot_name(src)}: {100 * v / total:.0f}%"

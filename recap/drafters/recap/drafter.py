@@ -38,6 +38,7 @@ from recap.drafters.recap.mirror import RequestMirror
 from recap.drafters.recap.search import Growth, compile_kernels, grow, select, settings_of
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
 from recap.memory.context import ContextMemory
+from recap.memory.continuations import fan_sizes
 from recap.memory.estimates import AcceptanceModel
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import KEY_BITS, PredictionRecord, record_table
@@ -160,7 +161,8 @@ class RecapDrafter:
         self._usable[-1] = False
         continuations = self.persistent.continuations
         continuations.fold_pending(self._usable)  # the request before this one (another image)
-        self._fans = continuations.arrays() if self.config.fans else None
+        image = np.isin(np.asarray(request.prompt_tokens, dtype=np.int64), self._excluded_array).any()
+        self._fans = continuations.arrays() if self.config.fans and image else None
         self._seen.start(self.persistent, self.config.suffix_scope == "stream")
         continuations.pending = (self._seen, len(request.prompt_tokens))
         self._forget_proposal()
@@ -361,8 +363,8 @@ class RecapDrafter:
 
     def explain(self, tree: DraftTree) -> None:
         """Fill the display-only fields of the last proposed ``tree``: the fused distribution at the
-        root (``root_candidates``), each node's per-memory contributions (``share * record prob``) and
-        whether a record this request wrote proposed it (``this_request``).
+        root (``root_candidates``), each node's per-memory contributions (``share * record prob``),
+        whether a record this request wrote proposed it (``this_request``) and its context's fan (``fans``).
 
         Call it after `propose` and before `observe` (the studio does; a benchmark does not).
         """
@@ -371,8 +373,10 @@ class RecapDrafter:
             parts = self._growth.parts[: len(tree)]
             for node, column in enumerate(parts.tolist()):
                 tree.contributions[node] = {name: part for name, part in zip(MEMORIES, column) if part > 0}
-            fresh = self._lookup(self._parent_tails(tree)).fresh.T  # (N, 3): at each node's context
+            tails = self._parent_tails(tree)
+            fresh = self._lookup(tails).fresh.T  # (N, 3): at each node's context
             tree.this_request = ((parts > 0) & fresh).any(axis=1).tolist()
+            tree.fans = fan_sizes(self._fans, tails, self._usable)
 
     def _parent_tails(self, tree: DraftTree) -> np.ndarray:
         """The last three tokens of each node's context (its parent's path; -1 before the start)."""
