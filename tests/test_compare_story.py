@@ -25,3 +25,22 @@ def test_the_depth_split_is_read_off_the_line_the_tab_shows():
     line = story.story_line({"ar": AR, "tr": TR, "recap": RECAP}, [False, True, True, False], LABELS)
     found = compare_story.DEPTHS.search(story.story_html(line))
     assert (found["first"], found["deeper"]) == ("TR 1 of 2, RECAP 1 of 1", "TR none met there, RECAP 1 of 1")
+
+
+def test_a_fresh_studio_tells_the_story_on_the_shipped_examples(monkeypatch, capsys):
+    """The Compare tab on a fresh server, default settings, each shipped example of the default model as
+    a click sends it: RECAP accepts at least as many drafts as Token Recycling at the image-dependent
+    tokens on at least 5 of the 6 (the counts do not depend on the timed repeats: one is enough)."""
+    import torch
+
+    from recap.studio import measure
+
+    monkeypatch.setattr(measure, "REPEATS", 1)
+    threads = torch.get_num_threads()
+    try:
+        assert compare_story.main([]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    wins = int(last.split(" on ")[-1].split(" of ")[0])
+    assert last.endswith("of 6") and wins >= 5, last
