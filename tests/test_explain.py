@@ -141,3 +141,20 @@ def test_a_likelier_candidate_left_out_of_the_tree_is_named_with_why():
     )
     fused[1:3] = [FusedRecord(7, " grey", 0.073, {"ctx2": 0.073})]  # as likely, to 2 decimals: no sentence
     assert "was not drafted first" not in explain_step(step)
+
+
+def test_nodes_offered_in_a_fan_are_said_so():
+    # root -> [red, blue]: earlier answers went on 3 ways after the root's context; red -> circle.
+    nodes = [node(0, -1, "red", ["ctx2"], 0.4, 0.4, True), node(1, -1, "blue", ["ctx2"], 0.3, 0.3),
+             node(2, 0, " circle", ["ctx3"], 0.9, 0.36, True)]
+    nodes[0].fan = nodes[1].fan = 3
+    step = StepRecord(
+        step=2, committed_len=20, method="recap", nodes=nodes, accepted_ids=[0, 2], bonus_token=9,
+        new_tokens=[100, 101, 9], new_texts=["red", " circle", " at"],
+    )
+    assert (
+        "Fans: at 1 context where earlier answers (under other images) went on in different ways, the "
+        "best candidates (2 nodes) were offered together."
+    ) in explain_step(step)
+    nodes[0].fan = nodes[1].fan = 0
+    assert "Fans" not in explain_step(step)

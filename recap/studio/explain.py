@@ -55,6 +55,12 @@ def explain_step(step: StepRecord) -> str:
             "The target rejected it." if len(nodes) == 1 else "The target accepted none of them."
         )
     sentences.append(_after(step, accepted))
+    if fanned := [n for n in nodes if n.fan]:
+        contexts = _count(len({n.parent for n in fanned}), "context")
+        sentences.append(
+            f"Fans: at {contexts} where earlier answers (under other images) went on in different ways, "
+            f"the best candidates ({_count(len(fanned), 'node')}) were offered together."
+        )
     if left_out := _left_out(step):
         sentences.append(left_out)
     total = len(step.new_tokens)
