@@ -47,7 +47,7 @@ def test_only_the_answer_counts_and_image_placeholders_make_no_key():
     memory.fold(np.array([1, 2, 3, 1, 2, 4]), 5, USABLE)  # the prompt's (1 2)->3 is not counted
     assert opened(memory) == {}
     memory.fold(np.array([IMAGE, 2, 8, IMAGE, 2, 9]), 2, USABLE)
-    assert key(IMAGE, 2) not in memory._seen and opened(memory) == {}
+    assert key(IMAGE, 2) not in memory._rows and opened(memory) == {}
 
 
 def test_distinct_continuations_are_capped_and_the_oldest_context_goes_first():

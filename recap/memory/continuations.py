@@ -34,24 +34,27 @@ from recap.memory.guarded import Guarded
 from recap.memory.records import KEY_BITS
 
 #: Contexts kept (the oldest first out beyond it).
-CAPACITY = 1 << 16
-#: Distinct continuations counted per context (a fan is at most ``RecapConfig.branching`` wide).
-MAX_DISTINCT = 16
+CAPACITY = 1 << 15
+#: Distinct continuations counted per context (a fan is at most ``RecapConfig.branching`` wide, 8 by default).
+MAX_DISTINCT = 8
 _NONE = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
 
 class Continuations(Guarded):
     """The distinct tokens committed after each 2-token context of the finished requests (thread-safe).
 
-    ``pending``: the request in progress (its `recap.drafters.recap.mirror.RequestMirror` and prompt
-    length), folded in when the next request starts (`fold_pending`).
+    Array-backed: ``_rows`` maps a packed key to a row of ``_table`` (its distinct tokens, -1 after
+    them), so a full memory holds a dict entry and ``MAX_DISTINCT`` int32 per context (a few MB at
+    `CAPACITY`). ``pending``: the request in progress (its `recap.drafters.recap.mirror.RequestMirror`
+    and prompt length), folded in when the next request starts (`fold_pending`).
     """
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = int(capacity)
-        self._seen: dict[int, set[int]] = {}
+        self._rows: dict[int, int] = {}
+        self._table = np.full((min(self.capacity, 256), MAX_DISTINCT), -1, dtype=np.int32)
         self._arrays = _NONE
         self._stale = False
         self.pending: tuple[object, int] | None = None
@@ -59,7 +62,7 @@ class Continuations(Guarded):
 
     def __len__(self) -> int:
         """Contexts kept."""
-        return len(self._seen)
+        return len(self._rows)
 
     def fold(self, tokens: np.ndarray, answer_start: int, usable: np.ndarray) -> None:
         """Count one finished request: ``tokens`` its prompt and answer, the answer from ``answer_start``;
@@ -73,15 +76,31 @@ class Continuations(Guarded):
                 if not (0 <= b < vocab and 0 <= c < vocab and usable[b] and usable[c] and nxt >= 0):
                     continue
                 key = (b << KEY_BITS) | c
-                found = self._seen.get(key)
-                if found is None:
-                    if len(self._seen) >= self.capacity:
-                        del self._seen[next(iter(self._seen))]
-                    self._seen[key] = {nxt}
+                row = self._rows.get(key)
+                if row is None:
+                    row = self._new_row(key)
+                found = self._table[row]
+                if nxt in found:
+                    continue
+                free = np.flatnonzero(found < 0)
+                if len(free):
+                    found[free[0]] = nxt
                     self._stale = True
-                elif nxt not in found and len(found) < MAX_DISTINCT:
-                    found.add(nxt)
-                    self._stale = True
+
+    def _new_row(self, key: int) -> int:
+        """A row for ``key``: the next free one, or the row of the key kept longest (dropped)."""
+        if len(self._rows) >= self.capacity:
+            row = self._rows.pop(next(iter(self._rows)))
+        else:
+            row = len(self._rows)
+            if row == len(self._table):
+                grown = np.full((min(2 * row, self.capacity), MAX_DISTINCT), -1, dtype=np.int32)
+                grown[:row] = self._table
+                self._table = grown
+        self._table[row] = -1
+        self._rows[key] = row
+        self._stale = True
+        return row
 
     def fold_pending(self, usable: np.ndarray) -> None:
         """Fold the request in progress that `pending` names (as the next one starts), then clear it."""
@@ -97,18 +116,18 @@ class Continuations(Guarded):
         distinct tokens followed each (2 or more); what the search reads."""
         with self._lock:
             if self._stale:
-                open_ = sorted((key, len(found)) for key, found in self._seen.items() if len(found) > 1)
-                if open_:
-                    keys, sizes = zip(*open_, strict=True)
-                    self._arrays = (np.array(keys, dtype=np.int64), np.array(sizes, dtype=np.int64))
-                else:
-                    self._arrays = _NONE
+                keys = np.fromiter(self._rows.keys(), dtype=np.int64, count=len(self._rows))
+                rows = np.fromiter(self._rows.values(), dtype=np.int64, count=len(self._rows))
+                sizes = (self._table[rows] >= 0).sum(axis=1).astype(np.int64)
+                order = np.argsort(keys[sizes > 1], kind="stable")
+                self._arrays = (keys[sizes > 1][order], sizes[sizes > 1][order])
                 self._stale = False
             return self._arrays
 
     def reset(self) -> None:
         with self._lock:
-            self._seen.clear()
+            self._rows.clear()
+            self._table = np.full((min(self.capacity, 256), MAX_DISTINCT), -1, dtype=np.int32)
             self._arrays, self._stale, self.pending = _NONE, False, None
 
 
