@@ -13,7 +13,10 @@ The search: a heap of candidate nodes ordered by (path estimate descending, dept
 context is expanded first, then the best node is popped (it joins the tree: path estimates never grow
 along a path, so nothing later can precede it) and its context expanded, until ``cap`` nodes are
 popped. Every popped node above the depth limit is expanded, so every node of the tree has its
-candidates labelled for the acceptance model.
+candidates labelled for the acceptance model. A *fan* (`recap.memory.continuations`: a context earlier
+answers continued in several ways) queues its first few candidates at the priority of its best one
+instead of their own path estimates; their scores, and their descendants', stay their own, and a
+parent is still popped before its children, so any prefix of the pops is a tree.
 """
 
 from __future__ import annotations

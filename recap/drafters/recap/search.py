@@ -46,7 +46,8 @@ SUFFIX_MIN_LEN = 2
 
 
 class Growth(NamedTuple):
-    """What `grow` found: the tree of the ``cap`` best nodes, best first (then shallower, then earlier
+    """What `grow` found: the tree of the ``cap`` best nodes, best first (a fan's nodes with their
+    context's best one; then shallower, then earlier
     in depth-at-a-time order): ``tokens``, ``parents`` (node ids, -1 the root), ``scores`` (path
     estimates), ``parts`` (each memory's contribution to a node's fused probability ``(N, 3)``, display
     only), ``codes`` (sources, `recap.drafters.recap.fusion.SOURCE_NAMES`); and the labels of every
