@@ -149,3 +149,19 @@ def test_a_request_without_an_image_gets_no_fans():
     assert drafter._fans is None
     drafter.begin(RequestInfo((IMAGE, 1), frozenset({IMAGE}), VOCAB))  # ... the next image request has
     assert drafter._fans[0].tolist() == [key(2, 3)]
+
+
+def test_a_full_memory_stays_a_few_megabytes_and_the_session_ledger_counts_it():
+    from recap.memory.continuations import CAPACITY
+    from recap.studio.sessions import footprint
+
+    memory = Continuations()
+    usable = np.ones(5001, dtype=bool)
+    usable[-1] = False
+    rng = np.random.default_rng(0)
+    while len(memory) < CAPACITY:
+        memory.fold(rng.integers(0, 5000, 2000), 0, usable)
+    for _ in range(5):  # full: the oldest contexts make room, the size stays
+        memory.fold(rng.integers(0, 5000, 2000), 0, usable)
+    assert len(memory) == CAPACITY
+    assert 1e6 < footprint(memory) < 6e6

@@ -54,10 +54,8 @@ class Continuations(Guarded):
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = int(capacity)
         self._rows: dict[int, int] = {}
-        self._table = np.full((min(self.capacity, 256), MAX_DISTINCT), -1, dtype=np.int32)
         self._arrays = _NONE
-        self._stale = False
-        self.pending: tuple[object, int] | None = None
+        self._clear()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -88,16 +86,18 @@ class Continuations(Guarded):
                     self._stale = True
 
     def _new_row(self, key: int) -> int:
-        """A row for ``key``: the next free one, or the row of the key kept longest (dropped)."""
+        """A row for ``key``: rows are handed out in turn, so once all are taken the next one is the
+        row of the key kept longest, which is dropped."""
+        row = self._next % self.capacity
+        self._next += 1
         if len(self._rows) >= self.capacity:
-            row = self._rows.pop(next(iter(self._rows)))
-        else:
-            row = len(self._rows)
-            if row == len(self._table):
-                grown = np.full((min(2 * row, self.capacity), MAX_DISTINCT), -1, dtype=np.int32)
-                grown[:row] = self._table
-                self._table = grown
+            del self._rows[int(self._keys[row])]
+        elif row == len(self._table):
+            size = min(2 * row, self.capacity)
+            self._table = np.concatenate([self._table, np.full((size - row, MAX_DISTINCT), -1, np.int32)])
+            self._keys = np.concatenate([self._keys, np.zeros(size - row, dtype=np.int64)])
         self._table[row] = -1
+        self._keys[row] = key
         self._rows[key] = row
         self._stale = True
         return row
@@ -126,9 +126,15 @@ class Continuations(Guarded):
 
     def reset(self) -> None:
         with self._lock:
-            self._rows.clear()
-            self._table = np.full((min(self.capacity, 256), MAX_DISTINCT), -1, dtype=np.int32)
-            self._arrays, self._stale, self.pending = _NONE, False, None
+            self._clear()
+
+    def _clear(self) -> None:
+        self._rows.clear()
+        self._table = np.full((min(self.capacity, 256), MAX_DISTINCT), -1, dtype=np.int32)
+        self._keys = np.zeros(len(self._table), dtype=np.int64)  # each row's key
+        self._next = 0  # the row the next new key takes (in turn)
+        self._arrays, self._stale = _NONE, False
+        self.pending: tuple[object, int] | None = None
 
 
 def fan_sizes(fans: tuple[np.ndarray, np.ndarray] | None, tails: np.ndarray, usable: np.ndarray) -> list[int]:
