@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 
+import numba
 import numpy as np
 
 from recap.memory.guarded import Guarded
@@ -37,7 +38,8 @@ from recap.memory.records import KEY_BITS
 CAPACITY = 1 << 15
 #: Distinct continuations counted per context (a fan is at most ``RecapConfig.branching`` wide, 8 by default).
 MAX_DISTINCT = 8
-_NONE = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+#: No open context (`Continuations.arrays` of an empty memory; the search's "no fans").
+NO_FANS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 
 
 class Continuations(Guarded):
@@ -54,7 +56,7 @@ class Continuations(Guarded):
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = int(capacity)
         self._rows: dict[int, int] = {}
-        self._arrays = _NONE
+        self._arrays = NO_FANS
         self._clear()
         self._lock = threading.Lock()
 
@@ -116,11 +118,12 @@ class Continuations(Guarded):
         distinct tokens followed each (2 or more); what the search reads."""
         with self._lock:
             if self._stale:
-                keys = np.fromiter(self._rows.keys(), dtype=np.int64, count=len(self._rows))
-                rows = np.fromiter(self._rows.values(), dtype=np.int64, count=len(self._rows))
-                sizes = (self._table[rows] >= 0).sum(axis=1).astype(np.int64)
-                order = np.argsort(keys[sizes > 1], kind="stable")
-                self._arrays = (keys[sizes > 1][order], sizes[sizes > 1][order])
+                live = len(self._rows)  # (rows are handed out in turn: the first `live` are taken)
+                sizes = (self._table[:live] >= 0).sum(axis=1)
+                open_ = sizes > 1
+                keys, sizes = self._keys[:live][open_], sizes[open_].astype(np.int64)
+                order = np.argsort(keys)
+                self._arrays = (keys[order], sizes[order])
                 self._stale = False
             return self._arrays
 
@@ -133,20 +136,29 @@ class Continuations(Guarded):
         self._table = np.full((min(self.capacity, 256), MAX_DISTINCT), -1, dtype=np.int32)
         self._keys = np.zeros(len(self._table), dtype=np.int64)  # each row's key
         self._next = 0  # the row the next new key takes (in turn)
-        self._arrays, self._stale = _NONE, False
+        self._arrays, self._stale = NO_FANS, False
         self.pending: tuple[object, int] | None = None
 
 
 def fan_sizes(fans: tuple[np.ndarray, np.ndarray] | None, tails: np.ndarray, usable: np.ndarray) -> list[int]:
-    """How many ways earlier answers went on after each context of ``tails`` ``(N, 3)`` (its last three
-    tokens, -1 before the start), as the compiled search reads ``fans`` (`Continuations.arrays`; None:
-    off): 0 for a context that is not open. (Its fan is that many of its best candidates, at most
-    ``RecapConfig.branching`` and the candidates it has.)"""
-    if fans is None or len(fans[0]) == 0 or len(tails) == 0:
-        return [0] * len(tails)
-    keys, sizes = fans
-    ok = usable[tails[:, 1]] & usable[tails[:, 2]]  # (-1 reads usable's last entry: False)
-    wanted = np.where(ok, (tails[:, 1] << KEY_BITS) | tails[:, 2], -1)
-    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-    found = ok & (keys[at] == wanted)
-    return np.where(found, sizes[at], 0).tolist()
+    """`fan_size` of each context of ``tails`` ``(N, 3)`` (its last three tokens, -1 before the start)
+    with ``fans`` (`Continuations.arrays`; None: off), for display."""
+    keys, sizes = fans if fans is not None else NO_FANS
+    return [int(fan_size(keys, sizes, tail, usable)) for tail in tails]
+
+
+@numba.njit(cache=True, nogil=True)
+def fan_size(keys, sizes, tail, usable):
+    """How many ways earlier answers went on after the context ending in ``tail`` (its last three tokens,
+    -1 before the start; ``usable``: token -> may appear in a key), as ``keys, sizes``
+    (`Continuations.arrays`) say: 0 where they agreed or none was seen. The compiled search reads it at
+    every context it expands; its fan is that many of the context's best candidates, at most
+    ``RecapConfig.branching`` and the candidates it has."""
+    b, c = tail[1], tail[2]
+    if len(keys) == 0 or b < 0 or c < 0 or not usable[b] or not usable[c]:
+        return 0
+    want = (b << KEY_BITS) | c
+    at = np.searchsorted(keys, want)
+    if at < len(keys) and keys[at] == want:
+        return sizes[at]
+    return 0

@@ -28,6 +28,7 @@ import numba
 import numpy as np
 
 from recap.drafters.recap.suffix_match import suffix_chain
+from recap.memory.continuations import fan_size
 from recap.memory.estimates import CODES, A, B
 from recap.memory.key_index import find_row
 from recap.memory.records import KEY_BITS
@@ -340,7 +341,7 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
                 labels += 1
         # ---- the `width` best candidates become nodes (ties: the earlier column)
         chain_next = np.int64(-2) if chain_column >= 0 else chain_node
-        fan = _fan_size(fan_keys, fan_sizes, context_tail, usable)
+        fan = fan_size(fan_keys, fan_sizes, context_tail, usable)
         fan_priority = 0.0
         for place in range(min(width, columns)):
             best = -1
@@ -400,21 +401,6 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
         label_node[:labels], label_token[:labels], label_kind[:labels],
         kept if rule else pops,
     )
-
-
-@numba.njit(cache=True, nogil=True)
-def _fan_size(fan_keys, fan_sizes, tail, usable):
-    """How many of a context's best candidates form its fan: the distinct continuations earlier answers
-    committed after its last two tokens (`recap.memory.continuations`), 0 where they agreed or none was
-    seen."""
-    b, c = tail[1], tail[2]
-    if len(fan_keys) == 0 or b < 0 or c < 0 or not usable[b] or not usable[c]:
-        return 0
-    want = (b << KEY_BITS) | c
-    at = np.searchsorted(fan_keys, want)
-    if at < len(fan_keys) and fan_keys[at] == want:
-        return fan_sizes[at]
-    return 0
 
 
 @numba.njit(cache=True, nogil=True)

@@ -25,6 +25,7 @@ from recap.drafters.recap.config import RecapConfig
 from recap.drafters.recap.fusion import SOURCE_NAMES
 from recap.drafters.recap.kernel import SearchMemories, SearchSettings, StopRule, grow_tree
 from recap.memory.context import ContextMemory
+from recap.memory.continuations import NO_FANS
 from recap.memory.estimates import BUCKETS, EDGES, KIND_COLUMNS
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import pack_keys, record_table
@@ -36,7 +37,6 @@ _NO_STOP = StopRule(np.zeros(0), 0, 0.0)
 _NO_SLOTS = np.full(1, -1, dtype=np.int64)
 _NO_LEVELS = np.zeros((1, KIND_COLUMNS))
 _NO_TABLE = np.zeros((1, 2), dtype=np.float32)
-_NO_FANS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
 #: `SOURCE_NAMES` as an array (a tree's sources in one lookup).
 _SOURCE_NAMES = np.empty(len(SOURCE_NAMES), dtype=object)
 _SOURCE_NAMES[:] = [*SOURCE_NAMES]
@@ -138,7 +138,7 @@ def grow(
     try:
         memories = SearchMemories(
             *_context_arrays(ctx3), *_context_arrays(ctx2), p_on, p_table,
-            int(request), levels is not None, fine, coarse, *backoff_arrays, *(fans or _NO_FANS),
+            int(request), levels is not None, fine, coarse, *backoff_arrays, *(fans or NO_FANS),
         )
         found = grow_tree(tokens, int(length), int(cap), usable, memories, settings, rule)
     finally:
