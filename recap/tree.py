@@ -93,8 +93,8 @@ class DraftTree:
     #: For display: per node, whether a record this request wrote (under its image) proposed it; empty
     #: when the drafter does not say.
     this_request: list[bool] = field(default_factory=list)
-    #: For display: per node, how many ways earlier answers went on after its context, where it got a
-    #: fan (`recap.memory.continuations`); 0: no fan.
+    #: For display: per node queued in a fan (`recap.memory.continuations`), how many ways earlier
+    #: answers went on after its context; 0: not in a fan.
     fans: list[int] = field(default_factory=list)
 
     # Children index: (parent, token) -> node id, kept in sync by `add`.

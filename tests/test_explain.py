@@ -154,7 +154,7 @@ def test_nodes_offered_in_a_fan_are_said_so():
     )
     assert (
         "Fans: at 1 context where earlier answers (under other images) went on in different ways, the "
-        "best candidates (2 nodes) were offered together."
+        "best candidate and the words those answers chose (2 nodes) were offered together."
     ) in explain_step(step)
     nodes[0].fan = nodes[1].fan = 0
     assert "Fans" not in explain_step(step)

@@ -24,9 +24,11 @@ def key(b: int, c: int) -> int:
     return (b << KEY_BITS) | c
 
 
-def opened(memory: Continuations) -> dict[int, int]:
-    keys, sizes = memory.arrays()
-    return dict(zip(keys.tolist(), sizes.tolist(), strict=True))
+def opened(memory: Continuations) -> dict[int, list[int]]:
+    """Open context -> the tokens that followed it, in the order first seen."""
+    keys, ways = memory.arrays()
+    assert ways.shape == (len(keys), MAX_DISTINCT)
+    return {k: [t for t in row if t >= 0] for k, row in zip(keys.tolist(), ways.tolist(), strict=True)}
 
 
 def test_a_context_continued_two_ways_is_open():
@@ -34,10 +36,10 @@ def test_a_context_continued_two_ways_is_open():
     memory.fold(np.array([7, 1, 2, 3, 4]), 1, USABLE)  # prompt [7], answer [1, 2, 3, 4]
     assert opened(memory) == {} and len(memory) == 3  # (7 1)->2, (1 2)->3, (2 3)->4: one way each
     memory.fold(np.array([7, 1, 2, 5]), 1, USABLE)
-    assert opened(memory) == {key(1, 2): 2}
+    assert opened(memory) == {key(1, 2): [3, 5]}
     memory.fold(np.array([7, 1, 2, 5]), 1, USABLE)  # the same way again: still 2
     memory.fold(np.array([7, 1, 2, 6]), 1, USABLE)
-    assert opened(memory) == {key(1, 2): 3}
+    assert opened(memory) == {key(1, 2): [3, 5, 6]}
     keys, _ = memory.arrays()
     assert keys.dtype == np.int64 and list(keys) == sorted(keys)
 
@@ -54,7 +56,7 @@ def test_distinct_continuations_are_capped_and_the_oldest_context_goes_first():
     memory = Continuations(capacity=2)
     for token in range(3, 3 + MAX_DISTINCT + 5):
         memory.fold(np.array([1, 2, token]), 2, USABLE)
-    assert opened(memory) == {key(1, 2): MAX_DISTINCT}
+    assert opened(memory) == {key(1, 2): list(range(3, 3 + MAX_DISTINCT))}  # the first ones seen
     memory.fold(np.array([5, 6, 7]), 2, USABLE)
     memory.fold(np.array([8, 9, 10]), 2, USABLE)  # a third context: (1 2), the oldest, is dropped
     assert len(memory) == 2 and opened(memory) == {}
@@ -67,7 +69,7 @@ def test_a_copy_counts_on_its_own():
     memory.fold(np.array([1, 2, 3]), 2, USABLE)
     twin = copy.deepcopy(memory)
     twin.fold(np.array([1, 2, 4]), 2, USABLE)
-    assert opened(twin) == {key(1, 2): 2} and opened(memory) == {}
+    assert opened(twin) == {key(1, 2): [3, 4]} and opened(memory) == {}
 
 
 def test_the_drafter_counts_a_request_when_the_next_one_starts():
@@ -79,7 +81,8 @@ def test_the_drafter_counts_a_request_when_the_next_one_starts():
     drafter.propose([IMAGE, 1, 2, 3, 5])  # another image: after (2 3), 5
     assert drafter._fans[0].size == 0  # the request in progress does not count yet
     drafter.begin(RequestInfo((IMAGE, 1), frozenset({IMAGE}), VOCAB))
-    assert dict(zip(*(a.tolist() for a in drafter._fans), strict=True)) == {key(2, 3): 2}
+    keys, ways = drafter._fans
+    assert keys.tolist() == [key(2, 3)] and ways[0, :3].tolist() == [4, 5, -1]
     off = RecapDrafter(RecapConfig(k=4, budget=8, fans=False), persistent=drafter.persistent)
     off.begin(RequestInfo((IMAGE, 1), frozenset({IMAGE}), VOCAB))
     assert off._fans is None
@@ -91,38 +94,59 @@ RECORDS = {1: {10: 0.4, 11: 0.3, 12: 0.2, 13: 0.1}, 10: {20: 0.95, 30: 0.05}}
 RECORDS.update({t: {t + 1: 0.95, 30: 0.05} for t in range(20, 28)})
 
 
-def _tree(fans: dict[int, int] | None, budget: int = 4):
-    drafter = RecapDrafter(RecapConfig(k=4, budget=budget, suffix=False, use_context=False, backoff=False))
+def _fans(ways: dict[int, list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """`Continuations.arrays` as the search reads them, from open context -> its continuations."""
+    keys = sorted(ways)
+    table = np.full((len(keys), MAX_DISTINCT), -1, dtype=np.int32)
+    for row, k in enumerate(keys):
+        table[row, : len(ways[k])] = ways[k]
+    return np.array(keys, dtype=np.int64), table
+
+
+def _drafter(branching: int = 8) -> RecapDrafter:
+    config = RecapConfig(k=4, budget=4, branching=branching, suffix=False, use_context=False, backoff=False)
+    drafter = RecapDrafter(config)
     seeded(drafter, RECORDS)
-    if fans is not None:
-        keys = sorted(fans)
-        drafter._fans = (np.array(keys, dtype=np.int64), np.array([fans[k] for k in keys], dtype=np.int64))
+    return drafter
+
+
+def _tree(ways: dict[int, list[int]] | None, branching: int = 8):
+    drafter = _drafter(branching)
+    if ways is not None:
+        drafter._fans = _fans(ways)
     return drafter.propose([0, 1])
 
 
 def test_an_open_context_gets_its_fan_before_the_chain_behind_its_best_candidate():
     plain = _tree(None)
     assert plain.tokens == [10, 20, 21, 22]  # one root candidate, then the chain
-    fanned = _tree({key(0, 1): 3})
+    fanned = _tree({key(0, 1): [11, 12]})  # earlier answers went on with 11 and 12 here
     assert fanned.tokens[:3] == [10, 11, 12] and fanned.parents[:3] == [ROOT] * 3
     assert fanned.tokens[3] == 20  # then the chain goes on
     # each node keeps its own path estimate: the fan changes which nodes the budget buys, not scores
     assert fanned.scores[1] == pytest.approx(plain.scores[0] * 0.3 / 0.4)
-    assert _tree({key(0, 1): 8}).tokens == [10, 11, 12, 13]  # never wider than the candidates
-    assert _tree({key(5, 1): 3}).tokens == plain.tokens  # another context's fan: nothing changes
+    # the fan is the continuations seen (and the best candidate), not the next best candidates
+    assert _tree({key(0, 1): [13, 12]}).tokens == [10, 12, 13, 20]
+    assert _tree({key(0, 1): [12, 40]}).tokens == [10, 12, 20, 21]  # 40: no memory offers it here
+    assert _tree({key(5, 1): [11, 12]}).tokens == plain.tokens  # another context's fan: nothing changes
+
+
+def test_a_fan_reaches_past_the_children_a_context_gets():
+    assert _tree(None, branching=2).tokens == [10, 20, 21, 22]
+    # 13 is the 4th candidate, beyond the 2 children a context gets: an earlier answer went on with it
+    assert _tree({key(0, 1): [13, 11]}, branching=2).tokens == [10, 11, 13, 20]
 
 
 def test_explain_says_which_nodes_a_fan_offered():
-    drafter = RecapDrafter(RecapConfig(k=4, budget=4, suffix=False, use_context=False, backoff=False))
-    seeded(drafter, RECORDS)
-    drafter._fans = (np.array([key(0, 1)], dtype=np.int64), np.array([12], dtype=np.int64))
+    drafter = _drafter()
+    drafter._fans = _fans({key(0, 1): [11, 12, 13]})
     tree = drafter.propose([0, 1])
     drafter.explain(tree)
-    assert tree.tokens == [10, 11, 12, 13] and tree.fans == [12] * 4  # a fan of the 4 it has ...
-    drafter._fans = (np.array([key(0, 1)], dtype=np.int64), np.array([3], dtype=np.int64))
+    assert tree.tokens == [10, 11, 12, 13] and tree.fans == [3] * 4  # the best one and 3 continuations
+    drafter._fans = _fans({key(0, 1): [12, 13]})
     tree = drafter.propose([0, 1])
     drafter.explain(tree)
-    assert tree.fans == [3, 3, 3, 0]  # ... and node 3 (20, under 10) sits at another context
+    assert tree.tokens == [10, 12, 13, 20] and tree.fans == [2, 2, 2, 0]  # 20 sits at another context
 
 
 def test_a_trace_keeps_each_nodes_fan_and_the_tooltip_says_it():
@@ -164,4 +188,4 @@ def test_a_full_memory_stays_a_few_megabytes_and_the_session_ledger_counts_it():
     for _ in range(5):  # full: the oldest contexts make room, the size stays
         memory.fold(rng.integers(0, 5000, 2000), 0, usable)
     assert len(memory) == CAPACITY
-    assert 1e6 < footprint(memory) < 6e6
+    assert 1e6 < footprint(memory) < 10e6

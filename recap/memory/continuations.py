@@ -5,11 +5,12 @@ after « a » or « the red » the next word is the one this image decides (its 
 stream tells the two apart: every answer committed under another image is a sample of what follows
 each context. `Continuations` keeps, for each 2-token context of the earlier requests' answers, the
 distinct tokens committed right after it (up to `MAX_DISTINCT`). A context continued in two or more
-ways is *open*: the tree search gives it a *fan* (`recap.drafters.recap.kernel`): as many of its
-best candidates as distinct continuations were seen (at most ``RecapConfig.branching``) are queued at
-the priority of its best candidate, so where the image decides the tree offers the alternatives
-together instead of one candidate and a deep chain behind it. The fused distribution, the estimates
-and the output are unchanged; only which nodes the budget buys.
+ways is *open*: the tree search gives it a *fan* (`recap.drafters.recap.kernel`): its best candidate
+and every other candidate that is one of those continuations are queued at the context's own
+priority, right behind it, even beyond the ``RecapConfig.branching`` best, so where the image decides
+the tree offers the words other images led to side by side instead of one candidate and a deep chain
+behind it. The fused distribution, the estimates and the output are unchanged; only which nodes the
+budget buys.
 
 Only finished requests count (a request's own answer joins the memory when the next request starts):
 a context is open because *other images* led the target to other words there. Kept with the persistent
@@ -21,7 +22,7 @@ Example::
     usable = np.ones(100, dtype=bool)
     memory.fold(np.array([7, 1, 2, 3, 4]), 1, usable)   # prompt [7], answer [1, 2, 3, 4]
     memory.fold(np.array([7, 1, 2, 5]), 1, usable)      # (1, 2) continued by 3, then by 5
-    memory.arrays()      # (keys [pack(1, 2)], sizes [2]): the one open context, 2 ways
+    memory.arrays()      # (keys [pack(1, 2)], ways [[3, 5, -1, ...]]): the one open context
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ from recap.memory.records import KEY_BITS
 
 #: Contexts kept (the oldest first out beyond it).
 CAPACITY = 1 << 15
-#: Distinct continuations counted per context (a fan is at most ``RecapConfig.branching`` wide, 8 by default).
-MAX_DISTINCT = 8
+#: Distinct continuations kept per context (the first ones seen; a fan is at most a context's candidates).
+MAX_DISTINCT = 32
 #: No open context (`Continuations.arrays` of an empty memory; the search's "no fans").
-NO_FANS = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+NO_FANS = (np.zeros(0, dtype=np.int64), np.zeros((0, MAX_DISTINCT), dtype=np.int32))
 
 
 class Continuations(Guarded):
@@ -114,16 +115,16 @@ class Continuations(Guarded):
         self.fold(request, prompt, usable)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(keys, sizes)``: the open contexts' packed keys (``(b << KEY_BITS) | c``, sorted) and how many
-        distinct tokens followed each (2 or more); what the search reads."""
+        """``(keys, ways)``: the open contexts' packed keys (``(b << KEY_BITS) | c``, sorted) and the distinct
+        tokens that followed each (2 or more; ``(len(keys), MAX_DISTINCT)`` int32, -1 after them); what
+        the search reads."""
         with self._lock:
             if self._stale:
                 live = len(self._rows)  # (rows are handed out in turn: the first `live` are taken)
-                sizes = (self._table[:live] >= 0).sum(axis=1)
-                open_ = sizes > 1
-                keys, sizes = self._keys[:live][open_], sizes[open_].astype(np.int64)
+                open_ = self._table[:live, 1] >= 0  # (a row fills from its first slot)
+                keys = self._keys[:live][open_]
                 order = np.argsort(keys)
-                self._arrays = (keys[order], sizes[order])
+                self._arrays = (keys[order], self._table[:live][open_][order])
                 self._stale = False
             return self._arrays
 
@@ -140,25 +141,34 @@ class Continuations(Guarded):
         self.pending: tuple[object, int] | None = None
 
 
-def fan_sizes(fans: tuple[np.ndarray, np.ndarray] | None, tails: np.ndarray, usable: np.ndarray) -> list[int]:
-    """`fan_size` of each context of ``tails`` ``(N, 3)`` (its last three tokens, -1 before the start)
-    with ``fans`` (`Continuations.arrays`; None: off), for display."""
-    keys, sizes = fans if fans is not None else NO_FANS
-    return [int(fan_size(keys, sizes, tail, usable)) for tail in tails]
+def fan_ways(fans: tuple[np.ndarray, np.ndarray] | None, tails: np.ndarray, usable: np.ndarray) -> list[int]:
+    """How many ways earlier answers went on after each context of ``tails`` ``(N, 3)`` (its last three
+    tokens, -1 before the start) as ``fans`` (`Continuations.arrays`; None: off) say, 0 where they
+    agreed or none was seen; for display."""
+    keys, ways = fans if fans is not None else NO_FANS
+    rows = [int(fan_row(keys, tail, usable)) for tail in tails]
+    return [int((ways[row] >= 0).sum()) if row >= 0 else 0 for row in rows]
 
 
 @numba.njit(cache=True, nogil=True)
-def fan_size(keys, sizes, tail, usable):
-    """How many ways earlier answers went on after the context ending in ``tail`` (its last three tokens,
-    -1 before the start; ``usable``: token -> may appear in a key), as ``keys, sizes``
-    (`Continuations.arrays`) say: 0 where they agreed or none was seen. The compiled search reads it at
-    every context it expands; its fan is that many of the context's best candidates, at most
-    ``RecapConfig.branching`` and the candidates it has."""
+def fan_row(keys, tail, usable):
+    """The row of ``keys`` (`Continuations.arrays`) of the context ending in ``tail`` (its last three
+    tokens, -1 before the start; ``usable``: token -> may appear in a key), -1 where it is not open.
+    The compiled search reads it at every context it expands."""
     b, c = tail[1], tail[2]
     if len(keys) == 0 or b < 0 or c < 0 or not usable[b] or not usable[c]:
-        return 0
+        return -1
     want = (b << KEY_BITS) | c
     at = np.searchsorted(keys, want)
-    if at < len(keys) and keys[at] == want:
-        return sizes[at]
-    return 0
+    return at if at < len(keys) and keys[at] == want else -1
+
+
+@numba.njit(cache=True, nogil=True)
+def continued(ways, row, token):
+    """Whether ``token`` is one of the continuations in row ``row`` of ``ways`` (`Continuations.arrays`)."""
+    for j in range(ways.shape[1]):
+        if ways[row, j] == token:
+            return True
+        if ways[row, j] < 0:
+            return False
+    return False

@@ -59,7 +59,8 @@ def explain_step(step: StepRecord) -> str:
         contexts = _count(len({n.parent for n in fanned}), "context")
         sentences.append(
             f"Fans: at {contexts} where earlier answers (under other images) went on in different ways, "
-            f"the best candidates ({_count(len(fanned), 'node')}) were offered together."
+            f"the best candidate and the words those answers chose ({_count(len(fanned), 'node')}) were "
+            "offered together."
         )
     if left_out := _left_out(step):
         sentences.append(left_out)

@@ -60,7 +60,8 @@ ABOUT = """
 - **Inspect a step**: the step in plain words; the candidate tree the drafter proposed (x = depth;
   colour = main source, outline = a second source; thick line = accepted path; faded = rejected;
   ◆ = bonus token; a node's tooltip says when it came in a *fan*: where earlier answers, under other
-  images, went on in different ways, RECAP offers its best candidates together), the fused
+  images, went on in different ways, RECAP offers its best candidate and the words they chose
+  together), the fused
   distribution at the root stacked by source (★ = the token the target
   actually chose), and the step's timings. With a temperature, each verified position lists the
   children tried with the target's probability `p` of each, and marks a token drawn from the residual.

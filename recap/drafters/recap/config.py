@@ -47,8 +47,9 @@ class RecapConfig:
     (`recap.memory.context.ContextMemory.fold`: a key this request has not written offers the decayed
     mean of what earlier requests predicted there), 0 keeps the latest request's record only;
     ``fans``: in a request with an image, where earlier answers (other images) continued a context in
-    different ways (`recap.memory.continuations`), queue as many of its best candidates as there were
-    ways at the priority of its best one, so the tree offers the alternatives where the image decides;
+    different ways (`recap.memory.continuations`), queue its best candidate and every candidate that
+    is one of those continuations at the context's own priority, so the tree offers the alternatives
+    where the image decides;
     ``backoff``: where no memory has a record, draft the stream's most often committed tokens
     (`recap.memory.backoff`) instead of nothing; ``suffix_scope``: ``"stream"`` lets the suffix match
     also continue the stream's earlier requests (their last

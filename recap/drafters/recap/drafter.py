@@ -38,7 +38,7 @@ from recap.drafters.recap.mirror import RequestMirror
 from recap.drafters.recap.search import Growth, compile_kernels, grow, select, settings_of
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
 from recap.memory.context import ContextMemory
-from recap.memory.continuations import fan_sizes
+from recap.memory.continuations import fan_ways
 from recap.memory.estimates import AcceptanceModel
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import KEY_BITS, PredictionRecord, record_table
@@ -376,7 +376,8 @@ class RecapDrafter:
             tails = self._parent_tails(tree)
             fresh = self._lookup(tails).fresh.T  # (N, 3): at each node's context
             tree.this_request = ((parts > 0) & fresh).any(axis=1).tolist()
-            tree.fans = fan_sizes(self._fans, tails, self._usable)
+            fanned = self._growth.fanned[: len(tree)].tolist()
+            tree.fans = [w if f else 0 for w, f in zip(fan_ways(self._fans, tails, self._usable), fanned)]
 
     def _parent_tails(self, tree: DraftTree) -> np.ndarray:
         """The last three tokens of each node's context (its parent's path; -1 before the start)."""

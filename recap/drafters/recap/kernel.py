@@ -14,9 +14,10 @@ context is expanded first, then the best node is popped (it joins the tree: path
 along a path, so nothing later can precede it) and its context expanded, until ``cap`` nodes are
 popped. Every popped node above the depth limit is expanded, so every node of the tree has its
 candidates labelled for the acceptance model. A *fan* (`recap.memory.continuations`: a context earlier
-answers continued in several ways) queues its first few candidates at the priority of its best one
-instead of their own path estimates; their scores, and their descendants', stay their own, and a
-parent is still popped before its children, so any prefix of the pops is a tree.
+answers continued in several ways) queues the context's best candidate and every other candidate that
+is one of those continuations, even beyond the ``width`` best, at the context's own path estimate
+instead of their own; their scores, and their descendants', stay their own, and a parent is still
+popped before its children, so any prefix of the pops is a tree.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numba
 import numpy as np
 
 from recap.drafters.recap.suffix_match import suffix_chain
-from recap.memory.continuations import fan_size
+from recap.memory.continuations import continued, fan_row
 from recap.memory.estimates import CODES, A, B
 from recap.memory.key_index import find_row
 from recap.memory.records import KEY_BITS
@@ -98,8 +99,8 @@ class SearchMemories(NamedTuple):
     that is off reads as empty. ``request``: this request's stamp (fresh records). ``calibrate`` and the
     acceptance model's shrinkage levels (`recap.memory.estimates.AcceptanceModel.levels`). The back-off
     record (`recap.memory.backoff`): on flag, ids ``(k,)``, probabilities ``(k,)``. The open contexts
-    (`recap.memory.continuations.Continuations.arrays`): packed 2-token keys, sorted, and their fan sizes
-    (empty: no fans).
+    (`recap.memory.continuations.Continuations.arrays`): packed 2-token keys, sorted, and the tokens that
+    followed each (empty: no fans).
     """
 
     c3_on: bool
@@ -120,7 +121,7 @@ class SearchMemories(NamedTuple):
     backoff_ids: np.ndarray
     backoff_probs: np.ndarray
     fan_keys: np.ndarray
-    fan_sizes: np.ndarray
+    fan_ways: np.ndarray
 
 
 class SearchSettings(NamedTuple):
@@ -175,14 +176,15 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
 
     Returns the tree, best first (then shallower, then earlier by key): ``tokens``, ``parents`` (node
     ids, -1 the root), path estimates ``scores``, each memory's contribution ``parts`` ``(N, 3)`` and
-    source ``codes`` (`recap.drafters.recap.fusion.SOURCE_NAMES`); the labels of every candidate offered
+    source ``codes`` (`recap.drafters.recap.fusion.SOURCE_NAMES`), ``fanned`` (queued in a fan); the
+    labels of every candidate offered
     at every context expanded (``label_nodes``: the context's node id, -1 the root; ``label_tokens``;
     ``label_kinds``: fine acceptance kinds); and how many of the best nodes the budget rule keeps (all
     without a rule).
     """
     (c3_on, c3_keys, c3_rows, c3_table, c2_on, c2_keys, c2_rows, c2_table, p_on, p_table,
      request, calibrate, fine_rows, coarse_rows, backoff_on, backoff_ids, backoff_probs,
-     fan_keys, fan_sizes) = memories
+     fan_keys, fan_ways) = memories
     (suffix_min, suffix_max, suffix_num, k, width, floor, max_depth, suffix_prior,
      uniform, kappa_min, specificity, edges, buckets, stop_patience) = settings
     stop_costs, stop_pending, stop_overhead = stop
@@ -191,7 +193,7 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
         root_tail[2 - back] = tokens[length - 1 - back]
     chain = suffix_chain(tokens, length, usable, suffix_min, suffix_max, suffix_num)
     n = 3 * k
-    max_pool = (cap + 1) * width + 1
+    max_pool = (cap + 1) * (n + 1) + 1  # (a fan may take every candidate of a context)
     score = np.empty(max_pool)
     token = np.empty(max_pool, dtype=np.int64)
     parent = np.empty(max_pool, dtype=np.int64)
@@ -206,7 +208,8 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
     label_token = np.empty(max_labels, dtype=np.int64)
     label_kind = np.empty(max_labels, dtype=np.int64)
     tree_id = np.full(max_pool, -1, dtype=np.int64)
-    fanned = np.zeros(max_pool, dtype=np.bool_)  # queued ahead of its own estimate (a fan)
+    fanned = np.zeros(max_pool, dtype=np.bool_)  # queued in a fan (at its context's estimate)
+    out_fanned = np.zeros(cap, dtype=np.bool_)
     out_tokens = np.empty(cap, dtype=np.int64)
     out_parents = np.empty(cap, dtype=np.int64)
     out_scores = np.empty(cap)
@@ -339,11 +342,12 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
                 label_node[labels], label_kind[labels] = context_id, kind
                 label_token[labels] = c_token[column]
                 labels += 1
-        # ---- the `width` best candidates become nodes (ties: the earlier column)
+        # ---- the `width` best candidates become nodes (ties: the earlier column); at an open context,
+        # its fan: the best one and every candidate earlier answers continued with there, at the
+        # context's priority
         chain_next = np.int64(-2) if chain_column >= 0 else chain_node
-        fan = fan_size(fan_keys, fan_sizes, context_tail, usable)
-        fan_priority = 0.0
-        for place in range(min(width, columns)):
+        row = fan_row(fan_keys, context_tail, usable)
+        for place in range(columns if row >= 0 else min(width, columns)):
             best = -1
             for column in range(columns):
                 if not c_taken[column] and (best < 0 or c_estimate[column] > c_estimate[best]):
@@ -352,8 +356,12 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
             child_score = context_score * c_estimate[best]
             if not child_score > floor:
                 break
+            fanned[size] = row >= 0 and (place == 0 or continued(fan_ways, row, c_token[best]))
+            if place >= width and not fanned[size]:
+                continue
             token[size], score[size], parent[size] = c_token[best], child_score, context
-            depth[size], key[size] = context_depth + 1, context_key * width + place
+            # (a fan's candidates beyond the `width` best share the last place: ties go in turn)
+            depth[size], key[size] = context_depth + 1, context_key * width + min(place, width - 1)
             tails[size, 0], tails[size, 1], tails[size, 2] = context_tail[1], context_tail[2], c_token[best]
             for s in range(3):
                 parts[size, s] = np.float64(c_parts[best, s])
@@ -361,10 +369,7 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
             if best == chain_column:
                 suffix[size] = True
                 chain_next = size
-            if place == 0:  # a fan's nodes are queued at its best candidate's priority
-                fan_priority = child_score
-            priority = fan_priority if place < fan else child_score
-            fanned[size] = priority > child_score
+            priority = context_score if fanned[size] else child_score
             heapq.heappush(heap, (-priority, depth[size], key[size], np.int64(size)))
             size += 1
         chain_node = chain_next
@@ -376,6 +381,7 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
             out_tokens[pops], out_scores[pops] = token[node], score[node]
             out_parents[pops] = tree_id[parent[node]] if parent[node] >= 0 else -1
             out_parts[pops] = parts[node]
+            out_fanned[pops] = fanned[node]
             out_codes[pops] = BACKOFF_CODE + suffix[node] if backed_node[node] else _source_code(
                 parts[node], suffix[node], order
             )
@@ -398,7 +404,7 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
             break
     return (
         out_tokens[:pops], out_parents[:pops], out_scores[:pops], out_parts[:pops], out_codes[:pops],
-        label_node[:labels], label_token[:labels], label_kind[:labels],
+        out_fanned[:pops], label_node[:labels], label_token[:labels], label_kind[:labels],
         kept if rule else pops,
     )
 

@@ -50,8 +50,8 @@ class Growth(NamedTuple):
     context's best one; then shallower, then earlier
     in depth-at-a-time order): ``tokens``, ``parents`` (node ids, -1 the root), ``scores`` (path
     estimates), ``parts`` (each memory's contribution to a node's fused probability ``(N, 3)``, display
-    only), ``codes`` (sources, `recap.drafters.recap.fusion.SOURCE_NAMES`); and the labels of every
-    candidate offered
+    only), ``codes`` (sources, `recap.drafters.recap.fusion.SOURCE_NAMES`), ``fanned`` (queued in a fan,
+    `recap.memory.continuations`); and the labels of every candidate offered
     at every context expanded: ``label_nodes`` (the context's node id, -1 the root), ``label_tokens``,
     ``label_kinds`` (fine acceptance kinds); ``kept``: how many of the best nodes the cost-aware budget
     keeps (the budget rule (`recap.drafters.recap.budget`), applied by the search; all of them without a
@@ -62,6 +62,7 @@ class Growth(NamedTuple):
     scores: np.ndarray
     parts: np.ndarray
     codes: np.ndarray
+    fanned: np.ndarray
     label_nodes: np.ndarray
     label_tokens: np.ndarray
     label_kinds: np.ndarray
@@ -106,7 +107,7 @@ def grow(
     ``cap + pending``), so that the search grows no further than the budget rule
     (`recap.drafters.recap.budget`) looks (the
     nodes it keeps are the same); None: grow to ``cap``. ``fans``: the open contexts' sorted packed keys
-    and fan sizes (`recap.memory.continuations.Continuations.arrays`); None: no fans.
+    and the tokens that followed each (`recap.memory.continuations.Continuations.arrays`); None: no fans.
     """
     rule = _NO_STOP if stop is None else StopRule(stop[0], int(stop[1]), float(stop[2]))
     if len(rule.costs) and len(rule.costs) <= cap + rule.pending:
