@@ -30,7 +30,7 @@ RESULTS_PAGE = ROOT / "docs" / "results.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 COVERAGE_ROWS = (
     "v2-scenes2-b80", "v2-rephrased-b80", "v2-detail-b80", "v1-scenes-b80", "v1-rephrased-b80",
-    "v2-scenes2-h200-curve",
+    "v2-scenes2-h200-curve", "v2-scenes2-h200-curve-400",
 )  # fmt: skip
 METHODS = ("ar", "pld", "tr", "suffix", "recap")
 LABELS = {"ar": "AR", "pld": "PLD", "tr": "TR", "suffix": "SuffixDecoding", "recap": "RECAP"}
@@ -53,6 +53,7 @@ ROWS = (
     Row("v2-scenes2-auto", "v2 scenes2, 100, budget auto (this CPU's curve)"),
     Row("v1-scenes-h200-curve", "v1 scenes, 100, budget auto on the recorded H200 curve", "projected"),
     Row("v2-scenes2-h200-curve", "v2 scenes2, 100, budget auto on v1's recorded H200 curve", "projected"),
+    Row("v2-scenes2-h200-curve-400", "v2 scenes2, 400 held-out scenes, the same H200 curve", "projected"),
     Row("smollm2-mtbench-b80", "SmolLM2-135M, MT-Bench (12 questions), 80 nodes"),
     Row("smollm2-specbench-auto", "SmolLM2-135M, Spec-Bench (52 questions), budget auto"),
 )

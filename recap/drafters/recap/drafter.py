@@ -365,9 +365,7 @@ class RecapDrafter:
         """Fill the display-only fields of the last proposed ``tree``: the fused distribution at the
         root (``root_candidates``), each node's per-memory contributions (``share * record prob``),
         whether a record this request wrote proposed it (``this_request``) and its context's fan (``fans``).
-
-        Call it after `propose` and before `observe` (the studio does; a benchmark does not).
-        """
+        Call it after `propose` and before `observe` (the studio does; a benchmark does not)."""
         tree.root_candidates = self.root_candidates()
         if tree is self._proposed and self._growth is not None and self._kept == len(tree):
             parts = self._growth.parts[: len(tree)]
@@ -376,8 +374,8 @@ class RecapDrafter:
             tails = self._parent_tails(tree)
             fresh = self._lookup(tails).fresh.T  # (N, 3): at each node's context
             tree.this_request = ((parts > 0) & fresh).any(axis=1).tolist()
-            fanned = self._growth.fanned[: len(tree)].tolist()
-            tree.fans = [w if f else 0 for w, f in zip(fan_ways(self._fans, tails, self._usable), fanned)]
+            ways = np.array(fan_ways(self._fans, tails, self._usable), dtype=np.int64)
+            tree.fans = (ways * self._growth.fanned[: len(tree)]).tolist()  # (0: not in a fan)
 
     def _parent_tails(self, tree: DraftTree) -> np.ndarray:
         """The last three tokens of each node's context (its parent's path; -1 before the start)."""
