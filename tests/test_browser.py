@@ -246,6 +246,9 @@ def test_stop_during_a_delayed_display_leaves_the_stopped_status_and_no_error(st
         delay.wait_for(state="visible", timeout=SHOW_MS)
         delay.fill("500")
         delay.press("Enter")
+        # Token Recycling (it keeps memories too): about 10 passes on the first example, so the Stop lands
+        # mid-run; RECAP answers it in about 4, which the Stop's round trip can outlast
+        page.locator("#method label", has_text="Token Recycling").click()
         page.click("#run-button")
         page.wait_for_function("document.querySelectorAll('#answer .token').length >= 2", timeout=RUN_MS)
         page.click("#stop-button")
