@@ -243,6 +243,8 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
                         yield {ui["status"]: waiting.status() or gr.skip()}
                         continue
                     waiting.shown_other()
+                    if job.stopped.is_set():  # (an update after Stop's status would overwrite it)
+                        return
                     if shown.status is not None:
                         yield {ui["status"]: shown.status}
                     elif not shown.final:
@@ -251,6 +253,8 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
                         state["shown"] = shown.shown  # what Stop keeps
                         shown_now = await asyncio.to_thread(update, view, status, state, memories, settings)
                         studio.updates.spent(time.monotonic() - begun)
+                        if job.stopped.is_set():
+                            return
                         yield shown_now
         finally:
             if slowed:
@@ -268,6 +272,8 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
             )
         if restarted:
             done += f" {RESTARTED[0].upper()}{RESTARTED[1:]}."
+        if job.stopped.is_set():  # a Stop before the end: its status stays
+            return
         state["ended"] = done  # a Stop from now on has nothing to stop (it shows this status again)
         final = await asyncio.to_thread(update, steps, done, state, memories, settings)
         final[ui["download"]] = gr.Button(interactive=True)
@@ -316,8 +322,15 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
             out[ui["download"]] = gr.Button(interactive=True)
         return out
 
+    def stop(request: gr.Request):
+        """Stop marks the session's run in flight (if any) before its event is cancelled: from then on
+        the run yields no update that could land over the Stopped status."""
+        job = studio.jobs.current(request.session_hash if request is not None else None, "run")
+        if job is not None:
+            job.stopped.set()
+
     # the status after the cancel: set at once, an update of the run still in flight could overwrite it
-    stopped = ui["stop"].click(None, None, None, cancels=[event], queue=False, api_visibility="private")
+    stopped = ui["stop"].click(stop, None, None, cancels=[event], queue=False, api_visibility="private")
     stopped.then(
         after_stop, [ui["delay_ms"], ui["method"], run_state],
         [ui["status"], run_state, ui["step"], ui["download"]], queue=False, api_visibility="private",

@@ -66,6 +66,7 @@ class DecodeJob:
         self.result: Any = None  # what the work returned
         self.started = threading.Event()  # the job has had a slot
         self.ended = threading.Event()  # the job gave its slot back for good
+        self.stopped = threading.Event()  # its visitor pressed Stop: the handler shows nothing more
 
     # ----------------------------------------------------------------------------- worker side
     def put(self, kind: str, value: Any = None) -> None:
