@@ -52,7 +52,7 @@ from recap.studio import measure, render, story
 from recap.studio.examples import BLANK_IMAGE, other_image
 from recap.studio.handlers import input_key
 from recap.studio.serving import Studio, fresh_drafter
-from recap.studio.slots import HEARTBEAT_S
+from recap.studio.slots import HEARTBEAT_S, Cancelled
 from recap.studio.validation import offered_methods, refusal
 from recap.trace import StepRecord
 
@@ -243,19 +243,23 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
                 yield  # the slot may go to another client's waiting work
 
         job = studio.submit(request, "compare", work)
-        with studio.awaiting(
-            request, "compare", job, "This comparison was replaced by a newer one of the same session."
-        ):
-            waiting = studio.waiting_line(job)
-            if line := waiting.status():
-                yield _progress(cmp, compare_state, {}, {}, None, line + note)
-            for update in job.values(HEARTBEAT_S):
-                if update is None:  # a yield, so that gradio can stop the event if its visitor left
-                    line = waiting.status()
-                    yield {cmp["status"]: line + note if line else gr.skip()}
-                else:
-                    waiting.shown_other()
-                    yield update
+        try:
+            with studio.awaiting(
+                request, "compare", job, "This comparison was replaced by a newer one of the same session."
+            ):
+                waiting = studio.waiting_line(job)
+                if line := waiting.status():
+                    yield _progress(cmp, compare_state, {}, {}, None, line + note)
+                for update in job.values(HEARTBEAT_S):
+                    if update is None:  # a yield, so that gradio can stop the event if its visitor left
+                        line = waiting.status()
+                        yield {cmp["status"]: line + note if line else gr.skip()}
+                    else:
+                        waiting.shown_other()
+                        yield update
+        except Cancelled as stop:  # Stop (`stop` below): its status says so
+            if stop.args[:1] != ("stopped",):
+                raise
 
     event = cmp["button"].click(
         compare,
@@ -274,7 +278,14 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
             return gr.skip()
         return "Stopped: the comparison was cancelled; what it had measured stays shown."
 
-    cancel = cmp["stop"].click(None, None, None, cancels=[event], queue=False, api_visibility="private")
+    def stop(request: gr.Request):
+        """Stop cancels the session's comparison job before its event: the worker stops at its next step
+        and gives its slot back (a handler waiting in a thread may never see the event's cancel)."""
+        job = studio.jobs.current(request.session_hash if request is not None else None, "compare")
+        if job is not None:
+            job.cancel("stopped")
+
+    cancel = cmp["stop"].click(stop, None, None, cancels=[event], queue=False, api_visibility="private")
     cancel.then(stopped, [cmp["status"]], [cmp["status"]], queue=False, api_visibility="private")
 
     ui["model"].change(measure.held_out_line, [ui["model"]], [cmp["summary"]], api_name=False)
