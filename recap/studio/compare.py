@@ -281,8 +281,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
     def stop(request: gr.Request):
         """Stop cancels the session's comparison job before its event: the worker stops at its next step
         and gives its slot back (a handler waiting in a thread may never see the event's cancel)."""
-        job = studio.jobs.current(request.session_hash if request is not None else None, "compare")
-        if job is not None:
+        if (job := studio.in_flight(request, "compare")) is not None:
             job.cancel("stopped")
 
     cancel = cmp["stop"].click(stop, None, None, cancels=[event], queue=False, api_visibility="private")

@@ -325,8 +325,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
     def stop(request: gr.Request):
         """Stop marks the session's run in flight (if any) before its event is cancelled: from then on
         the run yields no update that could land over the Stopped status."""
-        job = studio.jobs.current(request.session_hash if request is not None else None, "run")
-        if job is not None:
+        if (job := studio.in_flight(request, "run")) is not None:
             job.stopped.set()
 
     # the status after the cancel: set at once, an update of the run still in flight could overwrite it

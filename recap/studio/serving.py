@@ -312,6 +312,10 @@ class Studio:
 
         return WaitingLine(describe)
 
+    def in_flight(self, request, event: str) -> DecodeJob | None:
+        """The job of ``event`` the caller's session has in flight (what its Stop acts on), or None."""
+        return self.jobs.current(request.session_hash if request is not None else None, event)
+
     @contextlib.contextmanager
     def awaiting(self, request, event: str, job: DecodeJob, replaced: str) -> Iterator[None]:
         """Around a handler's wait for ``job`` (its session's job of ``event``, from `submit`): a job
