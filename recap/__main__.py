@@ -82,6 +82,7 @@ def _generate(args: argparse.Namespace) -> int:
         kind = "a folder, not a file" if folder else "not a regular file (a device, FIFO, socket)"
         problems.append(f"--memory {memory_file} is {kind}: nothing was loaded or saved")
         save_memory = False
+        memory_note = f"empty ({memory_file} not used)"
     elif memory_file is not None and memory_file.exists():
         try:
             loaded = runtime.load_persistent_memory(memory_file, method=args.method, strict=True)
@@ -90,6 +91,7 @@ def _generate(args: argparse.Namespace) -> int:
         except (ValueError, OSError) as error:
             log.warning("%s; the file is left as it is and will not be overwritten", error)
             save_memory = False
+            memory_note = f"empty ({memory_file} did not load)"
     persistent = successors = None
     if memory_file is None and not args.cold_start:
         persistent, successors, memory_note = _shipped(runtime)

@@ -130,13 +130,14 @@ def test_memory_file_that_does_not_load_is_never_overwritten(
     make(memory)
     before = memory.read_bytes()
     with caplog.at_level(logging.WARNING):
-        code, out, _ = run(
+        code, out, err = run(
             capsys,
             *("--model", model_dir, "--image", image_file, "--prompt", "hi"),
             *("--max-new-tokens", 4, "--method", method, "--memory", memory),
         )
     assert code == 0 and out.strip()
     assert memory.read_bytes() == before
+    assert f"memory: empty ({memory} did not load)" in err, err  # not called a new memory
     assert any("not be overwritten" in r.getMessage() for r in caplog.records)
 
 
@@ -198,6 +199,9 @@ def test_memory_that_is_not_a_regular_file_is_named_for_what_it_is(
     assert code == 2 and out.strip()
     last = err.strip().splitlines()[-1]
     assert "not a regular file (a device, FIFO, socket)" in last and "folder" not in last, last
+    # the summary line before it does not call the refused file a new memory
+    summary = next(line for line in err.splitlines() if "target passes" in line)
+    assert f"memory: empty ({target} not used)" in summary and "(new)" not in summary, summary
 
 
 @pytest.mark.parametrize(
