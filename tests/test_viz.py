@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from recap.studio import figures, render, tables
+from recap.studio.drawing import MAX_TREE_NODES
 from recap.trace import FusedRecord, NodeRecord, StepRecord
 from recap.tree import SOURCE_TABLE
 
@@ -417,7 +418,10 @@ def test_a_deep_chain_lays_out_without_recursion():
     root, places = figures.tree_layout(chain)
     assert len(places) == 5000 and places[4999].x == 5000 and root.y == places[4999].y == 0
     step = StepRecord(1, 4, "recap", nodes=chain, accepted_ids=[0, 1, 2])
-    assert sum(len(t.x) for t in _node_traces(figures.tree_figure(step))) == 5000
+    # a tree of over MAX_TREE_NODES nodes draws that many, the accepted path first, and says so
+    drawn = figures.tree_figure(step)
+    ids = sorted(i for t in _node_traces(drawn) for i in t.customdata)
+    assert ids == list(range(MAX_TREE_NODES)) and f"({MAX_TREE_NODES} drawn" in drawn.layout.title.text
 
 
 def test_step_words_explain_the_step_and_list_sampled_draws():

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 from recap.drafters.recap.fusion import MEMORIES
+from recap.studio.drawing import MAX_NAMES, NAME_CHARS, TEXT_CHARS, cut
 from recap.trace import NodeRecord, StepRecord
 from recap.tree import SOURCES
 
@@ -25,8 +26,9 @@ _FUSED_SOURCES = frozenset(MEMORIES)
 
 
 def quote(text: str) -> str:
-    """A token's text between «», with spaces and line breaks made visible (␣, ↵)."""
-    return "«" + text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") + "»"
+    """A token's text between «», with spaces and line breaks made visible (␣, ↵), cut to
+    `recap.studio.drawing.TEXT_CHARS`."""
+    return "«" + cut(text, TEXT_CHARS).replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") + "»"
 
 
 def explain_step(step: StepRecord) -> str:
@@ -139,7 +141,9 @@ def _fused_probability(node: NodeRecord) -> float | None:
 def _by_source(nodes: list[NodeRecord]) -> str:
     counts: Counter = Counter(source for node in nodes for source in node.sources)
     ordered = sorted(counts, key=lambda s: (SOURCES.index(s) if s in SOURCES else len(SOURCES), s))
-    parts = ", ".join(f"{source} {counts[source]}" for source in ordered)
+    parts = ", ".join(f"{cut(source, NAME_CHARS)} {counts[source]}" for source in ordered[:MAX_NAMES])
+    if len(ordered) > MAX_NAMES:  # (a replayed trace's node may name thousands)
+        parts += f", and {_count(len(ordered) - MAX_NAMES, 'other source')}"
     shared = sum(len(node.sources) > 1 for node in nodes)
     if shared:
         parts += f"; {_count(shared, 'node')} proposed by several"
@@ -147,7 +151,12 @@ def _by_source(nodes: list[NodeRecord]) -> str:
 
 
 def _texts(texts: list[str]) -> str:
-    return " ".join(quote(t) for t in texts) if texts else "nothing"
+    """The texts quoted, at most `MAX_NAMES` x 4 of them (then how many more)."""
+    if not texts:
+        return "nothing"
+    limit = 4 * MAX_NAMES
+    more = f" and {len(texts) - limit} more" if len(texts) > limit else ""
+    return " ".join(quote(t) for t in texts[:limit]) + more
 
 
 def _count(n: int, noun: str) -> str:

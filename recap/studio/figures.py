@@ -8,12 +8,22 @@ from __future__ import annotations
 
 import html
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
 from recap.drafters import is_recap_method
+from recap.studio.drawing import (
+    LABEL_CHARS,
+    MAX_NAMES,
+    TEXT_CHARS,
+    SourceSeries,
+    cut,
+    listed,
+    tree_subset,
+)
 from recap.studio.render import (
     SOURCE_COLORS,
     method_label,
@@ -73,19 +83,20 @@ def tree_layout(nodes: Sequence[NodeRecord]) -> tuple[_Placed, dict[int, _Placed
 
 def _label(text: str) -> str:
     """A token's label in the tree: punctuation alone («.», «:», «↵») between guillemets, where a bare
-    dot or colon would be a speck beside its node."""
-    label = plot_text(text)
+    dot or colon would be a speck beside its node; cut to `LABEL_CHARS`."""
+    label = plot_text(cut(text, LABEL_CHARS))
     bare = (text.strip() or "\n" in text) and not any(c.isalnum() for c in text) and len(text) <= 3
     return f"«{label}»" if bare else label
 
 
 def _node_hover(node: NodeRecord) -> str:
+    """A node's hover: its text (cut to `TEXT_CHARS`), at most `MAX_NAMES` sources and shares."""
     shares = node.contributions or {}
     total = sum(shares.values())
     lines = [
-        f"<b>{html.escape(visible_token(node.text, spaces=True))}</b>  (id {node.token})",
+        f"<b>{html.escape(visible_token(cut(node.text, TEXT_CHARS), spaces=True))}</b>  (id {node.token})",
         f"depth {node.depth} · score {node.score:.3g}",
-        "sources: " + ", ".join(plot_name(s) for s in node.sources or ["?"]),
+        "sources: " + ", ".join(html.escape(visible_token(s)) for s in listed(node.sources or ["?"])),
     ]
     if node.this_request:
         lines.append("from this image's own records (computed in this request)")
@@ -94,10 +105,10 @@ def _node_hover(node: NodeRecord) -> str:
     if node.fan:
         lines.append(f"offered in a fan: earlier answers went on {node.fan} ways here")
     if total > 0:
-        lines += [
-            f"{plot_name(src)}: {100 * v / total:.0f}%"
-            for src, v in sorted(shares.items(), key=lambda kv: -kv[1])
-        ]
+        ranked = sorted(shares.items(), key=lambda kv: -kv[1])
+        lines += [f"{plot_name(src)}: {100 * v / total:.0f}%" for src, v in ranked[:MAX_NAMES]]
+        if len(ranked) > MAX_NAMES:
+            lines.append(f"and {len(ranked) - MAX_NAMES} more")
     lines.append("accepted" if node.accepted else "rejected")
     return "<br>".join(lines)
 
@@ -109,12 +120,15 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
     sources gets an outline in its second source's colour; the accepted path is drawn thick and its
     nodes enlarged; rejected nodes are faded; the bonus token hangs off the path as a grey diamond.
     Traces: ``edges``, ``accepted path``, ``root``, one trace per main source named after it (each
-    point's ``customdata`` is its node id), and ``bonus`` when the step has a bonus token.
+    point's ``customdata`` is its node id; past a dozen sources the rest are one trace, ``other
+    sources``), and ``bonus`` when the step has a bonus token. A tree of over
+    `recap.studio.drawing.MAX_TREE_NODES` nodes draws that many (`tree_subset`), and its title says so.
     """
-    root, places = tree_layout(step.nodes)
+    nodes = tree_subset(step)
+    root, places = tree_layout(nodes)
     figure = go.Figure()
     accepted = set(step.accepted_ids)
-    _add_edges(figure, step.nodes, places, root, accepted)
+    _add_edges(figure, nodes, places, root, accepted)
     figure.add_scatter(
         x=[root.x],
         y=[root.y],
@@ -127,21 +141,25 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
         hoverinfo="text",
         showlegend=False,
     )
+    mains = [main_source(node.sources, node.contributions) for node in nodes]
+    series = SourceSeries(Counter(mains))
     by_source: dict[str, list[NodeRecord]] = {}
-    for node in step.nodes:
-        by_source.setdefault(main_source(node.sources, node.contributions), []).append(node)
-    for source, nodes in by_source.items():
-        figure.add_scatter(**_node_trace(source, nodes, places))
+    for node, source in zip(nodes, mains):
+        by_source.setdefault(series.series(source), []).append(node)
+    for source in series.order:
+        figure.add_scatter(**_node_trace(source, by_source[source], places))
         figure.add_scatter(**_legend_entry(source))
     bonus = _add_bonus(figure, step, places, root)
     # every line under every marker: the bonus's dotted edge starts at its anchor's centre (the root's too)
     lines = ("edges", "accepted path", "bonus edge")
     figure.data = tuple(sorted(figure.data, key=lambda trace: trace.name not in lines))
-    deepest = max((places[n.id].x for n in step.nodes), default=0)
+    deepest = max((places[n.id].x for n in nodes), default=0)
     # half a column for the deepest labels (centred on their nodes), more for the bonus's (right of it)
     right = max(deepest + 0.6, bonus.x + 0.9 if bonus is not None else 0)
     bottom = max([p.y for p in places.values()] + [root.y] + ([bonus.y] if bonus is not None else []))
     title = f"step {step.step} · {len(step.nodes)} nodes drafted · {step.accepted_len} accepted"
+    if len(nodes) < len(step.nodes):  # (a replayed trace's tree: a studio run drafts far fewer)
+        title += f"<br>({len(nodes)} drawn: the accepted path, then the first drafted)"
     if step.step == 0:
         title = "step 0 · prefill<br>(no draft: the prompt pass gives the first token)"  # fits a phone
     elif not step.nodes:
@@ -272,14 +290,21 @@ def _add_bonus(figure: go.Figure, step: StepRecord, places, root: _Placed) -> _P
     """Hang the bonus token off the accepted path; its place (None: no bonus drawn)."""
     if step.bonus_token is None or step.step == 0 or not step.new_texts:
         return None
-    anchor = places[step.accepted_ids[-1]] if step.accepted_ids else root
+    last = step.accepted_ids[-1] if step.accepted_ids else None
+    anchor = places.get(last, root) if last is not None else root
     # the first row from the anchor's down with no node in the bonus's column or the next one (where its
-    # label reaches): beside the node it follows, hiding none of the rejected children there
-    taken = [p.y for p in places.values() if p.x in (anchor.x + 1, anchor.x + 2)]
+    # label reaches): beside the node it follows, hiding none of the rejected children there. A row is
+    # taken by a node less than 0.75 from it: rows are whole numbers, node rows any (a parent's is
+    # the mean of its children's), so each node takes the whole rows in (y - 0.75, y + 0.75)
+    taken: set[int] = set()
+    for place in places.values():
+        if place.x in (anchor.x + 1, anchor.x + 2):
+            taken.update(r for r in (math.floor(place.y), math.ceil(place.y)) if abs(r - place.y) < 0.75)
     row = math.ceil(anchor.y)
-    while any(abs(row - y) < 0.75 for y in taken):
+    while row in taken:
         row += 1
     anchor_next = _Placed(anchor.x + 1, row)
+    bonus_text = cut(step.new_texts[-1], TEXT_CHARS)
     figure.add_scatter(
         x=[anchor.x, anchor_next.x],
         y=[anchor.y, anchor_next.y],
@@ -302,9 +327,7 @@ def _add_bonus(figure: go.Figure, step: StepRecord, places, root: _Placed) -> _P
         },
         text=[_label(step.new_texts[-1])],
         textposition="middle right",
-        hovertext=[
-            f"bonus token from the target: <b>{html.escape(visible_token(step.new_texts[-1], True))}</b>"
-        ],
+        hovertext=[f"bonus token from the target: <b>{html.escape(visible_token(bonus_text, True))}</b>"],
         hoverinfo="text",
     )
     return anchor_next
@@ -328,10 +351,15 @@ def fused_figure(step: StepRecord, top: int = 10, target_text: str | None = None
         target_label = known[0] if known else _bar_label(text, step.target_token)
     first = {n.token for n in step.nodes if n.parent == -1}
     faded = [1.0 if f.token in first else 0.35 for f in fused]  # not drafted under the root
-    sources = [s for s in SOURCE_COLORS if any(s in f.contributions for f in fused)]
-    sources += sorted({s for f in fused for s in f.contributions} - set(sources))
-    for source in sources:
-        values = [_scaled(f.prob, f.contributions).get(source, 0.0) for f in fused]
+    series = SourceSeries(Counter(s for f in fused for s in f.contributions))
+    shares = []
+    for f in fused:  # each bar's segments by series (sources past a dozen stacked as one)
+        folded: dict[str, float] = {}
+        for source, share in _scaled(f.prob, f.contributions).items():
+            folded[series.series(source)] = folded.get(series.series(source), 0.0) + share
+        shares.append(folded)
+    for source in series.order:
+        values = [share.get(source, 0.0) for share in shares]
         figure.add_bar(
             y=labels,
             x=values,
@@ -400,7 +428,7 @@ def _scaled(prob: float, contributions: Mapping[str, float]) -> dict[str, float]
 
 
 def _bar_label(text: str, token: int) -> str:
-    return f"{plot_text(text)} [{token}]"
+    return f"{plot_text(cut(text, LABEL_CHARS))} [{token}]"
 
 
 def _text_of(step: StepRecord, token: int) -> str:

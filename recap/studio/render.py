@@ -22,6 +22,15 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from recap.bench.sensitivity import token_ids, token_sources, token_texts
+from recap.studio.drawing import (
+    MAX_DRAW_ROWS,
+    MAX_TRIED,
+    NAME_CHARS,
+    TEXT_CHARS,
+    SourceSeries,
+    cut,
+    series_limit,
+)
 from recap.studio.explain import explain_step
 from recap.trace import StepRecord, summarize
 from recap.tree import SOURCE_TABLE
@@ -54,7 +63,9 @@ def method_label(method: str) -> str:
 
 
 def source_label(source: str) -> str:
-    return SOURCE_LABELS.get(source, source)
+    """A source's legend text: the studio's words for its own sources, another name (a replayed trace's)
+    cut to `recap.studio.drawing.NAME_CHARS`."""
+    return SOURCE_LABELS.get(source) or cut(source, NAME_CHARS)
 
 
 def source_color(source: str) -> str:
@@ -154,13 +165,16 @@ def highlighted_answer(steps: Sequence[StepRecord], upto: int | None = None) -> 
     """The answer so far as ``gr.HighlightedText`` spans, one per token, labelled by its source.
 
     ``upto``: only steps ``0..upto`` (to show the answer as it stood at a step). Newlines stay real
-    newlines (so paragraphs look right); other control characters are made visible.
+    newlines (so paragraphs look right); other control characters are made visible. Labels are the
+    sources' series (`recap.studio.drawing.SourceSeries`: past a dozen sources, the rest are one label).
     """
+    shown_steps = steps[: None if upto is None else upto + 1]
+    series = SourceSeries.of_tokens(shown_steps)
     spans: list[tuple[str, str | None]] = []
-    for step in steps[: None if upto is None else upto + 1]:
+    for step in shown_steps:
         for text, source in zip(step.new_texts, step.new_sources):
             shown = "\n".join(visible_token(part) if part else "" for part in text.split("\n"))
-            spans.append((shown, source_label(source)))
+            spans.append((shown, source_label(series.series(source))))
     return spans
 
 
@@ -209,7 +223,8 @@ def stats_html(steps: Sequence[StepRecord], status: str = "") -> str:
         for label, value in cards  # (no run yet: a dash, not a 0 that reads as a result)
     )
     note = f'<div class="recap-card-status">{html.escape(status)}</div>' if status else ""
-    # the sources the answer's tokens came from: the answer's legend names only these (studio.css)
+    # the sources the answer's tokens came from: the answer's legend names only these (studio.css);
+    # at most a dozen (`_sources_in`)
     shown = html.escape("|" + "".join(f"{source}|" for source in _sources_in(steps)))
     return f'<div class="recap-cards" data-sources="{shown}">{body}</div>{note}'
 
@@ -218,13 +233,20 @@ TOKENS_TITLE = {"text": "tokens", "font": {"size": 11}}
 
 
 def passes_figure(steps: Sequence[StepRecord]) -> go.Figure:
-    """Tokens committed by each target pass, stacked by source (a live view of acceptance)."""
+    """Tokens committed by each target pass, stacked by source (a live view of acceptance): a bar series
+    per source, at most `recap.studio.drawing.series_limit` of them (the rest stacked as one)."""
     figure = go.Figure()
-    order = _sources_in(steps)
+    series = SourceSeries.of_tokens(steps, series_limit(len(steps)))
+    order = series.order
     x = [s.step for s in steps]
+    counts = {source: [0] * len(steps) for source in order}
+    for i, step in enumerate(steps):
+        for source in step.new_sources:
+            counts[series.series(source)][i] += 1
     for source in order:
-        counts = [sum(1 for src in s.new_sources if src == source) for s in steps]
-        figure.add_bar(x=x, y=counts, name=plot_name(source_label(source)), marker_color=source_color(source))
+        figure.add_bar(
+            x=x, y=counts[source], name=plot_name(source_label(source)), marker_color=source_color(source)
+        )
     tallest = max((len(s.new_tokens) for s in steps), default=0)
     # a tick per token up to 6, whole numbers only beyond (a 15-token pass stacked 15 labels)
     ticks = {"dtick": 1} if tallest <= 6 else {"nticks": 6, "tickformat": "d"}
@@ -242,8 +264,8 @@ def passes_figure(steps: Sequence[StepRecord]) -> go.Figure:
 
 
 def _sources_in(steps: Sequence[StepRecord]) -> list[str]:
-    seen = {src for s in steps for src in s.new_sources}
-    return [s for s in SOURCE_COLORS if s in seen] + sorted(seen - set(SOURCE_COLORS))
+    """The sources of the committed tokens, the studio's own first, at most a dozen (the rest folded)."""
+    return SourceSeries.of_tokens(steps).order
 
 
 # ---------------------------------------------------------------------------------- step words
@@ -270,12 +292,14 @@ def _draws_html(step: StepRecord, token_text: Mapping[int, str] | None) -> str:
         texts.setdefault(token, text)
 
     def name(token: int) -> str:
-        return html.escape(visible_token(texts.get(token, f"[{token}]"), spaces=True), quote=False)
+        text = cut(texts.get(token, f"[{token}]"), TEXT_CHARS)
+        return html.escape(visible_token(text, spaces=True), quote=False)
 
     rows = []
-    for position, draw in enumerate(step.draws):
+    for position, draw in enumerate(step.draws[:MAX_DRAW_ROWS]):
         tried = []
-        for token, p in draw.get("tried", []):
+        everything = draw.get("tried", [])
+        for token, p in everything[:MAX_TRIED]:
             accepted = token == draw.get("token") and not draw.get("residual")
             mark, cls = ("✓ accepted", "recap-accepted") if accepted else ("✗ rejected", "recap-rejected")
             tried.append(f'<span class="{cls}">«{name(token)}» p={float(p):.3f} {mark}</span>')
@@ -283,10 +307,14 @@ def _draws_html(step: StepRecord, token_text: Mapping[int, str] | None) -> str:
         if draw.get("residual"):  # (nothing tried: the residual is the target's whole distribution)
             source = "the residual" if tried else "the target's distribution"
             outcome += f' <span class="recap-residual">drawn from {source}</span>'
+        if len(everything) > MAX_TRIED:
+            tried.append(f"<span>and {len(everything) - MAX_TRIED} more</span>")
         children = "".join(tried) or "no child drafted here"
         rows.append(f"<tr><td>{position + 1}</td><td>{children}</td><td>{outcome}</td></tr>")
     head = "<tr><th>position</th><th>children tried (target's p)</th><th>committed</th></tr>"
-    return f'<table class="recap-draws">{head}{"".join(rows)}</table>'
+    more = len(step.draws) - MAX_DRAW_ROWS
+    tail = f'<tr><td colspan="3">and {more} more positions, not shown</td></tr>' if more > 0 else ""
+    return f'<table class="recap-draws">{head}{"".join(rows)}{tail}</table>'
 
 
 # ------------------------------------------------------------------------------------- compare

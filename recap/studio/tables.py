@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from recap.bench.sensitivity import common_prefix, split_against_reference, token_ids, token_sources
+from recap.studio.drawing import listed
 from recap.studio.render import method_label
 from recap.studio.story import accepted_by_depth
 from recap.trace import StepRecord
@@ -25,7 +26,7 @@ SENSITIVITY_HEADERS = [
 def step_table(step: StepRecord) -> list[list]:
     """Rows ``[quantity, value]`` describing one step (under `STEP_TABLE_HEADERS`)."""
     timing = step.timing or {}
-    sources = sorted({s for n in step.nodes for s in n.sources})
+    sources = listed(sorted({s for n in step.nodes for s in n.sources}))
     return [
         ["step", step.step],
         ["method", method_label(step.method)],
