@@ -8,6 +8,7 @@ in-process tiny LLaVA, and driven through `gradio_client` like an API user, or t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import struct
@@ -310,6 +311,11 @@ def test_hostile_api_values_get_clear_messages(served, field, raw, message):
         # a URL as the path: gradio would fetch it (a loopback one failed its validation, with no message)
         '{"path": "http://127.0.0.1:9/x.png", "meta": {"_type": "gradio.FileData"}}',
         '{"path": "https://example.invalid/x.png", "meta": {"_type": "gradio.FileData"}}',
+        # paths no file system takes: a NUL byte (gradio answered "error: None" and logged a traceback
+        # per call), a lone surrogate (no encoding), a NUL in the name it would show
+        '{"path": "/tmp/gradio/x\\u0000.png", "meta": {"_type": "gradio.FileData"}}',
+        '{"path": "/tmp/gradio/\\ud800.png", "meta": {"_type": "gradio.FileData"}}',
+        '{"path": "x.png", "orig_name": "a\\u0000b", "meta": {"_type": "gradio.FileData"}}',
     ],
 )
 def test_malformed_file_values_are_refused_in_one_line_before_the_app(served, raw, capfd, caplog):
@@ -489,10 +495,11 @@ def test_step_index_is_checked(served):
     state = {"trace": SimpleNamespace(steps=[object(), object()])}
     for bad in (float("nan"), float("inf"), "1", 7, -1):
         with pytest.raises(gr.Error, match=r"Step must be a whole number from 0 to 1, got [^ ]*\."):
-            _scrub(served.demo)(state, bad)
+            asyncio.run(_scrub(served.demo)(state, bad))
 
 
 def _scrub(demo):
+    """The /step handler (a coroutine function: it waits for its drawing ticket)."""
     return next(fn.fn for fn in demo.fns.values() if fn.api_name == "step")
 
 

@@ -367,10 +367,14 @@ def test_gradios_thread_bound_is_above_everything_the_studio_lets_in(monkeypatch
     for name in ("run", "compare", "sensitivity"):
         assert by_name[name].concurrency_limit is None, name
     assert by_name["replay"].concurrency_limit == environment.REPLAY_EVENTS > environment.REPLAY_CONCURRENCY
+    # the events that draw from a stored trace share the replay's group (its drawing tickets answer them)
+    drawing = [fn for fn in queued if fn.concurrency_id == by_name["replay"].concurrency_id]
+    assert {"replay", "step", "download"} <= {fn.api_name for fn in drawing}
+    assert all(fn.concurrency_limit == environment.REPLAY_EVENTS for fn in drawing)
     limited = {
         fn.concurrency_id: fn.concurrency_limit
         for fn in queued
-        if fn.concurrency_limit is not None and fn.api_name != "replay"
+        if fn.concurrency_limit is not None and fn not in drawing
     }
     assert len(limited) <= environment.OTHER_EVENT_GROUPS, limited
     assert all(limit in ("default", 3) for limit in limited.values()), limited

@@ -54,19 +54,35 @@ UNKNOWN_ENDPOINT = (
 )
 
 
-def _names_a_url(value: Any, depth: int = 0) -> bool:
-    """Whether a call's value holds a file object whose path is a URL (``http://…``): gradio downloads
-    those; the studio reads uploads only."""
+def _unreadable_path(path: str) -> str | None:
+    """Why a file object's ``path`` is refused before gradio looks at it (None: it may look): a URL
+    (gradio downloads those; the studio reads uploads only), or a path no file system takes (a NUL byte,
+    a lone surrogate: gradio's own checks fail on them with a traceback per call)."""
+    if "://" in path:
+        return "a URL"
+    if "\0" in path:
+        return "a NUL byte in its path"
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a path that is not valid Unicode"
+    return None
+
+
+def _file_value_problem(value: Any, depth: int = 0) -> str | None:
+    """Why a call's values hold a file object gradio must not be given (`_unreadable_path`), or None."""
     if depth > 8:  # (a call's values are shallow: a file object in a list at most)
-        return False
+        return None
     if isinstance(value, dict):
         path = value.get("path")
-        if isinstance(path, str) and "://" in path:
-            return True
-        return any(_names_a_url(item, depth + 1) for item in value.values())
-    if isinstance(value, list | tuple):
-        return any(_names_a_url(item, depth + 1) for item in value)
-    return False
+        if isinstance(path, str) and (problem := _unreadable_path(path)):
+            return problem
+        items = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    else:
+        return None
+    return next(filter(None, (_file_value_problem(item, depth + 1) for item in items)), None)
 
 
 class StudioBlocks(gr.Blocks):
@@ -122,8 +138,9 @@ class StudioBlocks(gr.Blocks):
         and logs a traceback per call, which a client could flood the log with. Anything else (a fault
         inside a component's processing) keeps gradio's handling: a traceback in the log."""
         inputs = kwargs.get("inputs", args[1] if len(args) > 1 else ())
-        if _names_a_url(inputs):  # gradio would fetch it (a request from this server), or fail validating
-            logger.warning("refused a call's file value (a URL)")
+        problem = _file_value_problem(inputs)
+        if problem:  # a URL: gradio would fetch it (a request from this server), or fail validating
+            logger.warning("refused a call's file value (%s)", problem)
             raise gr.Error(UNREADABLE_FILE, print_exception=False)
         try:
             return await super().preprocess_data(*args, **kwargs)
@@ -203,12 +220,12 @@ def build_demo(
             Path(ui["download_file"].GRADIO_CACHE) / "recap-traces", max_age_s=exports_module.TRACE_MAX_AGE_S
         )
         handlers.wire_run(studio, ui, setting_inputs, session, run_state)
-        handlers.wire_scrub(ui, run_state)
+        handlers.wire_scrub(studio, ui, run_state)
         handlers.wire_reset(studio, ui, session)
         handlers.wire_memory_view(studio, ui, session, demo)
         layout.blank_seed(demo, ui)
         wire_examples(ui)  # the examples follow the chosen model
-        traces.wire_download(ui, run_state, exports)
+        traces.wire_download(studio, ui, run_state, exports)
         traces.wire_replay(studio, ui, run_state)
         handlers.wire_image_check(studio, ui)
         wire_compare(studio, ui, cmp, setting_inputs, compare_state)

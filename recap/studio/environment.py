@@ -210,12 +210,13 @@ REPLAY_CONCURRENCY = 2
 #: The share of the server's time one client's replays may take back to back (a replay that took t s to
 #: read makes its client wait ``t / share - t`` s before the next; a usual trace reads in ~0.05 s).
 REPLAY_SHARE = 0.5
-#: The replay event's gradio concurrency: above `REPLAY_CONCURRENCY`, so that a flood of replays is
-#: answered (refused) at once instead of filling gradio's queue, which every visitor's events share.
+#: The gradio concurrency of the events that draw from a stored trace (replay, the step's views,
+#: download: one group): above `REPLAY_CONCURRENCY`, so that a flood of them is answered (refused) at
+#: once instead of filling gradio's queue, which every visitor's events share.
 REPLAY_EVENTS = 16 * REPLAY_CONCURRENCY
-#: Queued events of the studio other than runs, comparisons, sensitivity passes and replays (scrub,
-#: the two resets, download, the image check, the held-out line, the tab's unload), each with gradio's
-#: default concurrency (`concurrency`); a margin over the 7 the page has (a test counts them).
+#: Queued events of the studio other than runs, comparisons, sensitivity passes and the drawing group
+#: above (the two resets, the image check, the held-out line, the tab's unload), each with gradio's
+#: default concurrency (`concurrency`); a margin over those the page has (a test counts them).
 OTHER_EVENT_GROUPS = 8
 
 

@@ -23,7 +23,7 @@ from recap.bench.sensitivity import token_texts
 from recap.inputs import check_integer, shown
 from recap.state import DrafterState
 from recap.studio import figures, render, tables, validation
-from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, model_label
+from recap.studio.environment import REPLAY_EVENTS, SESSION_SCOPE, SHARED_SCOPE, model_label
 from recap.studio.serving import EMPTIED, Studio, drafter_for
 from recap.studio.slots import HEARTBEAT_S, paced
 from recap.studio.validation import (
@@ -68,6 +68,15 @@ def step_view(steps: list[StepRecord], index: int) -> tuple:
         figures.fused_figure(step),
         tables.step_table(step),
     )
+
+
+def serialized(values: dict) -> dict:
+    """``{component: value}`` with every plotly figure already turned into what gradio sends (its JSON),
+    so that the cost of serializing is paid here, inside the caller's drawing ticket, not after it."""
+    return {
+        component: component.postprocess(value) if isinstance(component, gr.Plot) else value
+        for component, value in values.items()
+    }
 
 
 def panels(ui: dict, steps: list[StepRecord], scrubbable: bool) -> dict:
@@ -336,20 +345,52 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
     )
 
 
-def wire_scrub(ui: dict, run_state) -> None:
-    """Moving the step slider shows that step in the step panel."""
+#: Seconds a step's view waits for its drawing ticket (its client's rest after its last drawing, or
+#: another client's drawing) before it is refused; a drawing is bounded (`recap.studio.drawing`).
+VIEW_PATIENCE_S = 10.0
+#: Why a step's view was refused, by `recap.studio.slots.Tickets.wait_take`'s answer.
+VIEW_REFUSED = {
+    "waiting": "Your previous step view is still being drawn: wait for it to show.",
+    "resting": "Your last replay or step view took a while to draw: wait a few seconds before the next.",
+    "busy": "The studio is drawing as many replays and steps as it draws at once: try again in a moment.",
+}
 
-    def scrub(state, index):
+
+def wire_scrub(studio: Studio, ui: dict, run_state) -> None:
+    """Moving the step slider shows that step in the step panel: drawn under a drawing ticket of its
+    client (`Studio.replays`, the one replays take: a few at once, one per client, each client resting
+    as long as its drawing took), in a thread, and bounded by `recap.studio.drawing`."""
+    outputs = [ui[name] for name in STEP_PANEL]
+
+    async def scrub(state, index, request: gr.Request = None):
         if not isinstance(state, dict) or not state["trace"].steps:  # (the page's slider is locked then)
             raise refusal(NO_RUN_YET)
         try:
             index = check_integer("step", index, 0, len(state["trace"].steps) - 1)
         except ValueError as error:
             raise refusal(str(error)) from None
-        return step_view(state["trace"].steps, index)
+        client = studio.client(request)
+        refused = await studio.replays.wait_take(client, VIEW_PATIENCE_S)
+        if refused is not None:
+            raise refusal(VIEW_REFUSED[refused])
 
-    outputs = [ui[name] for name in STEP_PANEL]
-    common = {"show_progress": "hidden", "preprocess": False}
+        def draw() -> tuple:
+            start = time.monotonic()
+            try:
+                values = serialized(dict(zip(outputs, step_view(state["trace"].steps, index))))
+                return tuple(values.values())
+            finally:  # (here, not in the handler: a cancelled call's thread draws on to its end)
+                studio.replays.give(client, time.monotonic() - start)
+
+        return await asyncio.to_thread(draw)
+
+    # the drawing tickets answer a flood at once: the step's gradio concurrency is the replays' (above them)
+    common = {
+        "show_progress": "hidden",
+        "preprocess": False,
+        "concurrency_limit": REPLAY_EVENTS,
+        "concurrency_id": "replay",
+    }
     # while dragging, render the latest position, not every one
     ui["step"].input(
         scrub, [run_state, ui["step"]], outputs, api_name="step", trigger_mode="always_last", **common

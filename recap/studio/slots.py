@@ -8,7 +8,8 @@
   (the older one stops at its next step and ends with a message saying so).
 - `Tickets`: how many runs' displays are paced at once, in all and per client (a display lasts
   after its run's slot is free, so the line's own bounds do not count it); beyond, a run is shown as
-  it decodes. The same bound, without waiting, on the replays being read.
+  it decodes. The same bound, with a rest per client, on drawing from traces: a replay (read and
+  drawn) is refused at once beyond it; a step's view waits a few seconds for its turn (`wait_take`).
 - `RenderBudget`: the paced displays of every run in the process share a part of one CPU (each update
   renders plotly figures, tens of ms), so a crowd of slow displays cannot starve the decodes; a live
   display (no delay: it lasts while its run decodes in a slot) is bounded by the slots themselves.
@@ -219,6 +220,7 @@ class Tickets:
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}  # each client's tickets
         self._rest: dict[str, float] = {}  # each resting client's time (monotonic) of its next ticket
+        self._waiting: set[str] = set()  # clients with a `wait_take` waiting (one each)
 
     def take(self, client: str) -> bool:
         """A ticket for one of ``client``'s displays, if both bounds allow it (then `give` it back)."""
@@ -248,6 +250,28 @@ class Tickets:
                 if len(self._rest) > 10_000:  # forget the clients that rest no more
                     self._rest = {c: t for c, t in self._rest.items() if t > now}
                 self._rest[client] = now + seconds * (1 / self.share - 1)
+
+    async def wait_take(self, client: str, patience_s: float, poll_s: float = 0.05) -> str | None:
+        """`take` a ticket for ``client``, waiting up to ``patience_s`` seconds for its rest to end, its
+        own ticket to come back or another client's to free (polled every ``poll_s``; nothing else is
+        held meanwhile): None once taken, else why not: ``"waiting"`` (the client already has a
+        call waiting here: one at a time, so its calls cannot fill the event's workers), ``"resting"``
+        (its rest outlasts the patience), ``"busy"`` (no ticket came free in time)."""
+        with self._lock:
+            if client in self._waiting:
+                return "waiting"
+            self._waiting.add(client)
+        try:
+            deadline = time.monotonic() + patience_s
+            while not self.take(client):
+                rest = self.resting(client)
+                if time.monotonic() + rest > deadline:
+                    return "resting" if rest > 0 else "busy"
+                await asyncio.sleep(max(min(rest, 1.0), poll_s))
+            return None
+        finally:
+            with self._lock:
+                self._waiting.discard(client)
 
     def resting(self, client: str) -> float:
         """Seconds before ``client`` may take a ticket again after its last work (0: now)."""

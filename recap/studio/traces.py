@@ -4,6 +4,7 @@ dropped on *Replay a run* fills the answer and the step panel again, with no mod
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable
@@ -13,7 +14,14 @@ import gradio as gr
 from recap.studio import render
 from recap.studio.environment import REPLAY_CONCURRENCY, REPLAY_EVENTS, model_label
 from recap.studio.exports import TraceExports, read_trace
-from recap.studio.handlers import NO_RUN_YET, RESULT_OUTPUTS, panels
+from recap.studio.handlers import (
+    NO_RUN_YET,
+    RESULT_OUTPUTS,
+    VIEW_PATIENCE_S,
+    VIEW_REFUSED,
+    panels,
+    serialized,
+)
 from recap.studio.serving import Studio
 from recap.studio.sessions import release_memory
 from recap.studio.validation import markdown_text, refusal
@@ -35,21 +43,39 @@ _DOWNLOAD_JS = """
 """
 
 
-def wire_download(ui: dict, run_state, exports: TraceExports) -> None:
+def wire_download(studio: Studio, ui: dict, run_state, exports: TraceExports) -> None:
     # Holds the session's id after a download; gradio deletes it max_age_s after the last one
     # and calls back, so the exports of a session that never closes a tab (an API client) go too.
     owner = gr.State(None, time_to_live=exports.max_age_s, delete_callback=exports.remove_session)
 
-    def download(state, request: gr.Request):
-        """Write the last run's trace for this session (it is removed when the session ends)."""
+    async def download(state, request: gr.Request):
+        """Write the last run's trace for this session (it is removed when the session ends): a replayed
+        trace's JSON can be megabytes, so it is written under a drawing ticket, as a step's view."""
         if not isinstance(state, dict) or not state["trace"].steps:
             raise refusal(NO_RUN_YET)
         session = request.session_hash or "no-session"
-        return str(exports.write(session, state["trace"])), session
+        client = studio.client(request)
+        refused = await studio.replays.wait_take(client, VIEW_PATIENCE_S)
+        if refused is not None:
+            raise refusal(VIEW_REFUSED[refused])
 
-    ui["download"].click(download, [run_state], [ui["download_file"], owner], api_name="download").then(
-        None, [ui["download_file"]], None, js=_DOWNLOAD_JS
-    )
+        def write() -> str:
+            start = time.monotonic()
+            try:
+                return str(exports.write(session, state["trace"]))
+            finally:
+                studio.replays.give(client, time.monotonic() - start)
+
+        return await asyncio.to_thread(write), session
+
+    ui["download"].click(
+        download,
+        [run_state],
+        [ui["download_file"], owner],
+        api_name="download",
+        concurrency_limit=REPLAY_EVENTS,
+        concurrency_id="replay",
+    ).then(None, [ui["download_file"]], None, js=_DOWNLOAD_JS)
 
 
 def forget_exports(exports: TraceExports) -> Callable[[gr.Request], None]:
@@ -92,7 +118,9 @@ def _replay_refused(studio: Studio, client: str) -> str:
 
 def wire_replay(studio: Studio, ui: dict, run_state) -> None:
     def replay(path, request: gr.Request = None):
-        """Show a downloaded run (its JSON trace) without a model: the answer, stats and last step."""
+        """Show a downloaded run (its JSON trace) without a model: the answer, stats and last step. The
+        file is read and drawn (the figures serialized too) under one ticket of its client: its rest
+        counts both (`recap.studio.drawing` bounds the drawing)."""
         if not path:
             return {run_state: gr.skip()}
         client = studio.client(request)
@@ -100,17 +128,19 @@ def wire_replay(studio: Studio, ui: dict, run_state) -> None:
             raise refusal(_replay_refused(studio, client))
         start = time.monotonic()
         try:
-            trace = read_trace(path)
-        except ValueError as error:
-            raise refusal(f"Cannot replay this file: {error}") from None
+            try:
+                trace = read_trace(path)
+            except ValueError as error:
+                raise refusal(f"Cannot replay this file: {error}") from None
+            drawn = serialized(panels(ui, trace.steps, scrubbable=True))
         finally:
-            reading = time.monotonic() - start
-            release_memory()  # what parsing allocated goes back to the system, refused or not
-            studio.replays.give(client, reading)
+            spent = time.monotonic() - start
+            release_memory()  # what parsing and drawing allocated goes back to the system, refused or not
+            studio.replays.give(client, spent)
         prompt = str(trace.settings.get("prompt", ""))
         studio.sessions.sweep(request.session_hash if request is not None else None)
         return {
-            **panels(ui, trace.steps, scrubbable=True),
+            **drawn,
             ui["status"]: replay_status(trace),
             run_state: {"trace": trace, "image": None, "prompt": prompt, "model": None, "ended": True},
             # the trace holds no pixels: clear the image so it does not pose as the replayed run's input
