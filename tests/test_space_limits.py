@@ -11,10 +11,13 @@ eighty short runs) and in time (every test under a hard alarm).
 - the smaller items: the API's parameter names and offline defaults, a lone surrogate in a prompt,
   refusals logged in one line, the Compare status, the start-up line while the kernels compile.
 
-Timing: nothing here asserts how fast this machine is. The slot checks compare the order in which runs
-finish (a visitor's short run against displays paced for 20 s) and read the slots' own counts; the
-replay checks measure memory (tracemalloc), not time, but for a bound 6x the goal's 5 s (a busy
-machine); the session checks read the ledger's estimate and the process's RSS.
+Timing: nothing here asserts how fast this machine is, nor waits for anything with a limit a busy
+machine reaches (`PATIENCE_S` only tells a hang, far beyond what a loaded 2-core machine takes). The
+slot checks compare the order in which runs finish (a visitor's short run against displays paced for
+17 minutes) and read the slots' own counts; the replay checks measure memory (tracemalloc) and the
+replay's CPU time in its thread (the goal: 5 s), which a busy machine hardly stretches; the drawing
+tickets are checked by holding a drawing until the others are answered; the session checks read the
+ledger's estimate and the process's RSS.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ STATUS = 7  # the /run and /replay status output (the client leaves out the Down
 #: Every test here ends within this, whatever happens (a hang is a failure, not a stuck suite). Generous:
 #: the slowest test takes ~40 s on an idle 2-core machine, and the suite may share it with 3 busy ones.
 HARD_TIMEOUT_S = 900  # generous: a test that hangs still fails, and a busy 2-core CI machine is slow
+#: How long a test waits for something the server will do (a display to start, a call to end): a hang
+#: detector, not a speed check.
+PATIENCE_S = 600
 
 
 @pytest.fixture(autouse=True)
@@ -130,15 +136,16 @@ def test_a_visitor_is_served_while_twelve_sessions_pace_the_slowest_displays(spa
     # for its whole display, so the visitor waited behind three rounds of them. Now a slot holds a run while
     # it decodes (a fraction of a second on the tiny model), the displays are paced outside the slots, and
     # the visitor's short run ends while they are still being shown.
-    # Timing-robust: inside this test a display step may take 2 s (the slider stops at 500 ms) and a run's
-    # display may last 300 s (the cap is 20 s), so the displays last 256 s: far longer than the decodes and
-    # the visitor's run take even on a crowded CPU; before, the visitor would have waited 3 x 256 s.
+    # Timing-robust: inside this test a display step may take 8 s (the slider stops at 500 ms) and a run's
+    # display may last an hour (the cap is 20 s), so the displays last 1024 s: far longer than the decodes
+    # and the visitor's run take even on a crowded CPU; before, the visitor would have waited 3 x 1024 s.
+    # No limit on the visitor's time: what is asserted is the order (served while every display goes on).
     from gradio_client import Client
 
     from recap.studio import validation
 
-    monkeypatch.setattr(validation, "MAX_TOTAL_DELAY_S", 300.0)
-    monkeypatch.setattr(validation, "DELAY_MS_RANGE", (0, 2000))
+    monkeypatch.setattr(validation, "MAX_TOTAL_DELAY_S", 3600.0)
+    monkeypatch.setattr(validation, "DELAY_MS_RANGE", (0, 8000))
     # twelve clients (one address each: a single address has two runs in the line at most)
     hostile = [
         Client(space.url, verbose=False, headers={"X-Forwarded-For": f"192.0.2.{i}"}) for i in range(12)
@@ -146,24 +153,21 @@ def test_a_visitor_is_served_while_twelve_sessions_pace_the_slowest_displays(spa
     visitor = Client(space.url, verbose=False)
     jobs = []
     try:
-        jobs += [c.submit(*_args(space.image, max_new=128, delay_ms=2000), api_name="/run") for c in hostile]
-        _wait(lambda: all(j.outputs() for j in jobs), 120, "every hostile display to start")
-        start = time.monotonic()
+        jobs += [c.submit(*_args(space.image, max_new=128, delay_ms=8000), api_name="/run") for c in hostile]
+        _wait(lambda: all(j.outputs() for j in jobs), PATIENCE_S, "every hostile display to start")
         final = visitor.predict(*_args(space.image, prompt="a visitor", max_new=32), api_name="/run")
-        served_s = time.monotonic() - start
         assert final[STATUS].startswith("Done: 32 tokens"), final[STATUS]
         assert not any(j.done() for j in jobs), "the visitor was served after a hostile display ended"
-        assert served_s < 120, f"the visitor waited {served_s:.1f} s (the displays are paced for 256 s)"
         # the mechanism: once the last hostile decodes end (the visitor's shorter run can finish before
         # the three that took slots just before it), no slot is held while the displays are still paced
-        _wait(lambda: space.studio.slots.counts() == (0, 0), 120, "the hostile decodes to end")
+        _wait(lambda: space.studio.slots.counts() == (0, 0), PATIENCE_S, "the hostile decodes to end")
         assert len(space.studio.jobs) > 0 and not all(j.done() for j in jobs)
     finally:
         for job in jobs:
-            job.cancel()  # the server stops a cancelled run's display at its next update (2 s here)
+            job.cancel()  # the server stops a cancelled run's display at its next update (8 s here)
         for client in (*hostile, visitor):
             client.close()
-    _wait(lambda: len(space.studio.jobs) == 0, 120, "the cancelled displays to end")
+    _wait(lambda: len(space.studio.jobs) == 0, PATIENCE_S, "the cancelled displays to end")
 
 
 def test_a_paced_display_gives_its_slot_back_before_it_is_shown():
@@ -244,7 +248,12 @@ def _node(i: int, sources=("ctx3",)) -> dict:
 
 
 def _worst_trace(path: Path, shape: str) -> Path:
-    """A trace just within the limits, as costly as its shape allows."""
+    """A trace just within the limits, as costly as its shape allows to read (those that cost most to
+    draw: `scripts.space_attack.crafted`)."""
+    if shape not in ("strings", "tokens", "nodes"):
+        from scripts.space_attack import crafted
+
+        return crafted(path, shape)
 
     def step(i, **fields):
         return {"step": i, "committed_len": i, "method": "recap", **fields}
@@ -283,7 +292,7 @@ def test_the_issues_crafted_replay_is_refused_before_it_is_parsed(space, tmp_pat
         client.close()
 
 
-@pytest.mark.parametrize("shape", ["strings", "tokens", "nodes"])
+@pytest.mark.parametrize("shape", ["strings", "tokens", "nodes", "sources", "wide", "long", "draws"])
 def test_the_worst_replays_within_the_limits_are_cheap_and_freed(space, tmp_path, shape, monkeypatch):
     from recap.trace import check_trace_data
 
@@ -294,14 +303,16 @@ def test_the_worst_replays_within_the_limits_are_cheap_and_freed(space, tmp_path
     check_trace_data(json.loads(path.read_text(encoding="utf-8")))  # within the limits
     replay = next(fn.fn for fn in space.demo.fns.values() if fn.api_name == "replay")
     # The process's first figure loads plotly's validator tables and modules (about 15 MB, kept for
-    # good): replay once first, so that what stays is what a replay keeps, whatever ran before.
+    # good): replay once first, so that what stays is what a replay keeps, whatever ran before. Its CPU
+    # time (read, drawn, serialized: all in this thread) is the goal's measure; a busy machine
+    # stretches the wall clock, hardly this.
+    start = time.thread_time()
     replay(str(path))
+    cpu = time.thread_time() - start
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        start = time.monotonic()
         shown = replay(str(path))
-        seconds = time.monotonic() - start
         peak = tracemalloc.get_traced_memory()[1] - before
         assert any("Replaying a recorded" in str(v) for v in shown.values())
         del shown
@@ -313,14 +324,15 @@ def test_the_worst_replays_within_the_limits_are_cheap_and_freed(space, tmp_path
         tracemalloc.stop()
     assert peak < 100 << 20, f"{shape}: a replay within the limits peaked at {peak / 2**20:.0f} MB"
     assert left < 5 << 20, f"{shape}: {left / 2**20:.0f} MB stayed after the replay"
-    # the goal is 5 s on an idle 2-core machine; tracemalloc and a busy machine make it slower
-    assert seconds < 30, f"{shape}: the replay took {seconds:.1f} s"
+    assert cpu < 5, f"{shape}: the replay took {cpu:.1f} s of CPU (the first one: with plotly's imports)"
 
 
-def test_a_flood_of_replays_from_one_client_is_refused_at_once_and_another_is_served(space, tmp_path):
+@pytest.mark.parametrize("shape", ["strings", "sources"])
+def test_a_flood_of_replays_from_one_client_is_refused_at_once_and_another_is_served(space, tmp_path, shape):
     # A stranger uploads one costly trace and sends /replay again and again in fresh sessions: gradio
     # queued them all (its queue filled, every visitor's events were refused with 503, another
-    # visitor's replay waited ~500 s). One replay per client is read at a time; the rest are refused.
+    # visitor's replay waited ~500 s). One replay per client is read and drawn at a time; the rest are
+    # refused. (`sources` costs most to draw: four of them from one address, accepted, drew ~63 s each.)
     from concurrent.futures import ThreadPoolExecutor
 
     from recap.studio.traces import REPLAY_HELD
@@ -336,7 +348,7 @@ def test_a_flood_of_replays_from_one_client_is_refused_at_once_and_another_is_se
         last = [i for i, line in enumerate(lines) if line.startswith("event:")][-1]
         return lines[last].removeprefix("event: "), lines[last + 1].removeprefix("data: ")
 
-    costly = _upload(space.url, _worst_trace(tmp_path / "strings.json", "strings"))
+    costly = _upload(space.url, _worst_trace(tmp_path / f"{shape}.json", shape))
     small = _upload(space.url, _worst_trace(tmp_path / "tokens.json", "tokens"))
     with ThreadPoolExecutor(12) as pool:
         flood = [pool.submit(replay, costly) for _ in range(10)]
@@ -348,6 +360,54 @@ def test_a_flood_of_replays_from_one_client_is_refused_at_once_and_another_is_se
     refused = [data for event, data in outcomes if event == "error" and any(t in data for t in told)]
     shown = [data for event, data in outcomes if event == "complete"]
     assert len(refused) >= 6 and len(refused) + len(shown) == len(outcomes), outcomes
+
+
+def test_step_views_from_one_session_are_drawn_one_at_a_time(space, tmp_path, monkeypatch):
+    # Eight /step calls from one session on an 8192-node tree each drew for tens of seconds, all at once,
+    # with no per-client bound. Now a client's views take its drawing ticket: one is drawn, one waits,
+    # the others are refused at once; another client's view is drawn meanwhile. The attacker's drawing
+    # is held (a gate) until every other call is answered, so nothing here depends on the machine's speed.
+    from gradio_client import Client, handle_file
+
+    from recap.studio import handlers
+
+    gate, drawing, view = threading.Event(), threading.Event(), handlers.step_view
+
+    def held_view(steps, index):
+        if index == 0:  # (the attacker's views: the visitor asks for step 1)
+            drawing.set()
+            gate.wait(PATIENCE_S)
+        return view(steps, index)
+
+    monkeypatch.setattr(handlers, "step_view", held_view)
+    monkeypatch.setattr(space.studio.replays, "share", None)  # (no rest after the replays below)
+    trace = handle_file(str(_worst_trace(tmp_path / "wide.json", "wide")))
+    attacker = Client(space.url, verbose=False, headers={"X-Forwarded-For": "203.0.113.50"})
+    visitor = Client(space.url, verbose=False, headers={"X-Forwarded-For": "203.0.113.51"})
+    try:
+        attacker.predict(trace, api_name="/replay")
+        visitor.predict(trace, api_name="/replay")
+        jobs = [attacker.submit(0, api_name="/step")]
+        _wait(drawing.is_set, PATIENCE_S, "the attacker's first view to be drawn")
+        jobs += [attacker.submit(0, api_name="/step") for _ in range(7)]
+        _wait(lambda: sum(j.done() for j in jobs) >= 6, PATIENCE_S, "the refusals")
+        tree = visitor.predict(1, api_name="/step")[1]  # drawn while the attacker's view is held
+        assert "8192 nodes drafted" in json.dumps(tree)
+        gate.set()
+        outcomes = []
+        for job in jobs:
+            try:
+                job.result(timeout=PATIENCE_S)
+                outcomes.append("drawn")
+            except Exception as error:
+                outcomes.append(str(error))
+    finally:
+        gate.set()
+        attacker.close()
+        visitor.close()
+    refused = [o for o in outcomes if handlers.VIEW_REFUSED["waiting"][:40] in o]
+    assert outcomes.count("drawn") == 2 and len(refused) == 6, outcomes
+    assert space.studio.replays.held() == 0
 
 
 @pytest.mark.parametrize(
