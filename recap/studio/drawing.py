@@ -9,8 +9,8 @@ anything is drawn (`SourceSeries`, `tree_subset`), and aggregates beyond it:
 - a figure or a legend has at most `MAX_SERIES` series by source: the studio's own sources in the
   order of `recap.tree.SOURCE_TABLE`, then a trace's other names by how many tokens (or nodes) they
   gave; the rest are folded into one series, `OTHER_SOURCES`;
-- a figure draws at most `MAX_POINTS` points: the passes chart has `MAX_POINTS // steps` series at
-  most (4097 steps: 14);
+- the passes chart draws at most `MAX_BARS` bars: beyond, each bar sums `bar_width` consecutive steps
+  (a studio run has at most 513 steps: one bar each);
 - the candidate tree draws at most `MAX_TREE_NODES` nodes (the accepted path, then the rest in the
   order they were drafted: a parent always before its children), and its title says how many;
 - a token's text is cut to `LABEL_CHARS` in a label and `TEXT_CHARS` in a hover, a sentence or a
@@ -34,8 +34,8 @@ from recap.tree import SOURCE_TABLE
 MAX_SERIES = 12
 #: The series that sources past `MAX_SERIES` are folded into.
 OTHER_SOURCES = "other sources"
-#: Points one figure draws, its series together.
-MAX_POINTS = 60_000
+#: Bars of the passes chart (a bar per step up to this many, then a bar per `bar_width` steps).
+MAX_BARS = 600
 #: Nodes of one step's tree drawn (a studio run drafts at most 144).
 MAX_TREE_NODES = 1024
 #: Characters of a token's text in a label (tree nodes, bars) and in a hover, a sentence or a table.
@@ -55,7 +55,7 @@ _KNOWN = [s.name for s in SOURCE_TABLE]
 NODE_CHARS = LABEL_CHARS + TEXT_CHARS + 2 * MAX_NAMES * (NAME_CHARS + 16) + 400
 #: What `work_units` never exceeds for a trace within `recap.trace`'s bounds (4096 tokens of at most
 #: 200,000 characters of text, and the panels of one step, each bounded as above).
-MAX_WORK_UNITS = 2 * 4096 + 200_000 + MAX_POINTS + MAX_TREE_NODES * (3 + NODE_CHARS) + 200_000
+MAX_WORK_UNITS = 2 * 4096 + 200_000 + MAX_SERIES * MAX_BARS + MAX_TREE_NODES * (3 + NODE_CHARS) + 200_000
 
 
 def cut(text: str, limit: int) -> str:
@@ -98,9 +98,10 @@ class SourceSeries:
         return [*self.shown, OTHER_SOURCES] if self.folded else list(self.shown)
 
 
-def series_limit(points_each: int) -> int:
-    """How many series a figure whose series have ``points_each`` points each may draw (1 at least)."""
-    return max(1, min(MAX_SERIES, MAX_POINTS // max(1, points_each)))
+def bar_width(steps: int) -> int:
+    """Steps a bar of the passes chart sums: 1 up to `MAX_BARS` steps, then as few as keep the bars
+    at most `MAX_BARS`."""
+    return max(1, -(-steps // MAX_BARS))
 
 
 def tree_subset(step: StepRecord, limit: int = MAX_TREE_NODES) -> list[NodeRecord]:
@@ -128,8 +129,8 @@ def work_units(steps: Sequence[StepRecord], index: int | None = None) -> int:
     if index is None:
         tokens = sum(len(step.new_tokens) for step in steps)
         chars = sum(min(len(text), TEXT_CHARS * 10) for step in steps for text in step.new_texts)
-        series = len(SourceSeries.of_tokens(steps, series_limit(len(steps))).order)
-        units += 2 * tokens + chars + series * len(steps)
+        series = len(SourceSeries.of_tokens(steps).order)
+        units += 2 * tokens + chars + series * -(-len(steps) // bar_width(len(steps)))
         index = len(steps) - 1
     if not steps:
         return units

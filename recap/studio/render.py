@@ -28,8 +28,8 @@ from recap.studio.drawing import (
     NAME_CHARS,
     TEXT_CHARS,
     SourceSeries,
+    bar_width,
     cut,
-    series_limit,
 )
 from recap.studio.explain import explain_step
 from recap.trace import StepRecord, summarize
@@ -234,27 +234,29 @@ TOKENS_TITLE = {"text": "tokens", "font": {"size": 11}}
 
 def passes_figure(steps: Sequence[StepRecord]) -> go.Figure:
     """Tokens committed by each target pass, stacked by source (a live view of acceptance): a bar series
-    per source, at most `recap.studio.drawing.series_limit` of them (the rest stacked as one)."""
+    per source (at most a dozen: the rest stacked as one), a bar per step, or past
+    `recap.studio.drawing.MAX_BARS` steps a bar per `bar_width` steps (their tokens summed)."""
     figure = go.Figure()
-    series = SourceSeries.of_tokens(steps, series_limit(len(steps)))
+    series = SourceSeries.of_tokens(steps)
     order = series.order
-    x = [s.step for s in steps]
-    counts = {source: [0] * len(steps) for source in order}
+    width = bar_width(len(steps))
+    x = [s.step for s in steps[::width]]
+    counts = {source: [0] * len(x) for source in order}
     for i, step in enumerate(steps):
         for source in step.new_sources:
-            counts[series.series(source)][i] += 1
+            counts[series.series(source)][i // width] += 1
     for source in order:
         figure.add_bar(
             x=x, y=counts[source], name=plot_name(source_label(source)), marker_color=source_color(source)
         )
-    tallest = max((len(s.new_tokens) for s in steps), default=0)
+    tallest = max((sum(bar) for bar in zip(*counts.values())), default=0)
     # a tick per token up to 6, whole numbers only beyond (a 15-token pass stacked 15 labels)
     ticks = {"dtick": 1} if tallest <= 6 else {"nticks": 6, "tickformat": "d"}
     figure.update_layout(
         barmode="stack",
         height=230,
         margin={"l": 48, "r": 10, "t": 40, "b": 30},  # (the top clear of the plot's label badge)
-        xaxis_title="step (colours: the answer's legend)",
+        xaxis_title="step (colours: the answer's legend)" if width == 1 else f"step ({width} steps a bar)",
         # the sources' colours are the answer's, whose legend sits above: no legend of its own; a little
         # room above the tallest bar, so that its tick's label is not cut by the plot's top edge
         yaxis={**ticks, "range": [0, max(tallest, 1) * 1.08], "title": TOKENS_TITLE},
