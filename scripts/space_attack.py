@@ -3,8 +3,10 @@ costs, how the server's memory grows with sessions. Loopback only.
 
     GRADIO_SERVER_PORT=7961 RECAP_OFFLINE=1 python app.py &
     python -m scripts.space_attack delay --pid PID [--visitor-delay 60]
-    python -m scripts.space_attack replay --pid PID [--shape largest|strings|tokens|nodes | --file F]
-        [--times N | --flood N]
+    python -m scripts.space_attack replay --pid PID [--shape SHAPE | --file F] [--times N | --flood N]
+        [--after SECONDS]
+    python -m scripts.space_attack draw --pid PID [--shape sources] [--copies 4]    # (hops 1)
+    python -m scripts.space_attack steps --pid PID [--shape wide] [--calls 8]       # (hops 1)
     python -m scripts.space_attack sessions --pid PID [-n 1000]
     RECAP_PROXY_HOPS=1 ... python app.py &   # (each client says its address in X-Forwarded-For)
     python -m scripts.space_attack crowd --pid PID [--seconds 110] [--comparisons]
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -44,6 +47,23 @@ class Server:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return 0.0
+
+    def cpu_s(self) -> float:
+        """The server's CPU time so far (user + system, all its threads), seconds."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def watch_rss(self) -> tuple[list[float], threading.Event]:
+        """Sample the RSS every 20 ms in a thread until the event is set: ``([peak], stop)``."""
+        peak, done = [self.rss_mb()], threading.Event()
+
+        def watch():
+            while not done.is_set():
+                peak[0] = max(peak[0], self.rss_mb())
+                time.sleep(0.02)
+
+        threading.Thread(target=watch, daemon=True).start()
+        return peak, done
 
     def upload(self, path: Path) -> dict:
         with open(path, "rb") as handle:
@@ -257,23 +277,25 @@ def crafted(path: Path, shape: str) -> Path:
     return path
 
 
-def replay_attack(server: Server, path: Path, times: int = 1) -> None:
+def replay_attack(server: Server, path: Path, times: int = 1, after_s: float = 2.0) -> None:
+    """One replay of ``path``: its time, the server's CPU time, its answer's size, the server's RSS
+    before, at its peak and ``after_s`` seconds later; then ``times - 1`` more, a session each."""
     print(f"trace: {path.stat().st_size / 2**20:.2f} MiB")
     file = server.upload(path)
-    before, peak, done = server.rss_mb(), [0.0], threading.Event()
-
-    def watch():
-        while not done.is_set():
-            peak[0] = max(peak[0], server.rss_mb())
-            time.sleep(0.02)
-
-    threading.Thread(target=watch, daemon=True).start()
+    # the server's first figures load plotly's modules and tables (kept for good): a small replay first
+    server.call("replay", [server.upload(crafted(Path(tempfile.mkdtemp()) / "tokens.json", "tokens"))])
+    time.sleep(1)
+    before, cpu = server.rss_mb(), server.cpu_s()
+    peak, done = server.watch_rss()
     seconds, kind, size = server.call("replay", [file])
+    cpu = server.cpu_s() - cpu
     done.set()
-    time.sleep(2)
+    time.sleep(after_s)
     print(
-        f"replay: {seconds:.1f} s, {kind}, answer {size / 1e6:.1f} MB; RSS {before:.0f} MB, "
-        f"peak +{max(peak[0] - before, 0):.0f} MB, 2 s later {server.rss_mb() - before:+.0f} MB"
+        f"replay: {seconds:.1f} s, {kind}, server CPU {cpu:.1f} s, answer {size / 1e6:.1f} MB; "
+        f"RSS {before:.0f} MB, peak +{max(peak[0] - before, 0):.0f} MB, "
+        f"{after_s:.0f} s later {server.rss_mb() - before:+.0f} MB",
+        flush=True,
     )
     kinds: dict[str, int] = {}
     for i in range(1, times):  # more replays, one after the other, each in a session of its own
@@ -283,6 +305,78 @@ def replay_attack(server: Server, path: Path, times: int = 1) -> None:
             print(f"{i + 1} replays: RSS {server.rss_mb() - before:+.0f} MB", flush=True)
     if times > 1:
         print(f"{times} replays in {times} sessions: RSS {server.rss_mb() - before:+.0f} MB {kinds}")
+
+
+def visitor_run(server: Server, image: dict, address: str = "198.51.100.200") -> float:
+    """A visitor's 32-token RECAP run (no display delay): seconds until it is done."""
+    args = run_args(image, "Describe the image.", "recap", 32, 0)
+    seconds, kind, _ = server.call("run", args, 600, address)
+    if kind != "complete":
+        raise SystemExit(f"the visitor's run ended with {kind!r}")
+    return seconds
+
+
+def draw_attack(server: Server, path: Path, copies: int = 4) -> None:
+    """``copies`` replays of ``path`` from one address at once (0.3 s apart, each in a session of its
+    own) while a visitor (another address, sent with the first) runs 32 tokens, against the visitor's
+    run alone before.
+    Needs the server behind ``RECAP_PROXY_HOPS=1``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    image, file = server.upload(IMAGE), server.upload(path)
+    visitor_run(server, image)  # the model loads
+    baseline = [visitor_run(server, image) for _ in range(3)]
+    before, cpu = server.rss_mb(), server.cpu_s()
+    peak, done = server.watch_rss()
+    with ThreadPoolExecutor(copies + 1) as pool:
+        replays = [pool.submit(server.call, "replay", [file], 600, "203.0.113.77")]
+        visitor = pool.submit(visitor_run, server, image)  # (sent with the first replay)
+        for _ in range(copies - 1):
+            time.sleep(0.3)
+            replays.append(pool.submit(server.call, "replay", [file], 600, "203.0.113.77"))
+        during = visitor.result()
+        outcomes = [future.result() for future in replays]
+    done.set()
+    print(f"visitor's 32-token run alone: {', '.join(f'{b:.1f}' for b in baseline)} s; "
+          f"during {copies} replays of {path.name} from one address: {during:.1f} s")  # fmt: skip
+    print(f"the {copies} replays: {[(round(t, 1), k) for t, k, _ in outcomes]}; server CPU "
+          f"{server.cpu_s() - cpu:.1f} s; RSS {before:.0f} MB, peak +{peak[0] - before:.0f} MB")  # fmt: skip
+
+
+def steps_attack(server: Server, path: Path, calls: int = 8) -> None:
+    """One session replays ``path`` (the largest tree: ``wide``), then sends ``calls`` step views of it
+    at once, while a visitor (another address) runs 32 tokens; against the visitor's run alone before."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gradio_client import Client, handle_file
+
+    image = server.upload(IMAGE)
+    visitor_run(server, image)
+    baseline = [visitor_run(server, image) for _ in range(3)]
+    client = Client(server.url, verbose=False, headers={"X-Forwarded-For": "203.0.113.88"})
+    try:
+        client.predict(handle_file(str(path)), api_name="/replay")
+        time.sleep(5)  # (the client's rest after its replay)
+        before, cpu = server.rss_mb(), server.cpu_s()
+        peak, done = server.watch_rss()
+        with ThreadPoolExecutor(2) as pool:
+            jobs = [client.submit(i % 2, api_name="/step") for i in range(calls)]
+            during = pool.submit(visitor_run, server, image).result()
+        outcomes: dict[str, int] = {}
+        for job in jobs:
+            try:
+                job.result(timeout=600)
+                outcome = "drawn"
+            except Exception as error:
+                outcome = str(error)[:60]
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        done.set()
+    finally:
+        client.close()
+    print(f"visitor's 32-token run alone: {', '.join(f'{b:.1f}' for b in baseline)} s; "
+          f"during {calls} step views of {path.name}: {during:.1f} s")  # fmt: skip
+    print(f"the step views: {outcomes}; server CPU {server.cpu_s() - cpu:.1f} s; "
+          f"RSS {before:.0f} MB, peak +{peak[0] - before:.0f} MB")  # fmt: skip
 
 
 def replay_flood(server: Server, path: Path, calls: int) -> None:
@@ -337,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.space_attack", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("attack", choices=["delay", "replay", "sessions", "crowd"])
+    parser.add_argument("attack", choices=["delay", "replay", "sessions", "crowd", "draw", "steps"])
     parser.add_argument("--url", default="http://127.0.0.1:7961/")
     parser.add_argument("--pid", type=int, required=True, help="the server's process id (for its RSS)")
     parser.add_argument("--visitor-delay", type=int, default=0, help="the visitor's display delay (ms)")
@@ -346,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=1000, help="sessions")
     parser.add_argument("--times", type=int, default=1, help="replays, one after the other, a session each")
     parser.add_argument("--flood", type=int, default=0, help="replays at once from one address (hops 1)")
+    parser.add_argument("--after", type=float, default=2.0, help="seconds after a replay to read the RSS")
+    parser.add_argument("--copies", type=int, default=4, help="draw: replays at once from one address")
+    parser.add_argument("--calls", type=int, default=8, help="steps: step views at once from one session")
     parser.add_argument("--seconds", type=float, default=110.0, help="how long the crowd sends work")
     parser.add_argument("--comparisons", action="store_true", help="a crowd sending comparisons only")
     args = parser.parse_args(argv)
@@ -354,13 +451,17 @@ def main(argv: list[str] | None = None) -> int:
         delay_attack(server, args.visitor_delay)
     elif args.attack == "crowd":
         crowd_attack(server, args.seconds, args.comparisons)
-    elif args.attack == "replay":
+    elif args.attack in ("replay", "draw", "steps"):
         target = Path(tempfile.gettempdir()) / f"recap-crafted-{args.shape}.json"
         trace = args.file or crafted(target, args.shape)
-        if args.flood:
+        if args.attack == "draw":
+            draw_attack(server, trace, args.copies)
+        elif args.attack == "steps":
+            steps_attack(server, trace, args.calls)
+        elif args.flood:
             replay_flood(server, trace, args.flood)
         else:
-            replay_attack(server, trace, args.times)
+            replay_attack(server, trace, args.times, args.after)
     else:
         sessions_attack(server, args.n)
     return 0
