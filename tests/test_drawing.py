@@ -99,6 +99,21 @@ def test_a_tree_draws_the_accepted_path_and_every_drawn_nodes_parent(seed, size,
     ids = {n.id for n in drawn}
     assert len(drawn) == min(size, limit)
     assert set(step.accepted_ids) <= ids and all(n.parent == -1 or n.parent in ids for n in drawn)
+    # a replayed trace's accepted ids may name any nodes (no path): drawn with their ancestors, or not
+    scattered = StepRecord(1, 1, "recap", nodes=nodes, accepted_ids=rng.sample(range(size), min(size, 20)))
+    drawn = tree_subset(scattered, limit)
+    ids = {n.id for n in drawn}
+    assert len(drawn) == min(size, limit) and all(n.parent == -1 or n.parent in ids for n in drawn)
+
+
+def test_a_large_tree_with_scattered_accepted_ids_draws_with_its_bonus():
+    rng = random.Random(7)
+    nodes = _random_tree(rng, 3000)
+    step = StepRecord(4, 4, "recap", nodes=nodes, accepted_ids=rng.sample(range(3000), 400), bonus_token=2,
+                      new_tokens=[2], new_texts=["b"], new_sources=["target"])  # fmt: skip
+    figure = figures.tree_figure(step)  # every drawn node has its place, the bonus its anchor
+    assert len({i for t in figure.data if t.customdata is not None for i in t.customdata}) == MAX_TREE_NODES
+    assert any(t.name == "bonus" for t in figure.data)
 
 
 def _bonus_row_before(step: StepRecord) -> int:

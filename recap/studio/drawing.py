@@ -106,12 +106,21 @@ def bar_width(steps: int) -> int:
 
 def tree_subset(step: StepRecord, limit: int = MAX_TREE_NODES) -> list[NodeRecord]:
     """The nodes of ``step``'s tree that are drawn: all of them when they are at most ``limit``; else
-    the accepted path, then the others in the order they were drafted (a node's parent is drafted
-    before it, so every drawn node's parent is drawn), ``limit`` in all."""
+    the accepted nodes with their ancestors (a trace's accepted ids need not be one path), then the
+    others in the order they were drafted (a node's parent is drafted before it), ``limit`` in all:
+    every drawn node's parent is drawn."""
     nodes = step.nodes
     if len(nodes) <= limit:
         return list(nodes)
-    keep = {i for i in step.accepted_ids if 0 <= i < len(nodes)}
+    keep: set[int] = set()
+    for accepted in step.accepted_ids:
+        chain, at = [], accepted
+        while 0 <= at < len(nodes) and at not in keep:
+            chain.append(at)
+            at = nodes[at].parent
+        if len(keep) + len(chain) > limit:
+            break
+        keep.update(chain)
     for node in nodes:
         if len(keep) >= limit:
             break
@@ -121,14 +130,15 @@ def tree_subset(step: StepRecord, limit: int = MAX_TREE_NODES) -> list[NodeRecor
 
 
 def work_units(steps: Sequence[StepRecord], index: int | None = None) -> int:
-    """What the panels will hold, counted before drawing: a unit per span and per character of the
-    answer and per point of the passes chart (``index`` None: no answer or chart, a step's view), plus
-    for step ``index`` (default: the last) a unit per drawn node, edge and character of its labels and
-    hovers, and the characters of its words and table, each under the bounds above."""
+    """What the panels will hold, counted before drawing, under the bounds above: for a replay
+    (``index`` None) two units per token of the answer, one per character of its text and one per bar
+    segment of the passes chart, and the last step's view; for a step's view (step ``index``) a unit
+    per drawn node and edge end, per character of their labels and hovers, and per character of the
+    sampling draws shown."""
     units = 0
     if index is None:
         tokens = sum(len(step.new_tokens) for step in steps)
-        chars = sum(min(len(text), TEXT_CHARS * 10) for step in steps for text in step.new_texts)
+        chars = sum(len(text) for step in steps for text in step.new_texts)
         series = len(SourceSeries.of_tokens(steps).order)
         units += 2 * tokens + chars + series * -(-len(steps) // bar_width(len(steps)))
         index = len(steps) - 1
