@@ -380,6 +380,7 @@ def test_step_views_from_one_session_are_drawn_one_at_a_time(space, tmp_path, mo
         return view(steps, index)
 
     monkeypatch.setattr(handlers, "step_view", held_view)
+    monkeypatch.setattr(handlers, "VIEW_PATIENCE_S", PATIENCE_S)  # (the waiting view waits for the gate)
     monkeypatch.setattr(space.studio.replays, "share", None)  # (no rest after the replays below)
     trace = handle_file(str(_worst_trace(tmp_path / "wide.json", "wide")))
     attacker = Client(space.url, verbose=False, headers={"X-Forwarded-For": "203.0.113.50"})
