@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import yaml
@@ -29,10 +30,9 @@ def test_citation_cites_the_paper_and_this_implementation():
     assert paper["title"].startswith("RECAP: Context-Aware Prediction Recycling")
 
 
-#: The most lines a module under recap/, training/ or scripts/ may have: one concept per module.
-MODULE_LINE_LIMIT = 450
-#: Modules whose split is under way (none now). Nothing may be added here without a plan to split it.
-STILL_BEING_SPLIT: set[str] = set()
+#: Lines past which a module under recap/, training/ or scripts/ is reported: a prompt to look at whether
+#: it holds one concept, never a reason to split one idea in two (the test warns, it does not fail).
+MODULE_LINE_WARNING = 450
 
 
 def module_lines() -> dict[str, int]:
@@ -43,15 +43,12 @@ def module_lines() -> dict[str, int]:
     }
 
 
-def test_no_module_exceeds_the_line_limit():
+def test_long_modules_are_reported():
     lines = module_lines()
     assert len(lines) > 20  # the walk found the packages
-    allowed = STILL_BEING_SPLIT
-    too_long = {path: n for path, n in lines.items() if n > MODULE_LINE_LIMIT and path not in allowed}
-    assert too_long == {}, f"split these modules by concept (at most {MODULE_LINE_LIMIT} lines each)"
-    # an exception whose split has landed must go, so that the limit holds for it from then on
-    done = {path for path in STILL_BEING_SPLIT if lines.get(path, 0) <= MODULE_LINE_LIMIT}
-    assert done == set(), "remove these from STILL_BEING_SPLIT: they are split"
+    for path, count in sorted(lines.items()):
+        if count > MODULE_LINE_WARNING:
+            warnings.warn(f"{path} has {count} lines: does it hold one concept?", stacklevel=1)
 
 
 # ------------------------------------------------------------------------------------------ layers
@@ -127,3 +124,13 @@ def test_importing_the_runtime_imports_no_scene_world():
     code = f"import sys, recap.runtime, recap.decode, recap.drafters; print({loaded})"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_only_the_vllm_internals_module_imports_vllm():
+    """vLLM is optional and moves between releases: one module of the library touches it."""
+    users = sorted(
+        path.relative_to(ROOT).as_posix()
+        for path in modules_under("recap")
+        if any(m == "vllm" or m.startswith("vllm.") for m in imports_of(path))
+    )
+    assert users == ["recap/vllm/internals.py"]

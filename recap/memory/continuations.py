@@ -111,8 +111,7 @@ class Continuations(Guarded):
         if pending is None:
             return
         mirror, prompt = pending
-        request = mirror.tokens[mirror.offset : mirror.offset + mirror.length]
-        self.fold(request, prompt, usable)
+        self.fold(mirror.request(), prompt, usable)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """``(keys, ways)``: the open contexts' packed keys (``(b << KEY_BITS) | c``, sorted) and the distinct

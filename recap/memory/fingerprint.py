@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from recap.models import TargetModel
+
+class Fingerprinted(Protocol):
+    """A loaded model as a memory's tag reads it (`recap.models.TargetModel` is one)."""
+
+    name: str
+
+    def fingerprint(self) -> str: ...
 
 #: Bytes read from each end of a weight file for its digest (cheap even for a 7B model's folder).
 DIGEST_BYTES = 1 << 20
@@ -41,10 +46,25 @@ def weights_digest(folder: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def model_fingerprint(target: TargetModel) -> str:
+def model_fingerprint(target: Fingerprinted) -> str:
     """The tag of a memory file made for ``target``: tokenizer fingerprint plus the weights' digest (a
     local folder) or the model's name (a hub id). A file with another tag is not loaded."""
-    folder = Path(target.name)
+    return memory_tag(target.name, target.fingerprint())
+
+
+def tokenizer_fingerprint(model_type: str, vocab_size: int, vocab: dict[str, int]) -> str:
+    """Identifies a tokenizer (its vocabulary and special tokens, ``vocab`` as ``get_vocab()`` gives it)
+    with the model's type and vocabulary size: saved memories must match it."""
+    items = sorted(vocab.items(), key=lambda item: item[1])
+    digest = hashlib.sha256(repr((items, vocab_size)).encode()).hexdigest()
+    return f"{model_type}:{vocab_size}:{digest[:16]}"
+
+
+def memory_tag(name: str, tokenizer: str) -> str:
+    """The tag of a memory file for the model ``name`` (a folder or a hub id) whose tokenizer has the
+    fingerprint ``tokenizer`` (`tokenizer_fingerprint`): whoever loads a model (this project's engine,
+    the vLLM proposer) tags and checks its memories the same way."""
+    folder = Path(name)
     if folder.is_dir():
-        return f"{target.fingerprint()}|weights:{weights_digest(folder)}"
-    return f"{target.fingerprint()}|model:{target.name}"
+        return f"{tokenizer}|weights:{weights_digest(folder)}"
+    return f"{tokenizer}|model:{name}"

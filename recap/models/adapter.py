@@ -26,7 +26,6 @@ Idefics3 silently use sequential positions and Qwen2.5-VL crashes. What differs 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +37,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from recap.memory.fingerprint import tokenizer_fingerprint
 from recap.models.cost import COST_SIZES
 from recap.models.families import AttentionLayout, family_of
 from recap.tree import DraftTree
@@ -224,9 +224,7 @@ class TargetModel:
 
     def fingerprint(self) -> str:
         """Identifies the tokenizer (vocabulary + special tokens): saved memories must match it."""
-        vocab = sorted(self.tokenizer.get_vocab().items(), key=lambda item: item[1])
-        digest = hashlib.sha256(repr((vocab, self.vocab_size)).encode()).hexdigest()
-        return f"{self.model_type}:{self.vocab_size}:{digest[:16]}"
+        return tokenizer_fingerprint(self.model_type, self.vocab_size, self.tokenizer.get_vocab())
 
     def token_text(self, token_ids: Sequence[int]) -> list[str]:
         """Each token's decoded text piece (for display; memoised, the studio asks for every node)."""

