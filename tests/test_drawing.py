@@ -31,7 +31,7 @@ from recap.studio.drawing import (
 from recap.studio.exports import read_trace
 from recap.studio.slots import Tickets
 from recap.trace import NodeRecord, StepRecord
-from scripts.space_attack import SHAPES, crafted
+from scripts.hostile_traces import SHAPES, crafted
 
 #: The goal for any trace within the bounds: read and drawn in at most this much server CPU time.
 CPU_GOAL_S = 5.0

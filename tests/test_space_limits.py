@@ -249,9 +249,9 @@ def _node(i: int, sources=("ctx3",)) -> dict:
 
 def _worst_trace(path: Path, shape: str) -> Path:
     """A trace just within the limits, as costly as its shape allows to read (those that cost most to
-    draw: `scripts.space_attack.crafted`)."""
+    draw: `scripts.hostile_traces.crafted`)."""
     if shape not in ("strings", "tokens", "nodes"):
-        from scripts.space_attack import crafted
+        from scripts.hostile_traces import crafted
 
         return crafted(path, shape)
 

@@ -15,15 +15,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from recap.drafters import is_recap_method
-from recap.studio.drawing import (
-    LABEL_CHARS,
-    MAX_NAMES,
-    TEXT_CHARS,
-    SourceSeries,
-    cut,
-    listed,
-    tree_subset,
-)
+from recap.studio.drawing import LABEL_CHARS, MAX_NAMES, TEXT_CHARS, SourceSeries, cut, listed, tree_subset
 from recap.studio.render import (
     SOURCE_COLORS,
     method_label,
@@ -290,12 +282,10 @@ def _add_bonus(figure: go.Figure, step: StepRecord, places, root: _Placed) -> _P
     """Hang the bonus token off the accepted path; its place (None: no bonus drawn)."""
     if step.bonus_token is None or step.step == 0 or not step.new_texts:
         return None
-    last = step.accepted_ids[-1] if step.accepted_ids else None
-    anchor = places.get(last, root) if last is not None else root
+    anchor = places.get(step.accepted_ids[-1], root) if step.accepted_ids else root
     # the first row from the anchor's down with no node in the bonus's column or the next one (where its
-    # label reaches): beside the node it follows, hiding none of the rejected children there. A row is
-    # taken by a node less than 0.75 from it: rows are whole numbers, node rows any (a parent's is
-    # the mean of its children's), so each node takes the whole rows in (y - 0.75, y + 0.75)
+    # label reaches): beside the node it follows, hiding none of the rejected children there. A node at
+    # row y (a parent's is the mean of its children's) takes the whole rows in (y - 0.75, y + 0.75)
     taken: set[int] = set()
     for place in places.values():
         if place.x in (anchor.x + 1, anchor.x + 2):
