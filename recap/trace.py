@@ -311,8 +311,12 @@ def check_trace_data(data: Any) -> None:
             raise ValueError("not a RECAP trace: 'settings' must map short names to plain values")
         if isinstance(value, str) and len(value) > MAX_SETTING_TEXT:
             raise ValueError(f"not a RECAP trace: setting {name[:40]!r} is too long")
+        _check_unicode(name, "a setting's name")
+        if isinstance(value, str):
+            _check_unicode(value, f"setting {name[:40]!r}")
     if not isinstance(data.get("text", ""), str):
         raise ValueError("not a RECAP trace: 'text' must be a string")
+    _check_unicode(data.get("text", ""), "'text'")
     steps = data["steps"]
     if len(steps) > MAX_TRACE_STEPS:
         raise ValueError(f"the trace has {len(steps)} steps; the limit is {MAX_TRACE_STEPS}")
@@ -413,6 +417,16 @@ def _check_record(record: Any, fields: dict[str, _FieldKind], where: str) -> Non
         _check_value(record[name], kind, f"{where}, {name!r}")
 
 
+def _check_unicode(text: str, where: str) -> None:
+    """Raise if ``text`` holds a lone surrogate (JSON's ``"\\ud800"`` parses to one): no UTF-8 can
+    carry it, so nothing could show or send it."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"not a RECAP trace: {where} is not valid Unicode (a lone surrogate)") from None
+
+
 def _check_value(value: Any, kind: _FieldKind, where: str) -> None:
     """Raise if ``value`` is not of ``kind`` (see `_FieldKind`)."""
     if kind in ("texts", "ints", "bools"):
@@ -432,6 +446,8 @@ def _check_value(value: Any, kind: _FieldKind, where: str) -> None:
         ok = isinstance(value, bool)
     elif kind == "text":
         ok = isinstance(value, str) and len(value) <= MAX_TOKEN_TEXT
+        if ok:
+            _check_unicode(value, where)
     elif kind == "number":
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     else:

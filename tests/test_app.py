@@ -714,6 +714,8 @@ def _hostile_trace(data: dict, case: str) -> str:
         step["accepted_ids"] = []
     elif case == "too large":
         data["text"] = "x" * (17 * 1024 * 1024)
+    elif case == "lone surrogate":  # (written as the escape \ud800: its answer could not be sent)
+        step["new_texts"][0] = "\ud800"
     return json.dumps(data)
 
 
@@ -727,6 +729,7 @@ def _hostile_trace(data: dict, case: str) -> str:
         ("missing field", "has no 'accepted'"),
         ("chain", "20000 nodes; the limit is 8192"),
         ("too large", "too large (over 16 MiB)"),
+        ("lone surrogate", "'new_texts' is not valid Unicode (a lone surrogate)"),
     ],
 )
 def test_hostile_replays_are_refused_with_the_reason(served, tmp_path, case, message):

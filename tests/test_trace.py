@@ -156,12 +156,22 @@ def test_malformed_traces_are_refused_with_the_reason(recorded, case, message):
         ('{"steps": [{"step": 0, "committed_len": 1, "method": "ar", "target_prob": Infinity}]}', "Infinity"),
         ('{"steps": [{"step": 0, "committed_len": 1, "method": "ar", "target_prob": 1e999}]}', "finite"),
         ('{"steps": [{"step": ' + "9" * 5000 + "}]}", "a number has thousands of digits"),
+        # a lone surrogate: JSON carries it, no UTF-8 answer can (gradio failed to send the replay)
+        ('{"steps": [{"step": 0, "committed_len": 1, "method": "\\ud800"}]}', "method' is not valid Unicode"),
+        ('{"settings": {"model": "\\udcff"}, "steps": []}', "setting 'model' is not valid Unicode"),
+        ('{"text": "\\ud800", "steps": []}', "'text' is not valid Unicode"),
     ],
 )
 def test_unparseable_json_is_refused_with_the_reason(text, message):
     with pytest.raises(ValueError, match=message) as caught:
         RunTrace.from_json(text)
     assert "sys." not in str(caught.value)  # (Python's own advice about its settings is not passed on)
+
+
+def test_an_escaped_surrogate_pair_is_a_character_a_trace_can_hold():
+    # (json.dumps writes an emoji as a pair of escapes; only a lone one is refused)
+    trace = RunTrace.from_json('{"steps": [{"step": 0, "committed_len": 1, "method": "\\ud83d\\ude00"}]}')
+    assert trace.steps[0].method == "\U0001f600"
 
 
 def test_a_20000_node_chain_is_refused_as_too_large():
