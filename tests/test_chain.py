@@ -119,3 +119,13 @@ def test_requests_that_end_explicitly_join_the_stream_when_they_end_not_when_ano
     seeded(sequential, {}, prompt=(IMAGE, 7))
     assert persistent.suffix_history.tolist()[-4:] == [IMAGE, 7, 8, -1]
     assert persistent.suffix_history.tolist().count(8) == 1
+
+
+def test_a_chain_is_cut_where_more_drafts_commit_less_per_unit_of_cost():
+    from recap.drafters.recap.chain import worth_verifying
+
+    scores = np.array([0.9, 0.5, 0.1, 0.05])
+    assert worth_verifying(scores, 0.0) == 4  # free drafts: all of them
+    assert worth_verifying(scores, 0.25) == 2  # (1 + 0.9 + 0.5) / 1.5 = 1.6 beats 1.52 and 1.45
+    assert worth_verifying(np.array([0.2]), 0.25) == 0  # 1.2 / 1.25 < 1: no draft pays
+    assert worth_verifying(np.zeros(0), 0.25) == 0

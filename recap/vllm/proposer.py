@@ -22,7 +22,9 @@ reaches it as `Pass` and `Row` values, so this logic is tested without vLLM too.
 Settings (environment variables, read when vLLM builds the proposer):
 ``RECAP_VLLM_MEMORY``: a saved persistent memory (this project's safetensors file, made for the same
 model) to start from; ``RECAP_VLLM_BUDGET``: nodes the search grows before the chain is cut (default
-`DEFAULT_BUDGET`); ``RECAP_VLLM_CONTEXT_SCOPE``: ``request`` (default) or ``stream``.
+`DEFAULT_BUDGET`); ``RECAP_VLLM_CONTEXT_SCOPE``: ``request`` (default) or ``stream``;
+``RECAP_VLLM_DRAFT_COST``: what verifying one draft costs as a share of a pass, so that a chain is cut
+where more drafts would commit fewer tokens per unit of cost (default `DEFAULT_DRAFT_COST`: never cut).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ logger = logging.getLogger(__name__)
 
 #: Nodes the search grows per request and step before the best chain of k is cut from them.
 DEFAULT_BUDGET = 16
+#: What verifying one draft costs, as a share of a pass (`RecapDrafter.propose_chain`): 0 never cuts.
+DEFAULT_DRAFT_COST = 0.0
 #: Top-k of the target's prediction recorded at every verified position (RECAP's record width).
 RECORD_K = 8
 #: The config attributes that name image or video placeholder tokens (never part of a drafting key).
@@ -118,6 +122,9 @@ class RecapProposer:
         self.max_model_len = int(model.max_model_len)
         self.vocab_size = int(model.get_vocab_size())
         budget = int(os.environ.get("RECAP_VLLM_BUDGET", DEFAULT_BUDGET))
+        self.draft_cost = float(os.environ.get("RECAP_VLLM_DRAFT_COST", DEFAULT_DRAFT_COST))
+        if not 0 <= self.draft_cost < float("inf"):
+            raise ValueError(f"RECAP_VLLM_DRAFT_COST must be a number >= 0, got {self.draft_cost}")
         scope = os.environ.get("RECAP_VLLM_CONTEXT_SCOPE", "request")
         if scope not in ("request", "stream"):
             raise ValueError(f"RECAP_VLLM_CONTEXT_SCOPE must be 'request' or 'stream', got {scope!r}")
@@ -177,7 +184,8 @@ class RecapProposer:
                 running.proposed = DraftTree()
                 drafts.append([])
                 continue
-            running.proposed = running.drafter.propose_chain(row.context, min(self.k, row.room))
+            length = min(self.k, row.room)
+            running.proposed = running.drafter.propose_chain(row.context, length, self.draft_cost)
             drafts.append(list(running.proposed.tokens))
             self.stats.proposed += len(running.proposed)
         self.stats.cpu_seconds += time.thread_time() - start

@@ -35,8 +35,8 @@ def run_scenario(method: str, out: Path) -> dict:
     """Every scenario of `scenario.py` in one engine with ``method``; its JSON results."""
     if not (MODEL / "config.json").exists():
         pytest.fail(f"the test model is missing: python -m scripts.vllm_model --out {MODEL}")
-    command = [sys.executable, str(ROOT / "tests/in_vllm/scenario.py"), "--method", method, "--model", str(MODEL),
-               "--out", str(out)]  # fmt: skip
+    script = str(ROOT / "tests/in_vllm/scenario.py")
+    command = [sys.executable, script, "--method", method, "--model", str(MODEL), "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
     if done.returncode != 0:
         pytest.fail(f"the {method} engine failed:\n{done.stderr[-4000:]}")

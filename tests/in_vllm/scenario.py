@@ -46,7 +46,8 @@ def speculative_config(method: str) -> dict | None:
     if method == "none":
         return None
     if method == "ngram":
-        return {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+        return {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3,
+                "prompt_lookup_min": 1}  # fmt: skip
     if method == "recap":
         return {"method": "custom_class", "model": "recap.vllm.RecapProposer", "num_speculative_tokens": K}
     raise SystemExit(f"unknown method {method!r}")
@@ -120,9 +121,8 @@ def main() -> None:
         results["too_long"] = f"refused: {type(error).__name__}: {str(error)[:160]}"
     results["after"] = run({0: [("a0", prompt(QUESTIONS[2]), greedy(24))]}, {})
     # 5. Seeded sampling: 160 answers of 4 tokens to one question at temperature 1.
-    sampled = [
-        (f"s{i}", prompt(QUESTIONS[6]), SamplingParams(temperature=1.0, max_tokens=4, seed=i)) for i in range(160)
-    ]
+    question = prompt(QUESTIONS[6])
+    sampled = [(f"s{i}", question, SamplingParams(temperature=1.0, max_tokens=4, seed=i)) for i in range(160)]
     results["sampled"] = run({0: sampled}, {})
     # 6. One more request: the engine tells the runner which requests finished at its next step.
     results["last"] = run({0: [("z0", prompt(QUESTIONS[1]), greedy(6))]}, {})

@@ -51,6 +51,18 @@ def best_chain(parents: np.ndarray, scores: np.ndarray, length: int) -> list[int
     return chain
 
 
+def worth_verifying(scores: np.ndarray, draft_cost: float) -> int:
+    """How many drafts of a chain (``scores``: their path estimates, root's child first) to send when
+    each costs ``draft_cost`` of a pass: the prefix with the most tokens expected per unit of cost,
+    ``(1 + sum of its estimates) / (1 + draft_cost * its length)`` (the whole chain when it is 0; the
+    shorter prefix on a tie)."""
+    if draft_cost <= 0:
+        return len(scores)
+    gains = 1.0 + np.concatenate([[0.0], np.cumsum(np.asarray(scores, dtype=np.float64))])
+    value = gains / (1.0 + draft_cost * np.arange(len(gains)))
+    return int(np.argmax(value))
+
+
 def restrict(growth: Growth, chain: list[int]) -> Growth:
     """``growth`` renumbered to the nodes of ``chain`` (a root path, root's child first): node ``j`` is
     ``chain[j]``; labels offered at the root or at a chain node keep their context (renumbered), the

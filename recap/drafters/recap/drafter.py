@@ -32,7 +32,7 @@ import numpy as np
 
 from recap.drafters.base import Observation, RequestInfo
 from recap.drafters.recap.budget import Budget
-from recap.drafters.recap.chain import best_chain, restrict
+from recap.drafters.recap.chain import best_chain, restrict, worth_verifying
 from recap.drafters.recap.config import RecapConfig
 from recap.drafters.recap.fusion import EMPTY, MEMORIES, Fused, Lookup, fuse_rows
 from recap.drafters.recap.mirror import RequestMirror
@@ -198,15 +198,18 @@ class RecapDrafter:
         self._propose_seconds = time.thread_time() - start
         return tree
 
-    def propose_chain(self, context: Sequence[int], length: int) -> DraftTree:
+    def propose_chain(self, context: Sequence[int], length: int, draft_cost: float = 0.0) -> DraftTree:
         """`propose`, cut to the path of at most ``length`` drafts that commits the most on average
         (`recap.drafters.recap.chain`), for an engine that verifies one path; `observe` learns from it
-        as from the tree (the contexts off the path were not verified)."""
+        as from the tree (the contexts off the path were not verified). ``draft_cost``: what verifying
+        one draft costs, as a share of a pass; the path is cut where more drafts would commit fewer
+        tokens per unit of cost (`recap.drafters.recap.chain.worth_verifying`; 0: never cut)."""
         start = time.thread_time()
         tree = self._propose(context)
         growth = self._growth
         if growth is not None and self._kept:
             path = best_chain(growth.parents[: self._kept], growth.scores[: self._kept], length)
+            path = path[: worth_verifying(growth.scores[path], draft_cost)]
             self._growth, self._kept = restrict(growth, path), len(path)
             tree = select(self._growth)
         elif len(tree):  # the template ablation: the tree as it stands

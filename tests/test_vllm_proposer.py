@@ -1,0 +1,170 @@
+"""`recap.vllm.proposer.RecapProposer` without vLLM: its CPU twin drives it the way vLLM's runner does
+(one pass a step for several requests at once, the runner's `Pass` and `Row` values, finished requests
+told), with this project's engine computing the passes of the embedded vision model. The same code runs
+inside vLLM in `tests/in_vllm/`."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from recap.decode import generate
+from recap.memory.fingerprint import memory_tag, model_fingerprint, tokenizer_fingerprint
+from recap.memory.persistent import PersistentMemory
+from recap.tree import DraftTree
+from recap.verify import accept_greedy
+from recap.vllm.proposer import RECORD_K, Pass, RecapProposer, Row, placeholder_ids
+
+EMBEDDED = "assets/models/tiny-scenes-llava-v2"
+K = 4
+
+
+def vllm_config(target, max_model_len: int = 1024, k: int = K) -> SimpleNamespace:
+    """What the proposer reads of vLLM's config, for the embedded model."""
+    model = SimpleNamespace(
+        max_model_len=max_model_len, hf_config=target.model.config, model=target.name, tokenizer=None,
+        get_vocab_size=lambda: target.vocab_size,
+    )  # fmt: skip
+    return SimpleNamespace(speculative_config=SimpleNamespace(num_speculative_tokens=k), model_config=model)
+
+
+def topk(logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    probs, ids = torch.softmax(logits.float(), -1).topk(RECORD_K, -1)
+    return ids.numpy(), probs.numpy()
+
+
+class Request:
+    """One request as the twin's runner keeps it: its cache, committed tokens and drafts to verify."""
+
+    def __init__(self, req_id, target, prompt, image, max_tokens):
+        self.req_id, self.max_tokens = req_id, max_tokens
+        inputs = target.prepare([image], prompt)
+        self.tokens = inputs["input_ids"][0].tolist()
+        self.prompt_length = len(self.tokens)
+        self.state, logits = target.prefill(inputs, [self.prompt_length - 1])
+        self.first = logits[-1]
+        self.drafts: list[int] = []
+        self.generated: list[int] = []
+
+
+def run_twin(proposer, target, requests, max_model_len=1024) -> dict[str, list[int]]:
+    """Step every unfinished request once a step (a prefill, or one pass over its pending token and
+    drafts), as vLLM's runner does: `record` the passes, commit, then `draft` for every row."""
+    running = list(requests)
+    while running:
+        passes, sampled = [], {}
+        for request in running:
+            if not request.generated and len(request.tokens) == request.prompt_length:  # its prefill
+                ids, probs = topk(request.first[None])
+                passes.append(Pass(request.req_id, (), ids, probs))
+                sampled[request.req_id] = [int(request.first.argmax())]
+                continue
+            tree = DraftTree(request.drafts, list(range(-1, len(request.drafts) - 1)))
+            logits = target.forward_tree(request.state, [request.tokens[-1]], tree)
+            ids, probs = topk(logits)
+            passes.append(Pass(request.req_id, tuple(request.drafts), ids, probs))
+            acceptance = accept_greedy(tree, logits.argmax(-1).tolist())
+            target.commit(request.state, len(tree), acceptance.nodes)
+            sampled[request.req_id] = list(acceptance.tokens)
+        proposer.record(passes)
+        rows, finished = [], []
+        for request in running:
+            new = sampled[request.req_id][: request.max_tokens - len(request.generated)]
+            ends = [i for i, token in enumerate(new) if token in target.eos_ids]
+            new = new[: ends[0] + 1] if ends else new  # (the end of text is committed, then it stops)
+            request.tokens += new
+            request.generated += new
+            room = min(K, max_model_len - len(request.tokens) - 1)
+            rows.append(Row(request.req_id, np.array(request.tokens), new, request.prompt_length, room))
+            if len(request.generated) >= request.max_tokens or ends:
+                finished.append(request)
+        drafts = proposer.draft(rows)
+        for request, chain in zip(running, drafts, strict=True):
+            assert len(chain) <= K
+            request.drafts = chain
+        proposer.finish([r.req_id for r in finished])  # what the runner learns at its next step
+        running = [r for r in running if r not in finished]
+    return {r.req_id: r.generated for r in requests}
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    from recap.runtime import Runtime
+
+    return Runtime.load(EMBEDDED)
+
+
+def test_the_twin_runner_is_lossless_with_requests_at_once_and_frees_finished_ones(runtime):
+    target = runtime.target
+    proposer = RecapProposer(vllm_config(target), install_hooks=False)
+    assert proposer.excluded == target.excluded_ids & placeholder_ids(target.model.config)
+    questions = ["Describe this scene.", "How many shapes are there?", "Describe this scene."]
+    images = [Image.open(f"assets/examples-v2/scene_{i}.png") for i in (1, 2, 3)]
+    lengths = [40, 12, 30]
+    for round_ in range(2):  # the second round drafts from what the first recycled
+        requests = [
+            Request(f"r{round_}-{i}", target, q, image, n)
+            for i, (q, image, n) in enumerate(zip(questions, images, lengths))
+        ]
+        outputs = run_twin(proposer, target, requests)
+        for request, question, image, n in zip(requests, questions, images, lengths):
+            expected = generate(target, runtime.drafter("ar"), question, [image], n).tokens
+            assert outputs[request.req_id] == expected[:n]
+        assert proposer.requests == {}  # finished requests are gone
+    assert proposer.stats.accepted > 0.2 * proposer.stats.passes  # its chains were accepted
+    assert len(proposer.persistent.suffix_history) > 0  # the finished answers joined the stream
+
+
+def test_rows_without_tokens_get_no_drafts_and_the_length_limit_cuts_chains(runtime):
+    target = runtime.target
+    proposer = RecapProposer(vllm_config(target), install_hooks=False)
+    image = Image.open("assets/examples-v2/scene_1.png")
+    first = Request("a", target, "Describe this scene.", image, 30)
+    run_twin(proposer, target, [first])
+    context = np.array(first.tokens[:-5])
+    rows = [
+        Row("partial", context, [], first.prompt_length, K),  # a prefill still in progress
+        Row("near-limit", context, [int(context[-1])], first.prompt_length, 1),
+        Row("at-limit", context, [int(context[-1])], first.prompt_length, 0),
+    ]
+    drafts = proposer.draft(rows)
+    assert drafts[0] == [] and len(drafts[1]) <= 1 and drafts[2] == []
+    assert "partial" not in proposer.requests  # nothing begun for it yet
+    proposer.finish(["near-limit", "at-limit", "never-seen"])
+    assert proposer.requests == {}
+
+
+def test_a_pass_that_does_not_fit_its_row_is_not_recycled(runtime, caplog):
+    target = runtime.target
+    proposer = RecapProposer(vllm_config(target), install_hooks=False)
+    context = np.array([1, 2, 3, 4, 5])
+    proposer.draft([Row("x", context, [5], 4, K)])
+    ids = np.zeros((1, RECORD_K), dtype=np.int64)
+    proposer.record([Pass("x", (7, 8), ids, np.zeros((1, RECORD_K), np.float32))])  # 1 row, 2 drafts
+    proposer.draft([Row("x", np.array([1, 2, 3, 4, 5, 6]), [6], 4, K)])
+    assert "not recycled" in caplog.text and proposer.stats.passes == 0
+
+
+def test_the_persistent_memory_starts_from_a_saved_file_made_for_the_model(runtime, tmp_path, monkeypatch):
+    target = runtime.target
+    tag = memory_tag(target.name, tokenizer_fingerprint(target.model_type, target.vocab_size,
+                                                           target.tokenizer.get_vocab()))  # fmt: skip
+    assert tag == model_fingerprint(target)  # the tag this project's engine gives the same model
+    saved = PersistentMemory(target.vocab_size, RECORD_K)
+    saved.write_many(np.array([5]), np.array([[6] * RECORD_K]), np.array([[0.9] + [0.0] * (RECORD_K - 1)]))
+    path = tmp_path / "memory.safetensors"
+    saved.save(path, tag)
+    monkeypatch.setenv("RECAP_VLLM_MEMORY", str(path))
+    proposer = RecapProposer(vllm_config(target), install_hooks=False)
+    assert len(proposer.persistent) == 1 and proposer.persistent.lookup(5).ids[0] == 6
+    saved.save(path, "another model")
+    with pytest.raises(ValueError, match="fingerprint"):
+        RecapProposer(vllm_config(target), install_hooks=False)
+    monkeypatch.setenv("RECAP_VLLM_CONTEXT_SCOPE", "everywhere")
+    monkeypatch.delenv("RECAP_VLLM_MEMORY")
+    with pytest.raises(ValueError, match="RECAP_VLLM_CONTEXT_SCOPE"):
+        RecapProposer(vllm_config(target), install_hooks=False)
