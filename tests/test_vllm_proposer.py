@@ -168,3 +168,30 @@ def test_the_persistent_memory_starts_from_a_saved_file_made_for_the_model(runti
     monkeypatch.delenv("RECAP_VLLM_MEMORY")
     with pytest.raises(ValueError, match="RECAP_VLLM_CONTEXT_SCOPE"):
         RecapProposer(vllm_config(target), install_hooks=False)
+
+
+def test_the_runner_hooks_split_logit_rows_by_request_and_read_each_rows_tokens():
+    """`recap.vllm.internals.passes` and `rows` on what vLLM's runner holds (stand-ins of its batch and
+    spec-decode metadata: the fields the wraps read)."""
+    from recap.vllm.internals import passes, rows
+
+    batch = SimpleNamespace(
+        req_ids=["a", "b", "c"], num_reqs=3, num_prompt_tokens=np.array([2, 3, 2]),
+        num_tokens_no_spec=np.array([4, 3, 9]), token_ids_cpu=np.arange(30).reshape(3, 10),
+    )  # fmt: skip
+    metadata = SimpleNamespace(draft_token_ids=torch.tensor([7, 8, 9]), num_draft_tokens=[2, 0, 1])
+    logits = torch.zeros(6, 12)
+    logits[torch.arange(6), torch.tensor([1, 2, 3, 4, 5, 6])] = 10.0  # row r predicts token r + 1
+    found = passes(batch, logits, metadata, vocab_size=10)
+    assert [(p.req_id, p.drafts, p.topk_ids[:, 0].tolist()) for p in found] == [
+        ("a", (7, 8), [1, 2, 3]), ("b", (), [4]), ("c", (9,), [5, 6]),
+    ]  # fmt: skip
+    assert all(p.topk_ids.shape[1] == RECORD_K and (p.topk_ids < 10).all() for p in found)  # inside the vocab
+    assert passes(batch, logits[:5], metadata, 10) == []  # rows that do not add up: a warm-up run
+    plain = passes(batch, logits[:3], None, 10)  # no drafts this step: one row a request
+    assert [p.drafts for p in plain] == [(), (), ()]
+    proposer = SimpleNamespace(k=4, max_model_len=11)
+    found = rows(batch, [[3], [], [8]], proposer)
+    assert [(r.req_id, r.context.tolist(), list(r.sampled), r.prompt_length, r.room) for r in found] == [
+        ("a", [0, 1, 2, 3], [3], 2, 4), ("b", [10, 11, 12], [], 3, 4), ("c", list(range(20, 29)), [8], 2, 1),
+    ]  # fmt: skip
