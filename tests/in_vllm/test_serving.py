@@ -12,7 +12,8 @@ import time
 import urllib.request
 
 import pytest
-from conftest import MODEL, ROOT
+
+from .conftest import MODEL, ROOT
 
 pytestmark = pytest.mark.vllm
 
