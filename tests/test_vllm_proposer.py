@@ -164,10 +164,13 @@ def test_the_persistent_memory_starts_from_a_saved_file_made_for_the_model(runti
     saved.save(path, "another model")
     with pytest.raises(ValueError, match="fingerprint"):
         RecapProposer(vllm_config(target), install_hooks=False)
-    monkeypatch.setenv("RECAP_VLLM_CONTEXT_SCOPE", "everywhere")
     monkeypatch.delenv("RECAP_VLLM_MEMORY")
-    with pytest.raises(ValueError, match="RECAP_VLLM_CONTEXT_SCOPE"):
-        RecapProposer(vllm_config(target), install_hooks=False)
+    for name, value in (("RECAP_VLLM_CONTEXT_SCOPE", "everywhere"), ("RECAP_VLLM_BUDGET", "lots"),
+                        ("RECAP_VLLM_BUDGET", "0"), ("RECAP_VLLM_DRAFT_COST", "nan")):  # fmt: skip
+        with monkeypatch.context() as patch:
+            patch.setenv(name, value)
+            with pytest.raises(ValueError, match=name):
+                RecapProposer(vllm_config(target), install_hooks=False)
 
 
 def test_the_runner_hooks_split_logit_rows_by_request_and_read_each_rows_tokens():

@@ -121,17 +121,19 @@ class RecapProposer:
         self.k = int(spec.num_speculative_tokens)
         self.max_model_len = int(model.max_model_len)
         self.vocab_size = int(model.get_vocab_size())
-        budget = int(os.environ.get("RECAP_VLLM_BUDGET", DEFAULT_BUDGET))
-        self.draft_cost = float(os.environ.get("RECAP_VLLM_DRAFT_COST", DEFAULT_DRAFT_COST))
-        if not 0 <= self.draft_cost < float("inf"):
-            raise ValueError(f"RECAP_VLLM_DRAFT_COST must be a number >= 0, got {self.draft_cost}")
+        budget = _setting("RECAP_VLLM_BUDGET", DEFAULT_BUDGET, int, "a whole number of nodes >= 1")
+        self.draft_cost = _setting("RECAP_VLLM_DRAFT_COST", DEFAULT_DRAFT_COST, float, "a number >= 0")
+        if budget < 1 or not 0 <= self.draft_cost < float("inf"):
+            raise ValueError(
+                f"RECAP_VLLM_BUDGET must be >= 1 and RECAP_VLLM_DRAFT_COST a number >= 0, got {budget} "
+                f"and {self.draft_cost}"
+            )
         scope = os.environ.get("RECAP_VLLM_CONTEXT_SCOPE", "request")
         if scope not in ("request", "stream"):
             raise ValueError(f"RECAP_VLLM_CONTEXT_SCOPE must be 'request' or 'stream', got {scope!r}")
         self.config = RecapConfig(k=RECORD_K, budget=max(budget, self.k), depth=self.k, context_scope=scope)
         hf_config = getattr(model, "hf_config", None)
         self.excluded = placeholder_ids(hf_config)
-        self.eos_ids = frozenset()
         self.persistent = self._start_memory(os.environ.get("RECAP_VLLM_MEMORY"), model)
         self.requests: dict[str, Running] = {}
         self.stats = ProposerStats()
@@ -203,7 +205,7 @@ class RecapProposer:
     def _begin(self, row: Row) -> Running:
         drafter = RecapDrafter(self.config, persistent=self.persistent, explicit_end=True)
         prompt = tuple(int(t) for t in row.context[: row.prompt_length])
-        drafter.begin(RequestInfo(prompt, self.excluded, self.vocab_size, self.eos_ids))
+        drafter.begin(RequestInfo(prompt, self.excluded, self.vocab_size))
         return Running(drafter)
 
     def _observe(self, running: Running, row: Row, verified: Pass) -> None:
@@ -238,6 +240,17 @@ class RecapProposer:
             return PersistentMemory(self.vocab_size, RECORD_K)
         tag = model_tag(model, self.vocab_size)
         return PersistentMemory.read(path, tag, self.vocab_size, RECORD_K)
+
+
+def _setting(name: str, default: Any, kind: type, meaning: str) -> Any:
+    """The environment variable ``name`` as ``kind`` (``default`` when unset); a clear error otherwise."""
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"{name} must be {meaning}, got {value!r}") from None
 
 
 def chain_tree(tokens: Sequence[int]) -> DraftTree:

@@ -42,17 +42,6 @@ QUESTIONS = (
 )
 
 
-def speculative_config(method: str) -> dict | None:
-    if method == "none":
-        return None
-    if method == "ngram":
-        return {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3,
-                "prompt_lookup_min": 1}  # fmt: skip
-    if method == "recap":
-        return {"method": "custom_class", "model": "recap.vllm.RecapProposer", "num_speculative_tokens": K}
-    raise SystemExit(f"unknown method {method!r}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--method", required=True)
@@ -63,9 +52,11 @@ def main() -> None:
     from vllm import LLM, SamplingParams
     from vllm.exceptions import VLLMClientError
 
+    from scripts.vllm_bench import speculative_config  # (the benchmark's engines, the same settings)
+
     llm = LLM(
         args.model, dtype="float32", enforce_eager=True, max_model_len=MAX_MODEL_LEN, seed=0,
-        max_num_seqs=16, speculative_config=speculative_config(args.method),
+        max_num_seqs=16, speculative_config=speculative_config(args.method, K),
     )  # fmt: skip
     tokenizer = llm.get_tokenizer()
     engine = llm.llm_engine
