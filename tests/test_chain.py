@@ -119,6 +119,11 @@ def test_requests_that_end_explicitly_join_the_stream_when_they_end_not_when_ano
     seeded(sequential, {}, prompt=(IMAGE, 7))
     assert persistent.suffix_history.tolist()[-4:] == [IMAGE, 7, 8, -1]
     assert persistent.suffix_history.tolist().count(8) == 1
+    sequential.propose([IMAGE, 7, 11])
+    other = RecapDrafter(config, persistent=persistent)
+    seeded(other, {}, prompt=(IMAGE, 5))  # ends the sequential drafter's request, as before
+    sequential.end()  # too late: nothing is added twice
+    assert persistent.suffix_history.tolist().count(11) == 1
 
 
 def test_a_chain_is_cut_where_more_drafts_commit_less_per_unit_of_cost():

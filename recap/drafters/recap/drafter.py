@@ -186,7 +186,9 @@ class RecapDrafter:
             return
         self._ended = True
         continuations = persistent.continuations
-        if continuations.pending is not None and continuations.pending[0] is self._seen:
+        if not self.explicit_end:
+            if continuations.pending is None or continuations.pending[0] is not self._seen:
+                return  # the next request's `begin` ended this one already
             continuations.pending = None
         if self.config.suffix_scope == "stream":
             self._seen.close(persistent)
