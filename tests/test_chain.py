@@ -134,3 +134,9 @@ def test_a_chain_is_cut_where_more_drafts_commit_less_per_unit_of_cost():
     assert worth_verifying(scores, 0.25) == 2  # (1 + 0.9 + 0.5) / 1.5 = 1.6 beats 1.52 and 1.45
     assert worth_verifying(np.array([0.2]), 0.25) == 0  # 1.2 / 1.25 < 1: no draft pays
     assert worth_verifying(np.zeros(0), 0.25) == 0
+
+
+def test_the_template_ablation_has_no_chain_to_cut():
+    drafter = RecapDrafter(RecapConfig(budget=8, tree="template"), persistent=PersistentMemory(VOCAB, 8))
+    with pytest.raises(ValueError, match="best-first"):
+        drafter.propose_chain([1, 2], 4)

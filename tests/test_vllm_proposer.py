@@ -15,9 +15,10 @@ from PIL import Image
 from recap.decode import generate
 from recap.memory.fingerprint import memory_tag, model_fingerprint, tokenizer_fingerprint
 from recap.memory.persistent import PersistentMemory
+from recap.models.families import placeholder_ids
 from recap.tree import DraftTree
 from recap.verify import accept_greedy
-from recap.vllm.proposer import RECORD_K, Pass, RecapProposer, Row, placeholder_ids
+from recap.vllm.proposer import RECORD_K, Pass, RecapProposer, Row
 
 EMBEDDED = "assets/models/tiny-scenes-llava-v2"
 K = 4

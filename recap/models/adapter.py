@@ -39,7 +39,7 @@ from PIL import Image
 
 from recap.memory.fingerprint import tokenizer_fingerprint
 from recap.models.cost import COST_SIZES
-from recap.models.families import AttentionLayout, family_of
+from recap.models.families import AttentionLayout, family_of, placeholder_ids
 from recap.tree import DraftTree
 
 log = logging.getLogger(__name__)
@@ -201,18 +201,7 @@ class TargetModel:
         return frozenset(int(i) for i in ids)
 
     def _vision_token_ids(self) -> frozenset[int]:
-        ids: set[int] = set()
-        config = self.model.config
-        for attr in (
-            "image_token_id",
-            "image_token_index",
-            "video_token_id",
-            "vision_start_token_id",
-            "vision_end_token_id",
-        ):
-            value = getattr(config, attr, None)
-            if isinstance(value, int):
-                ids.add(value)
+        ids = set(placeholder_ids(self.model.config))
         vocab = self.tokenizer.get_vocab() if hasattr(self.tokenizer, "get_vocab") else {}
         for token in self.family_spec.image_tokens:
             if token in vocab:

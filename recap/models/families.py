@@ -195,3 +195,20 @@ def _declares(config: Any, name: str) -> bool:
     if dataclasses.is_dataclass(config):
         return name in {field.name for field in dataclasses.fields(config)}
     return hasattr(type(config), name)
+
+
+#: The config attributes that name image or video placeholder tokens (never part of a drafting key).
+PLACEHOLDER_ATTRIBUTES = (
+    "image_token_id",
+    "image_token_index",
+    "video_token_id",
+    "vision_start_token_id",
+    "vision_end_token_id",
+)
+
+
+def placeholder_ids(config: Any) -> frozenset[int]:
+    """The image and video placeholder ids a model's config names (the ids its tokenizer spells as
+    image tokens are the adapter's to add)."""
+    values = (getattr(config, name, None) for name in PLACEHOLDER_ATTRIBUTES)
+    return frozenset(value for value in values if isinstance(value, int))

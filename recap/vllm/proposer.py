@@ -44,6 +44,7 @@ from recap.drafters.recap.drafter import RecapDrafter
 from recap.drafters.recap.search import compile_kernels
 from recap.memory.fingerprint import memory_tag, tokenizer_fingerprint
 from recap.memory.persistent import PersistentMemory
+from recap.models.families import placeholder_ids
 from recap.tree import DraftTree
 from recap.verify import Acceptance
 
@@ -55,14 +56,6 @@ DEFAULT_BUDGET = 16
 DEFAULT_DRAFT_COST = 0.0
 #: Top-k of the target's prediction recorded at every verified position (RECAP's record width).
 RECORD_K = 8
-#: The config attributes that name image or video placeholder tokens (never part of a drafting key).
-PLACEHOLDER_ATTRIBUTES = (
-    "image_token_id",
-    "image_token_index",
-    "video_token_id",
-    "vision_start_token_id",
-    "vision_end_token_id",
-)
 
 
 @dataclass(frozen=True)
@@ -258,17 +251,6 @@ def chain_tree(tokens: Sequence[int]) -> DraftTree:
     count = len(tokens)
     parents = list(range(-1, count - 1))
     return DraftTree([int(t) for t in tokens], parents, [0.0] * count, [()] * count, [{} for _ in tokens])
-
-
-def placeholder_ids(hf_config: Any) -> frozenset[int]:
-    """The image and video placeholder ids a model's config names (its text config's too)."""
-    ids: set[int] = set()
-    for config in (hf_config, getattr(hf_config, "text_config", None)):
-        for name in PLACEHOLDER_ATTRIBUTES:
-            value = getattr(config, name, None) if config is not None else None
-            if isinstance(value, int):
-                ids.add(value)
-    return frozenset(ids)
 
 
 def model_tag(model: Any, vocab_size: int) -> str:

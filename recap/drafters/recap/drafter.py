@@ -206,6 +206,8 @@ class RecapDrafter:
         as from the tree (the contexts off the path were not verified). ``draft_cost``: what verifying
         one draft costs, as a share of a pass; the path is cut where more drafts would commit fewer
         tokens per unit of cost (`recap.drafters.recap.chain.worth_verifying`; 0: never cut)."""
+        if self.config.tree != "best_first":
+            raise ValueError("chains are cut from the best-first search; the template ablation has none")
         start = time.thread_time()
         tree = self._propose(context)
         growth = self._growth
@@ -214,15 +216,6 @@ class RecapDrafter:
             path = path[: worth_verifying(growth.scores[path], draft_cost)]
             self._growth, self._kept = restrict(growth, path), len(path)
             tree = select(self._growth)
-        elif len(tree):  # the template ablation: the tree as it stands
-            path = best_chain(np.asarray(tree.parents), np.asarray(tree.scores), length)
-            tree = DraftTree(
-                [tree.tokens[n] for n in path],
-                list(range(-1, len(path) - 1)),
-                [tree.scores[n] for n in path],
-                [tree.sources[n] for n in path],
-                [tree.contributions[n] for n in path],
-            )
         self._proposed = tree
         self._propose_seconds = time.thread_time() - start
         return tree
