@@ -78,7 +78,11 @@ TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-#: Phrasings never used in training (``heldout_set(..., rephrased=True)``).
+#: World v2's phrasings never used in training (``heldout_set(..., rephrased=True)``, the benchmark's
+#: ``scenes2-rephrased``). The first four question types start with world v1's held-out phrasings
+#: (`recap.embedded.scenes.REPHRASED_QUESTIONS`, the same name since it is the `recap.embedded.World`
+#: interface's); v2 adds a position phrasing and the relation and detail types. A copy, not an import,
+#: so that neither world's held-out set changes with the other's.
 REPHRASED_QUESTIONS: dict[str, tuple[str, ...]] = {
     "describe": (
         "Can you tell me what this picture contains?",
