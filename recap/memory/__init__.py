@@ -8,4 +8,10 @@
 - `guarded`: a memory with a lock of its own that can still be copied.
 - `recycling`: which computed position is written under which context keys.
 - `estimates`: online acceptance estimates of drafted candidates, by kind.
+- `continuations`: the contexts earlier answers continued in different ways (where RECAP fans).
+
+Only RECAP (`recap.drafters.recap`) reads `context`, `backoff`, `continuations` and `estimates`, yet
+they live here: `persistent.PersistentMemory` carries them as the stream's shared state, and
+`recycling.recycle` writes the contextual memories and counts the acceptance labels in its compiled
+call. Beside the method they would be imported upwards, from this layer into the drafters.
 """
