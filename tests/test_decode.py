@@ -1,6 +1,7 @@
-"""The engine's invariant: tree verification is lossless, for every supported architecture.
+"""The decode loop (`recap.decode`) and its invariant: tree verification is lossless, for every supported
+architecture.
 
-Two independent checks (either alone can pass with wrong positions, see environment.md):
+Two independent checks (either alone can pass with wrong positions; docs/method.md, "Lossless, tested"):
 1. every tree node's logits equal a plain full forward over the node's path (fp32, |Δ| ≤ 1e-4);
 2. decoding with a drafter that hides the true continuation among random branches reproduces
    transformers' ``generate(do_sample=False)`` token for token, accepting > 1.5 tokens per pass.

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_budget import auto_budget
 
-from recap.drafters import DEFAULT_METHOD, METHODS, make_drafter
+from recap.drafters import DEFAULT_METHOD, METHODS, is_recap_method, make_drafter
 from recap.drafters.base import Drafter, Observation, RequestInfo
 from recap.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter, find_continuation
 from recap.drafters.recap.config import ABLATIONS, AUTO_FALLBACK_BUDGET, RecapConfig, apply_ablation
@@ -708,6 +708,26 @@ def test_registry_names_and_options():
     assert make_drafter("recap-no-suffix", config=RecapConfig(budget=8)).config.budget == 8
     with pytest.raises(ValueError, match="unknown method"):
         make_drafter("medusa")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("recap", True),
+        ("recap-no-suffix", True),
+        ("recap-template", True),
+        ("tr", False),
+        ("pld", False),
+        ("ar", False),
+        ("recapitulate", False),
+    ],
+)
+def test_is_recap_method(name, expected):
+    assert is_recap_method(name) is expected
+
+
+def test_every_recap_method_is_recognised():
+    assert [m for m in METHODS if is_recap_method(m)] == [m for m in METHODS if m.startswith("recap")]
 
 
 # ------------------------------------------------------------------------------------ end-to-end loops

@@ -1,6 +1,6 @@
 """GPU twins of the CPU invariants (skipped without CUDA): the same code on a CUDA device.
 
-CPU twins: `test_engine.py::test_tree_logits_match_sequential_decoding`,
+CPU twins: `test_decode.py::test_tree_logits_match_sequential_decoding`,
 `test_lossless.py::test_every_drafter_is_lossless` and the embedded-model lossless tests run the same
 checks on the CPU. Run them with ``python -m pytest -m gpu`` on a machine with CUDA.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import images_for, reference_greedy
-from test_engine import PROMPTS, check_tree_logits
+from test_decode import PROMPTS, check_tree_logits
 from tiny_models import ARCHITECTURES, VISION_ARCHITECTURES, build
 
 from recap.decode import generate

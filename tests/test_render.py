@@ -1,4 +1,5 @@
-"""The studio's renderers on hand-built step records (no model, no browser)."""
+"""The studio's renderers (`recap.studio.render`, with its `figures` and `tables`) on hand-built step
+records (no model, no browser)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from dataclasses import astuple
 import pytest
 from conftest import images_for, noise_image, reference_greedy, tiny
 
-from recap.bench.sensitivity import acceptance_split, mark_steps, sensitive_flags
+from recap.bench.sensitivity import acceptance_split, mark_steps, sensitive_flags, split_against_reference
 from recap.trace import StepRecord
 
 
@@ -47,3 +47,20 @@ def test_same_image_is_never_sensitive():
     answer = reference_greedy(target, "the cat is", images, 10)
     assert sensitive_flags(target, images, "the cat is", answer) == [False] * len(answer)
     assert len(sensitive_flags(target, [noise_image(9)], "the cat is", answer)) == len(answer)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "sources", "expected"),
+    [
+        # agrees with the reference: every position but the first counts
+        ([5, 8, 2], ["target", "ctx2", "ctx3"], (1, 1, 1, 1)),
+        # differs at the third token: that position is not the reference's, so it is left out
+        ([5, 8, 3], ["target", "ctx2", "ctx3"], (1, 1, 0, 0)),
+        # longer than the reference: clipped to it
+        ([5, 8, 2, 9], ["target", "target", "ctx3", "ctx3"], (0, 1, 1, 1)),
+    ],
+)
+def test_split_against_reference_counts_only_where_the_outputs_agree(tokens, sources, expected):
+    split = split_against_reference(tokens, sources, [5, 8, 2], [False, True, False])
+    # (sensitive drafted, sensitive total, insensitive drafted, insensitive total), in field order
+    assert astuple(split) == expected

@@ -1,4 +1,5 @@
-"""DraftTree: building, merging, derived arrays, and invariants under random construction."""
+"""DraftTree: building, merging, derived arrays, and invariants under random construction; the source
+table and a node's main source."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recap.tree import ROOT, DraftTree
+from recap.tree import ROOT, SOURCE_TABLE, SOURCES, DraftTree, main_source
 
 
 def build(spec: list[tuple[int, int]]) -> DraftTree:
@@ -96,3 +97,23 @@ def test_random_adds_keep_invariants(pairs):
     assert np.array_equal(mask.sum(axis=1), tree.depths)  # a node sees exactly depth ancestors (itself incl.)
     for node in range(len(tree)):
         assert len(tree.path(node)) == tree.depths[node]
+
+
+# ------------------------------------------------------------------------------------------- sources
+@pytest.mark.parametrize(
+    ("sources", "contributions", "expected"),
+    [
+        (("ctx2", "persistent"), {"ctx2": 0.1, "persistent": 0.3}, "persistent"),  # largest share
+        (("suffix", "ctx3"), {}, "suffix"),  # no shares: the first listed
+        ((), {}, "unknown"),
+    ],
+)
+def test_main_source(sources, contributions, expected):
+    assert main_source(sources, contributions) == expected
+
+
+def test_source_table_has_one_row_per_name_with_a_colour_and_a_meaning():
+    names = [s.name for s in SOURCE_TABLE]
+    assert len(names) == len(set(names)) and {"target", "unknown"} <= set(names)
+    assert all(s.color.startswith("#") and len(s.color) == 7 and s.meaning for s in SOURCE_TABLE)
+    assert set(SOURCES) == set(names) - {"target", "unknown"}
