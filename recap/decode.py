@@ -69,15 +69,12 @@ def generate_steps(
     token is distributed exactly as ``generate(do_sample=True)`` with the same temperature, top-k and
     top-p would draw it (`recap.sampling.accept_sampled`); a seeded run is reproducible.
 
-    ``details``: fill the display-only fields of the records: token texts; what a drafter with the
-    optional ``explain(tree)`` fills in (its fused distribution at the root, each node's per-source
-    contributions); the target's probability at the root when the pass computed no top-k. They are
-    computed outside the timed draft/verify/update phases; a benchmark turns them off (``False``:
-    texts are empty, ``fused_at_root`` and node contributions too).
-
-    ``probe(observation)``: called after every verification pass, before the drafter observes it (its
-    memories are as they were when it proposed) and outside the timed phases; the benchmark's
-    coverage breakdown (`recap.bench.coverage`) looks at the memories there.
+    Args:
+        details: fill the records' display-only fields (token texts, the fused distribution and node
+            contributions of a drafter with ``explain(tree)``, the target's probability at the root),
+            outside the timed phases; the benchmark passes False.
+        probe: called with each verification pass's observation before the drafter observes it (its
+            memories as they were when it proposed), outside the timed phases (`recap.bench.coverage`).
     """
     prompt = check_prompt(prompt)
     check_max_new_tokens(max_new_tokens)

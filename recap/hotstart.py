@@ -118,10 +118,11 @@ def warm_up(
 
 
 class AveragedRecords:
-    """A drafter wrapper that also averages, for every token ``t``, the target's top-k next-token
-    distribution at every COMMITTED position ending in ``t`` over a stream of requests (the prompt's
-    text positions and the answer's; rejected tree nodes are left out), and turns the averages into a
-    `PersistentMemory` (`memory`): each token's record is the top-k of its averaged distribution.
+    """A drafter wrapper that averages the target's next-token distributions per token over a stream of
+    requests, for a shipped `PersistentMemory` (`memory`).
+
+    For every token ``t``: the average of the target's top-k at every committed position ending in ``t``
+    (prompt text and answer; rejected tree nodes left out); ``t``'s record is that average's top-k.
 
     A 1-token memory written as it goes keeps the latest record per token: after the last request of a
     warm-up, ``« The»`` predicts that request's next word with probability 0.99, whatever the question.

@@ -31,11 +31,10 @@ log = logging.getLogger(__name__)
 
 _MODELS_DIR = Path(__file__).resolve().parent.parent / "assets" / "models"
 #: The embedded model v1 (the small scene world of `recap.embedded.scenes`; benchmark dataset ``scenes``),
-#: kept
-#: beside v2 for its earlier results: pass it as ``--model``.
+#: kept beside v2 for its earlier results: pass it as ``--model``.
 EMBEDDED_MODEL_V1 = _MODELS_DIR / "tiny-scenes-llava"
-#: The embedded model v2 (the wider scene world of `recap.embedded.scenes2`, detailed descriptions, relations;
-#: benchmark dataset ``scenes2``).
+#: The embedded model v2 (the wider scene world of `recap.embedded.scenes2`: detailed descriptions and
+#: relations; benchmark dataset ``scenes2``).
 EMBEDDED_MODEL_V2 = _MODELS_DIR / "tiny-scenes-llava-v2"
 #: The default model of the CLI, the benchmark and the studio: the embedded model v2 (both ship in
 #: assets/models, trained by ``python -m training.train``).
@@ -86,18 +85,16 @@ class Runtime:
 
     @classmethod
     def load(cls, name_or_path: str, **kwargs) -> Runtime:
+        """A runtime for the model ``name_or_path`` (``kwargs``: `TargetModel.load`'s)."""
         return cls(TargetModel.load(name_or_path, **kwargs))
 
     def cost_model(self) -> CostModel:
-        """The measured tree-cost curve c(T) of this model on this device (measured once, at the first
-        cost-aware drafter).
+        """This model's tree-cost curve c(T) on this device, measured once at the first cost-aware drafter.
 
-        On a GPU: the median of 10 passes per size (passes take milliseconds and jitter by about as much
-        as T changes them). On a CPU, where other processes' load comes and goes, `CPU_COST_SWEEPS` or
-        more quick sweeps over the sizes (as many as fit in `CPU_COST_SECONDS`), each size keeping its
-        fastest pass (`recap.models.cost.steady_curve`), timed in this thread's CPU time when torch computes
-        on one thread (the time the scheduler gave to others is not the pass's cost), else in wall-clock
-        time.
+        On a GPU: the median of 10 passes per size (a pass's jitter is as large as T's effect). On a CPU:
+        `CPU_COST_SWEEPS` or more quick sweeps, each size keeping its fastest pass
+        (`recap.models.cost.steady_curve`), timed in thread CPU time when torch computes on one thread
+        (time given to other processes is not the pass's cost), else in wall-clock time.
         """
         with self._lock:
             if self._cost is None:
@@ -133,12 +130,13 @@ class Runtime:
     def load_persistent_memory(
         self, path: str | Path, k: int = 8, method: str = DEFAULT_METHOD, strict: bool = False
     ) -> PersistentMemory:
-        """Replace ``method``'s memory by the one saved at ``path``.
+        """Replace ``method``'s memory by the one saved at ``path`` (the file is never modified).
 
-        A missing, corrupt or mismatched file (another model: `recap.hotstart.model_fingerprint`, or
-        another vocabulary or k) gives a fresh memory
-        with a warning, or with ``strict=True`` raises (``FileNotFoundError`` / ``ValueError`` with the
-        reason) and leaves the current memory in place. The file itself is never modified.
+        A missing, corrupt or mismatched file (another model by `recap.memory.fingerprint.model_fingerprint`,
+        another vocabulary or k) gives a fresh memory with a warning.
+
+        Raises:
+            FileNotFoundError, ValueError: with ``strict=True``, for such a file (the current memory stays).
         """
         fingerprint, vocab = model_fingerprint(self.target), self.target.vocab_size
         if strict:

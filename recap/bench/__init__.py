@@ -1,7 +1,7 @@
 """The benchmark: every method on the same samples, in one process, against greedy AR.
 
 ``python -m recap.bench --dataset scenes2 --methods ar,pld,tr,recap --out runs/scenes2`` writes
-``results.json``, ``results.md`` and three plotly charts into ``--out``.
+``results.json``, ``results.md`` and plotly charts into ``--out``.
 
 One module per concept; this package re-exports their public names:
 

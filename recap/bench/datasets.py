@@ -139,10 +139,11 @@ def load_scenes(
     version: int = 1,
     qtypes: tuple[str, ...] | None = None,
 ) -> list[Sample]:
-    """Held-out scenes, question types interleaved; ``limit`` sizes the set (default 100). ``version``
-    2 takes them from `recap.embedded.scenes2` (the world of the embedded model v2) instead of
-    `recap.embedded.scenes`;
-    ``qtypes`` (v2 only) keeps those question types alone (scenes from the same held-out seed range)."""
+    """Held-out scenes, question types interleaved; ``limit`` sizes the set (default 100).
+
+    ``version`` 2 takes them from `recap.embedded.scenes2` (the embedded model v2's world) instead of
+    `recap.embedded.scenes`; ``qtypes`` (v2 only) keeps those question types alone (scenes from the same
+    held-out seed range)."""
     scenes = importlib.import_module("recap.embedded.scenes2" if version == 2 else "recap.embedded.scenes")
     qtypes = qtypes or scenes.QUESTION_TYPES
     total = limit or SCENES_DEFAULT

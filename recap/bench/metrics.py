@@ -258,10 +258,11 @@ class SampleWins(NamedTuple):
 
 
 def sample_wins(samples: Sequence[dict[str, Any]], method: str, reference: str) -> SampleWins | None:
-    """Per sample with image-sensitive positions, ``method``'s drafts accepted there against
-    ``reference``'s (the ``sensitive_accepted`` counts of `BenchmarkResult.samples`); None when no
-    sample has both counts. One sample's counts are a few tokens, so this is the spread behind the
-    overall shares: how often a single request (the studio's Compare tab shows one) goes either way.
+    """How many samples ``method`` accepted more, as many or fewer drafts than ``reference`` at
+    image-sensitive positions (`BenchmarkResult.samples`' ``sensitive_accepted``); None without such samples.
+
+    The spread behind the overall shares: how often a single request (the Compare tab shows one) goes
+    either way.
 
     Example: counts ``{tr: 3, recap: 5}``, ``{tr: 2, recap: 2}``, ``{tr: 4, recap: 1}`` ->
     ``SampleWins(more=1, tied=1, fewer=1)``.

@@ -80,10 +80,11 @@ COVERAGE_COLUMNS = (
 
 
 def coverage_table(result: BenchmarkResult) -> str:
-    """At image-sensitive positions, first and later mentions: the share of positions whose token a
-    memory held (covered), held by a record of this request, where the tree drafted, and accepted; ""
-    when no method has a breakdown. Methods without a known coverage (AR, PLD, SuffixDecoding) show
-    their drafted and accepted shares only."""
+    """The coverage table at image-sensitive positions (first and later mentions); "" without a breakdown.
+
+    Columns: the share of positions whose token a memory held (covered), held by a record of this
+    request, drafted, and accepted; methods without a known coverage (AR, PLD, SuffixDecoding) show
+    drafted and accepted only."""
     rows = [r for r in result.methods.values() if r.breakdown and r.method != "ar"]
     if not rows:
         return ""

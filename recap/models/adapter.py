@@ -374,7 +374,7 @@ class TargetModel:
         """The target's greedy token at each position of ``answer``, with ``answer`` forced as context.
 
         One ordinary forward over ``prompt + answer[:-1]`` with the given images. Comparing the result
-        under another image with ``answer`` marks the image-sensitive positions (method.md, Metrics).
+        under another image with ``answer`` marks the image-sensitive positions (docs/results.md, Columns).
         """
         if not answer:
             return []
