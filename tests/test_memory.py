@@ -28,7 +28,7 @@ from recap.memory.records import (
     record_rows,
     record_table,
 )
-from recap.memory.recycling import GreedyLabels, recycle, recycling_keys, write_recycled
+from recap.memory.recycling import GreedyLabels, VerifiedPass, recycle, recycling_keys, write_recycled
 
 NONE = np.zeros(0, dtype=np.int64)
 
@@ -413,7 +413,8 @@ def test_recycle_equals_keys_records_and_writes_called_apart(seed):
         probs = rng.dirichlet(np.ones(5), len(ids)).astype(np.float32)
         rows, keys, lengths = recycling_keys(context, positions, parents, tokens, accepted, excluded)
         write_recycled(rows, keys, lengths, record_rows(ids, probs, k, stamp), *apart)
-        recycle(context, positions, parents, tokens, accepted, excluded, ids, probs, k, stamp, *fused)
+        computed = VerifiedPass(context, positions, parents, tokens, accepted, ids, probs)
+        recycle(computed, excluded, k, stamp, *fused)
         assert _contents(fused) == _contents(apart)
         context += rng.integers(0, vocab, 2).tolist()
 
@@ -440,9 +441,10 @@ def test_recycle_counts_greedy_labels_as_update_greedy_does(seed):
         nodes, label_tokens = rng.integers(-1, size, count), rng.integers(0, vocab, count)
         kinds, kept = rng.integers(0, 3 * BUCKETS, count), int(rng.integers(0, size + 1))
         models[0].update_greedy(nodes, label_tokens, kinds, kept, len(positions), ids[:, 0])
-        recycle(context, positions, parents, tokens, accepted, NONE, ids, probs, k, stamp, *apart)
+        computed = VerifiedPass(context, positions, parents, tokens, accepted, ids, probs)
+        recycle(computed, NONE, k, stamp, *apart)
         labels = GreedyLabels(models[1], nodes, label_tokens, kinds, kept)
-        recycle(context, positions, parents, tokens, accepted, NONE, ids, probs, k, stamp, *fused, labels)
+        recycle(computed, NONE, k, stamp, *fused, labels)
         assert _contents(fused) == _contents(apart)
         context += rng.integers(0, vocab, 2).tolist()
     for ours, theirs in zip(models[1].levels(), models[0].levels()):
@@ -456,8 +458,8 @@ def test_recycle_refuses_bad_labels_before_writing_or_counting():
     ids, probs = np.tile(np.arange(4), (2, 1)), np.full((2, 4), 0.25, np.float32)
     labels = GreedyLabels(model, np.array([3]), np.array([5]), np.array([0]), 9)  # greedy row 4 of 2
     with pytest.raises(ValueError, match="greedy row 4"):
-        recycle([1, 2, 3], np.array([2]), [-1], [4], [0], NONE, ids, probs, 4, 0, persistent, None, None,
-                labels)
+        recycle(VerifiedPass([1, 2, 3], np.array([2]), [-1], [4], [0], ids, probs), NONE, 4, 0, persistent,
+                None, None, labels)
     assert np.array_equal(persistent.table, before) and len(model) == 0
 
 
@@ -495,7 +497,7 @@ def test_recycle_refuses_inconsistent_input_before_writing(rows, parents, accept
     before = persistent.table.copy()
     ids, probs = np.tile(np.arange(5), (rows, 1)), np.full((rows, 5), 0.2, np.float32)
     with pytest.raises(ValueError, match=message):
-        recycle([1, 2, 3], np.array([1, 2]), parents, [4], accepted, np.zeros(0, np.int64), ids, probs, 4, 0,
+        recycle(VerifiedPass([1, 2, 3], np.array([1, 2]), parents, [4], accepted, ids, probs), NONE, 4, 0,
                 persistent, None, None)
     assert np.array_equal(persistent.table, before)
 
@@ -504,7 +506,7 @@ def test_recycle_refuses_zero_width_top_k_rows():
     persistent = PersistentMemory(12, 4)
     ids, probs = np.zeros((3, 0), dtype=np.int64), np.zeros((3, 0), dtype=np.float32)
     with pytest.raises(ValueError, match="top-k rows are empty"):
-        recycle([1, 2, 3], np.array([1, 2]), [-1], [4], [0], np.zeros(0, np.int64), ids, probs, 4, 0,
+        recycle(VerifiedPass([1, 2, 3], np.array([1, 2]), [-1], [4], [0], ids, probs), NONE, 4, 0,
                 persistent, None, None)
 
 

@@ -38,6 +38,7 @@ Example: with ``m = 8``, a coarse kind seen 100 times and right 40 times turns `
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -87,6 +88,20 @@ def bucket(q: float) -> int:
 #: One row is 64 bytes (a cache line), so an update or an estimate reads one line per kind.
 SEEN, HITS, A, B, ADD_SEEN, ADD_HITS, MARK = range(7)
 KIND_COLUMNS = 8
+
+
+class Counting(NamedTuple):
+    """An acceptance model's tables as the compiled counting writes them (`AcceptanceModel.counting`):
+    the ``fine`` and ``coarse`` kinds' rows, the ``updates`` counter ``(1,)``, the labels after which
+    counts decay (``memory``), the ``decay``, the prior's ``strength`` and `BUCKETS`."""
+
+    fine: np.ndarray
+    coarse: np.ndarray
+    updates: np.ndarray
+    memory: float
+    decay: float
+    strength: float
+    buckets: int
 
 
 class AcceptanceModel(Guarded):
@@ -175,7 +190,7 @@ class AcceptanceModel(Guarded):
         if len(weights) != len(hits):
             raise ValueError(f"{len(hits)} hits but {len(weights)} hit weights")
         with self._lock:
-            _count_labels(seen, hits, weights, *self.counting())
+            _count_labels(seen, hits, weights, self.counting())
 
     def update_greedy(
         self,
@@ -199,7 +214,7 @@ class AcceptanceModel(Guarded):
         if not len(nodes) == len(tokens) == len(kinds):
             raise ValueError(f"{len(nodes)} nodes, {len(tokens)} tokens and {len(kinds)} kinds")
         with self._lock:
-            bad = count_greedy(nodes, tokens, kinds, int(kept), int(first_row), greedy, *self.counting())
+            bad = count_greedy(nodes, tokens, kinds, int(kept), int(first_row), greedy, self.counting())
         if bad >= 0:
             raise greedy_label_error(bad, nodes, kinds, first_row, len(greedy))
 
@@ -208,12 +223,13 @@ class AcceptanceModel(Guarded):
         model.frozen(): ...`` (the model's lock itself)."""
         return self._lock
 
-    def counting(self) -> tuple:
-        """What the compiled counting (`count_greedy`, after the labels) takes, in its order: the fine and
-        coarse tables, the update counter, ``memory``, ``decay``, ``strength`` and `BUCKETS`. The caller
-        holds `frozen` while it counts (as `recap.memory.recycling.recycle` does, counting a pass's labels in
-        its own compiled call)."""
-        return self._fine, self._coarse, self._updates, self.memory, self.decay, self.strength, BUCKETS
+    def counting(self) -> Counting:
+        """The tables the compiled counting (`count_greedy`) writes. The caller holds `frozen` while it
+        counts (as `recap.memory.recycling.recycle` does, counting a pass's labels in its own compiled
+        call)."""
+        return Counting(
+            self._fine, self._coarse, self._updates, self.memory, self.decay, self.strength, BUCKETS
+        )
 
 
 def greedy_label_error(
@@ -238,11 +254,12 @@ def _rows(kinds: int) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_labels(seen, hits, weights, fine, coarse, updates, memory, decay, m, buckets):
-    """`AcceptanceModel.update`, compiled: counts are added once per kind (labels first summed per
-    fine kind, coarse sums from them: exact integers as counting each label would give), kinds over
-    ``memory`` decay, and every touched kind gets its shrinkage ``(a, b)`` again. ``updates[0]``: the
-    updates so far (this one marks the rows it touches with its number)."""
+def _count_labels(seen, hits, weights, counting):
+    """`AcceptanceModel.update`, compiled, into ``counting`` (`Counting`): counts are added once per kind
+    (labels first summed per fine kind, coarse sums from them: exact integers as counting each label
+    would give), kinds over ``memory`` decay, and every touched kind gets its shrinkage ``(a, b)`` again.
+    ``updates[0]``: the updates so far (this one marks the rows it touches with its number)."""
+    fine, coarse, updates, memory, decay, m, buckets = counting
     updates[0] += 1
     update = updates[0]
     fine_kinds, coarse_kinds = [np.int64(0)], [np.int64(0)]
@@ -277,15 +294,13 @@ def _count_labels(seen, hits, weights, fine, coarse, updates, memory, decay, m, 
 
 
 @numba.njit(cache=True, nogil=True)
-def count_greedy(
-    nodes, tokens, kinds, kept, first_row, greedy, fine, coarse, updates, memory, decay, m, buckets
-):
-    """`AcceptanceModel.update_greedy` on arrays (the model's `AcceptanceModel.counting` after the
-    labels): the verified labels, then `_count_labels`. Returns -1, or the first label out of range (a
-    kind outside the tables, a verified label's greedy row outside ``greedy``), in which case nothing is
-    counted."""
+def count_greedy(nodes, tokens, kinds, kept, first_row, greedy, counting):
+    """`AcceptanceModel.update_greedy` on arrays, into ``counting`` (`Counting`): the verified labels, then
+    `_count_labels`. Returns -1, or the first label out of range (a kind outside the tables, a verified
+    label's greedy row outside ``greedy``), in which case nothing is counted."""
+    held = len(counting.fine)
     for i in range(len(kinds)):
-        if not 0 <= kinds[i] < len(fine) or (nodes[i] < kept and not 0 <= first_row + nodes[i] < len(greedy)):
+        if not 0 <= kinds[i] < held or (nodes[i] < kept and not 0 <= first_row + nodes[i] < len(greedy)):
             return i
     seen = np.empty(len(kinds), dtype=np.int64)
     hits = np.empty(len(kinds), dtype=np.int64)
@@ -298,5 +313,5 @@ def count_greedy(
                 hits[n_hits] = kinds[i]
                 n_hits += 1
     weights = np.ones(n_hits)
-    _count_labels(seen[:n_seen], hits[:n_hits], weights, fine, coarse, updates, memory, decay, m, buckets)
+    _count_labels(seen[:n_seen], hits[:n_hits], weights, counting)
     return -1

@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from recap.memory.context import has_room
-from recap.memory.estimates import KIND_COLUMNS, AcceptanceModel, count_greedy, greedy_label_error
+from recap.memory.estimates import KIND_COLUMNS, AcceptanceModel, Counting, count_greedy, greedy_label_error
 from recap.memory.key_index import write_slot
 from recap.memory.records import KEY_BITS, record_rows_compiled, topk_rows
 
@@ -138,12 +138,27 @@ def write_recycled(
         for memory in (ctx2, ctx3):
             if memory is not None:
                 memory.reserve(len(rows), k)
-        arrays = _memory_arrays(persistent, ctx2, ctx3)
+        memories = _memory_arrays(persistent, ctx2, ctx3)
         records = np.ascontiguousarray(records, dtype=np.float32)
-        _write_recycled(rows, keys, lengths, records, k, *arrays)
+        _write_recycled(rows, keys, lengths, records, k, memories)
     finally:
         for lock in reversed(locks):
             lock.release()
+
+
+class VerifiedPass(NamedTuple):
+    """What one verification pass computed, as recycling takes it: the sequence ``context``, the
+    ``positions`` of it the pass computed, the verified tree (``parents``, ``tokens``: node ids, -1 the
+    root) and its ``accepted`` nodes, and the target's top-k at every computed row (the positions, then
+    the nodes): ``topk_ids``, ``topk_probs``."""
+
+    context: Sequence[int]
+    positions: np.ndarray
+    parents: np.ndarray
+    tokens: np.ndarray
+    accepted: Sequence[int]
+    topk_ids: np.ndarray
+    topk_probs: np.ndarray
 
 
 class GreedyLabels(NamedTuple):
@@ -159,14 +174,8 @@ class GreedyLabels(NamedTuple):
 
 
 def recycle(
-    context: Sequence[int],
-    positions: np.ndarray,
-    parents: np.ndarray,
-    tokens: np.ndarray,
-    accepted: Sequence[int],
+    computed: VerifiedPass,
     excluded: np.ndarray,
-    topk_ids: np.ndarray,
-    topk_probs: np.ndarray,
     k: int,
     stamp: int,
     persistent: PersistentMemory | None,
@@ -174,15 +183,16 @@ def recycle(
     ctx3: ContextMemory | None,
     labels: GreedyLabels | None = None,
 ) -> None:
-    """RECAP's whole recycling step after a pass, in one compiled call: `recycling_keys`, each computed
-    row's record (`recap.memory.records.record_rows` of the top-k ``topk_ids``/``topk_probs``, width ``k``,
-    stamped ``stamp``) and `write_recycled`, with the same results as calling the three; with
-    ``labels``, first the greedy labels' counts (`recap.memory.estimates.AcceptanceModel.update_greedy`, same
-    results), in the same call.
+    """RECAP's whole recycling step after a pass, in one compiled call: `recycling_keys` (``excluded``:
+    the image placeholders), each computed row's record (`recap.memory.records.record_rows` of the
+    pass's top-k, width ``k``, stamped ``stamp``) and `write_recycled`, with the same results as calling
+    the three; with ``labels``, first the greedy labels' counts
+    (`recap.memory.estimates.AcceptanceModel.update_greedy`, same results), in the same call.
 
     Checked before anything is written or counted (ValueError): one top-k row per computed position
     (the ``positions``, then the tree's nodes), ``parents`` and ``tokens`` of one length, accepted nodes
     inside the tree, ``k`` the persistent memory's width, and the labels as `update_greedy` checks them."""
+    context, positions, parents, tokens, accepted, topk_ids, topk_probs = computed
     positions = _ints(positions)
     count = len(positions) + len(tokens)
     if count == 0:
@@ -204,15 +214,16 @@ def recycle(
     if persistent is not None and persistent.k != k:
         raise ValueError(f"records of width {k} for a persistent memory of k={persistent.k}")
     if labels is None:
-        counting, label_arrays = _NO_COUNTING, (_NO_INTS, _NO_INTS, _NO_INTS, 0)
+        counting, label_arrays = _NO_COUNTING, _NO_LABELS
     else:
         nodes, label_tokens, kinds = _ints(labels.nodes), _ints(labels.tokens), _ints(labels.kinds)
         if not len(nodes) == len(label_tokens) == len(kinds):
             raise ValueError(f"{len(nodes)} nodes, {len(label_tokens)} tokens and {len(kinds)} kinds")
-        counting, label_arrays = labels.model.counting(), (nodes, label_tokens, kinds, int(labels.kept))
+        counting = labels.model.counting()
+        label_arrays = LabelArrays(True, nodes, label_tokens, kinds, int(labels.kept))
     # The context from two tokens before the first position: every key's tokens, and the last two.
     low = max(min(positions.tolist()) - 2, 0) if len(positions) else 0
-    pass_arrays = (
+    pass_arrays = PassArrays(
         _ints(context[low:]), low, positions, _ints(parents), _ints(tokens), _ints(accepted), _ints(excluded),
         ids, probs, int(stamp), k,
     )
@@ -224,21 +235,19 @@ def recycle(
         for memory in memories:  # the first write sets a memory's width (a wrong one is refused)
             if memory is not None and memory.k != k:
                 memory.reserve(count, k)
-        bad = _recycle(*pass_arrays, *_memory_arrays(persistent, ctx2, ctx3), labels is not None,
-                       *label_arrays, *counting)
+        bad = _recycle(pass_arrays, _memory_arrays(persistent, ctx2, ctx3), label_arrays, counting)
         if bad == _NEEDS_ROOM:  # (nothing written: make room, then the very same call)
             for memory in memories:
                 if memory is not None:
                     memory.reserve(count, k)
-            bad = _recycle(*pass_arrays, *_memory_arrays(persistent, ctx2, ctx3), labels is not None,
-                           *label_arrays, *counting)
+            bad = _recycle(pass_arrays, _memory_arrays(persistent, ctx2, ctx3), label_arrays, counting)
             if bad == _NEEDS_ROOM:
                 raise RuntimeError("a contextual memory has no room for this pass's keys after reserve")
     finally:
         for lock in reversed(locks):
             lock.release()
     if bad >= 0:
-        raise greedy_label_error(bad, label_arrays[0], label_arrays[2], len(positions), len(ids))
+        raise greedy_label_error(bad, label_arrays.nodes, label_arrays.kinds, len(positions), len(ids))
 
 
 def _ints(values: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -247,16 +256,80 @@ def _ints(values: Sequence[int] | np.ndarray) -> np.ndarray:
     return array if array.ndim == 1 else array.reshape(-1)
 
 
+class PassArrays(NamedTuple):
+    """A `VerifiedPass` as the compiled recycling reads it: ``segment``, the context from index ``low``
+    on (to its end); ``positions``, ``parents``, ``tokens``, ``accepted`` and the ``excluded`` tokens, int64;
+    the top-k rows ``ids`` (int64) and ``probs`` (float32), made records of width ``k`` stamped ``stamp``."""
+
+    segment: np.ndarray
+    low: int
+    positions: np.ndarray
+    parents: np.ndarray
+    tokens: np.ndarray
+    accepted: np.ndarray
+    excluded: np.ndarray
+    ids: np.ndarray
+    probs: np.ndarray
+    stamp: int
+    k: int
+
+
+class PersistentArrays(NamedTuple):
+    """``P1``'s arrays as the compiled writes take them (`recap.memory.persistent.PersistentMemory`), and
+    whether it is written (``on``)."""
+
+    on: bool
+    ids: np.ndarray
+    probs: np.ndarray
+    filled: np.ndarray
+    concentrations: np.ndarray
+    stamps: np.ndarray
+    table: np.ndarray
+
+
+class ContextArrays(NamedTuple):
+    """A contextual memory's arrays as the compiled writes take them: its hash index's (``keys``, ``rows``,
+    ``owner``, ``state``: `recap.memory.key_index.KeyIndex`) and its record ``table``; ``on``: written."""
+
+    on: bool
+    keys: np.ndarray
+    rows: np.ndarray
+    owner: np.ndarray
+    state: np.ndarray
+    table: np.ndarray
+
+
+class WrittenMemories(NamedTuple):
+    """The memories one pass writes, as arrays (`_memory_arrays`): ``P1``, ``C2``, ``C3``."""
+
+    persistent: PersistentArrays
+    ctx2: ContextArrays
+    ctx3: ContextArrays
+
+
+class LabelArrays(NamedTuple):
+    """`GreedyLabels` as the compiled recycling counts them (``on``: there are labels to count)."""
+
+    on: bool
+    nodes: np.ndarray
+    tokens: np.ndarray
+    kinds: np.ndarray
+    kept: int
+
+
 #: `_recycle`'s answer when a contextual memory must make room (`ContextMemory.reserve`) first.
 _NEEDS_ROOM = -2
 _NO_INTS = np.zeros(0, dtype=np.int64)
-_NO_COUNTING = (
+_NO_LABELS = LabelArrays(False, _NO_INTS, _NO_INTS, _NO_INTS, 0)
+_NO_COUNTING = Counting(
     np.zeros((1, KIND_COLUMNS)), np.zeros((1, KIND_COLUMNS)), np.zeros(1, np.int64), 1.0, 1.0, 1.0, 1
 )
 _NO_IDS, _NO_ROWS = np.zeros((1, 1), np.int32), np.zeros(1, np.int64)
 _NO_TABLE = np.zeros((1, 1), np.float32)
-_NO_PERSISTENT = (False, _NO_IDS, _NO_TABLE, np.zeros(1, bool), np.zeros(1, np.float32), _NO_ROWS, _NO_TABLE)
-_NO_CONTEXT = (False, _NO_ROWS, _NO_ROWS, _NO_ROWS, _NO_ROWS, _NO_TABLE)
+_NO_PERSISTENT = PersistentArrays(
+    False, _NO_IDS, _NO_TABLE, np.zeros(1, bool), np.zeros(1, np.float32), _NO_ROWS, _NO_TABLE
+)
+_NO_CONTEXT = ContextArrays(False, _NO_ROWS, _NO_ROWS, _NO_ROWS, _NO_ROWS, _NO_TABLE)
 
 
 def _locks(
@@ -275,44 +348,42 @@ def _locks(
 
 def _memory_arrays(
     persistent: PersistentMemory | None, ctx2: ContextMemory | None, ctx3: ContextMemory | None
-) -> tuple:
+) -> WrittenMemories:
     """The memories' arrays as `_write_recycled` takes them (the caller holds every memory's `frozen`; a
     contextual one written before); a memory given as None: placeholders and its flag off."""
     if persistent is not None:
         table = persistent.table  # (built on first use: under the lock, so no writer builds another)
-        arrays: tuple = (True, persistent.ids, persistent.probs, persistent.filled, persistent.concentrations)
-        arrays += (persistent.stamps, table)
+        p_arrays = PersistentArrays(
+            True, persistent.ids, persistent.probs, persistent.filled, persistent.concentrations,
+            persistent.stamps, table,
+        )
     else:
-        arrays = _NO_PERSISTENT
-    for memory in (ctx2, ctx3):
-        if memory is None:
-            arrays += _NO_CONTEXT
-        else:
-            index = memory.index
-            arrays += (True, index.keys, index.rows, index.owner, index.state, memory.table)
-    return arrays
+        p_arrays = _NO_PERSISTENT
+    c_arrays = [
+        _NO_CONTEXT if memory is None else ContextArrays(
+            True, memory.index.keys, memory.index.rows, memory.index.owner, memory.index.state, memory.table
+        )
+        for memory in (ctx2, ctx3)
+    ]
+    return WrittenMemories(p_arrays, *c_arrays)
 
 
 @numba.njit(cache=True, nogil=True)
-def _recycle(
-    segment, low, positions, parents, tokens, accepted, excluded, ids, probs, stamp, k,
-    p_on, p_ids, p_probs, p_filled, p_concentrations, p_stamps, p_table,
-    c2_on, c2_keys, c2_rows, c2_owner, c2_state, c2_table,
-    c3_on, c3_keys, c3_rows, c3_owner, c3_state, c3_table,
-    l_on, l_nodes, l_tokens, l_kinds, l_kept, fine, coarse, updates, memory, decay, strength, buckets,
-):
-    """`recycle` on arrays: ``segment`` is the context from index ``low`` on (to its end). Returns -1;
+def _recycle(computed, memories, labels, counting):
+    """`recycle` on arrays: ``computed`` (`PassArrays`) written into ``memories`` (`WrittenMemories`),
+    ``labels`` (`LabelArrays`) counted into ``counting`` (`recap.memory.estimates.Counting`). Returns -1;
     `_NEEDS_ROOM` when a contextual memory must make room first (`recap.memory.context.has_room`), or
     the first label `recap.memory.estimates.count_greedy` refused: then nothing is counted or written."""
+    segment, low, positions, parents, tokens, accepted, excluded, ids, probs, stamp, k = computed
     count = len(positions) + len(tokens)
-    if c2_on and not has_room(c2_keys, c2_owner, c2_state, c2_table, count):
+    c2, c3 = memories.ctx2, memories.ctx3
+    if c2.on and not has_room(c2.keys, c2.owner, c2.state, c2.table, count):
         return _NEEDS_ROOM
-    if c3_on and not has_room(c3_keys, c3_owner, c3_state, c3_table, count):
+    if c3.on and not has_room(c3.keys, c3.owner, c3.state, c3.table, count):
         return _NEEDS_ROOM
-    if l_on:
+    if labels.on:
         bad = count_greedy(
-            l_nodes, l_tokens, l_kinds, l_kept, len(positions), ids[:, 0], fine, coarse, updates, memory,
-            decay, strength, buckets,
+            labels.nodes, labels.tokens, labels.kinds, labels.kept, len(positions), ids[:, 0], counting
         )
         if bad >= 0:
             return bad
@@ -322,22 +393,17 @@ def _recycle(
         segment, low, positions, parents, tokens, accepted, excluded, last, before_last
     )
     records = record_rows_compiled(ids, probs, k, stamp)
-    _write_recycled(
-        rows, keys, lengths, records, k,
-        p_on, p_ids, p_probs, p_filled, p_concentrations, p_stamps, p_table,
-        c2_on, c2_keys, c2_rows, c2_owner, c2_state, c2_table,
-        c3_on, c3_keys, c3_rows, c3_owner, c3_state, c3_table,
-    )
+    _write_recycled(rows, keys, lengths, records, k, memories)
     return -1
 
 
 @numba.njit(cache=True, nogil=True)
-def _write_recycled(
-    rows, keys, lengths, records, k,
-    p_on, p_ids, p_probs, p_filled, p_concentrations, p_stamps, p_table,
-    c2_on, c2_keys, c2_rows, c2_owner, c2_state, c2_table,
-    c3_on, c3_keys, c3_rows, c3_owner, c3_state, c3_table,
-):
+def _write_recycled(rows, keys, lengths, records, k, memories):
+    """`write_recycled` on arrays: record ``records[rows[i]]`` under the usable keys ``keys[i]`` into
+    ``memories`` (`WrittenMemories`), in order."""
+    p_on, p_ids, p_probs, p_filled, p_concentrations, p_stamps, p_table = memories.persistent
+    c2_on, c2_keys, c2_rows, c2_owner, c2_state, c2_table = memories.ctx2
+    c3_on, c3_keys, c3_rows, c3_owner, c3_state, c3_table = memories.ctx3
     vocab = len(p_ids)
     for i in range(len(rows)):
         record = records[rows[i]]

@@ -43,7 +43,7 @@ from recap.memory.continuations import fan_ways
 from recap.memory.estimates import AcceptanceModel
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import KEY_BITS, PredictionRecord, record_table
-from recap.memory.recycling import GreedyLabels, recycle
+from recap.memory.recycling import GreedyLabels, VerifiedPass, recycle
 from recap.models.cost import CostModel
 from recap.tree import ROOT, DraftTree, FusedCandidate
 
@@ -283,15 +283,13 @@ class RecapDrafter:
         if config.backoff and observation.acceptance is not None:  # the tokens this pass committed
             self.persistent.backoff.count(observation.acceptance.tokens)
         accepted = observation.acceptance.nodes if observation.acceptance is not None else ()
+        computed = VerifiedPass(
+            observation.context, observation.positions, parents, tokens, accepted,
+            observation.topk_ids, observation.topk_probs,
+        )
         recycle(
-            observation.context,
-            observation.positions,
-            parents,
-            tokens,
-            accepted,
+            computed,
             self._excluded_array,
-            observation.topk_ids,
-            observation.topk_probs,
             config.k,
             self._request,
             self.persistent if config.use_persistent else None,

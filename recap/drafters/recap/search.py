@@ -29,7 +29,7 @@ from recap.memory.continuations import NO_FANS
 from recap.memory.estimates import BUCKETS, EDGES, KIND_COLUMNS
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import pack_keys, record_table
-from recap.memory.recycling import recycle
+from recap.memory.recycling import VerifiedPass, recycle
 from recap.tree import DraftTree
 
 _EDGES = np.array(EDGES, dtype=np.float64)
@@ -208,8 +208,8 @@ def compile_kernels() -> None:
     persistent = PersistentMemory(k + 1, k)
     no_nodes, top = np.zeros(0, dtype=np.int64), np.tile(np.arange(k), (3, 1))
     uniform = np.full((3, k), 1 / k, np.float32)
-    recycle([0, 1, 2], np.arange(3), no_nodes, no_nodes, [], no_nodes, top, uniform, k, 0,
-            persistent, *memories[::-1])
+    computed = VerifiedPass([0, 1, 2], np.arange(3), no_nodes, no_nodes, [], top, uniform)
+    recycle(computed, no_nodes, k, 0, persistent, *memories[::-1])
     persistent.acceptance.update(np.array([0, 1]), np.array([1]))
     persistent.backoff.count([0])
     persistent.acceptance.update_greedy(np.array([-1]), np.array([0]), np.array([0]), 1, 1, np.array([0, 0]))
