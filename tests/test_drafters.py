@@ -22,6 +22,7 @@ from recap.drafters.prompt_lookup import NgramIndex, PromptLookupDrafter, find_c
 from recap.drafters.recap.config import ABLATIONS, AUTO_FALLBACK_BUDGET, RecapConfig, apply_ablation
 from recap.drafters.recap.drafter import RecapDrafter
 from recap.drafters.recap.fusion import fuse
+from recap.drafters.recap.search import Memories
 from recap.drafters.recap.suffix_match import suffix_chain
 from recap.drafters.token_recycling import TR_TEMPLATE, SuccessorMatrix, TokenRecyclingDrafter
 from recap.memory.persistent import PersistentMemory
@@ -562,8 +563,9 @@ def test_the_search_stops_where_the_budget_rule_stops_and_keeps_the_same_tree(mo
     seeded(drafter, records)
     tree = drafter.propose([0, 1])
     length = drafter._seen.offset + 2  # (the mirror holds the stream's earlier tokens first)
-    full = full_grow(drafter._seen.tokens, length, 48, drafter._search, drafter._usable, None, None,
-                     drafter.persistent, drafter._request, drafter.acceptance.levels(), drafter._backoff())
+    memories = Memories(None, None, drafter.persistent, drafter._request, drafter.acceptance.levels(),
+                        drafter._backoff())
+    full = full_grow(drafter._seen.tokens, length, 48, drafter._search, drafter._usable, memories)
     size = auto_budget(CostModel(points), full.scores, overhead=0.0)
     assert (tree.tokens, tree.parents) == (full.tokens[:size].tolist(), full.parents[:size].tolist())
     assert tree.scores == full.scores[:size].tolist()
@@ -584,7 +586,7 @@ def test_grow_refuses_what_the_compiled_search_would_read_out_of_bounds(tokens, 
     settings = settings_of(RecapConfig(k=4))
     usable = np.ones(VOCAB + 1, dtype=bool)
     with pytest.raises(ValueError, match=message):
-        grow(tokens, length, 8, settings, usable, None, None, None, 0, None, backoff)
+        grow(tokens, length, 8, settings, usable, Memories(None, None, None, 0, None, backoff))
 
 
 @pytest.mark.parametrize("scope", ["stream", "request"])

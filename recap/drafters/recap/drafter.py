@@ -36,7 +36,7 @@ from recap.drafters.recap.chain import best_chain, restrict, worth_verifying
 from recap.drafters.recap.config import RecapConfig
 from recap.drafters.recap.fusion import EMPTY, MEMORIES, Fused, Lookup, fuse_rows
 from recap.drafters.recap.mirror import RequestMirror
-from recap.drafters.recap.search import Growth, compile_kernels, grow, select, settings_of
+from recap.drafters.recap.search import Growth, Memories, compile_kernels, grow, select, settings_of
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
 from recap.memory.context import ContextMemory
 from recap.memory.continuations import fan_ways
@@ -384,14 +384,16 @@ class RecapDrafter:
             cap,
             self._search,
             self._usable,
-            self.ctx3 if config.use_context else None,
-            self.ctx2 if config.use_context else None,
-            self.persistent if config.use_persistent else None,
-            self._request,
-            self.acceptance.levels() if config.calibrate else None,
-            backoff=self._backoff(),
+            Memories(
+                self.ctx3 if config.use_context else None,
+                self.ctx2 if config.use_context else None,
+                self.persistent if config.use_persistent else None,
+                self._request,
+                self.acceptance.levels() if config.calibrate else None,
+                backoff=self._backoff(),
+                fans=self._fans,
+            ),
             stop=stop,
-            fans=self._fans,
         )
         self._growth = growth
         if len(growth.tokens) == 0:

@@ -53,29 +53,27 @@ def _fetch(out, source, table, row, empty):
 
 
 @numba.njit(cache=True, nogil=True)
-def _gather(
-    tail, usable, c3_on, c3_keys, c3_rows, c3_table, c2_on, c2_keys, c2_rows, c2_table, p_on, p_table,
-    out, empty,
-):
-    """The records of ``C3[a, b, c]``, ``C2[b, c]`` and ``P1[c]`` for the context ending in ``tail``
-    into ``out`` ``(3, 2k + 2)`` (empty rows where a memory is off, holds nothing, or a key is not
-    usable: an image placeholder, or before the sequence start)."""
+def _gather(tail, usable, memories, out, empty):
+    """The records of ``C3[a, b, c]``, ``C2[b, c]`` and ``P1[c]`` (``memories``: `SearchMemories`) for the
+    context ending in ``tail`` into ``out`` ``(3, 2k + 2)`` (``empty`` rows where a memory is off, holds
+    nothing, or a key is not usable: an image placeholder, or before the sequence start)."""
+    m = memories
     a, b, c = tail[0], tail[1], tail[2]
     ok_c = c >= 0 and usable[c]
     ok_b = ok_c and b >= 0 and usable[b]
     ok_a = ok_b and a >= 0 and usable[a]
     row = -1
-    if c3_on and ok_a:
-        row = find_row(c3_keys, c3_rows, (a << (2 * KEY_BITS)) | (b << KEY_BITS) | c)
-    _fetch(out, 0, c3_table, row, empty)
+    if m.c3_on and ok_a:
+        row = find_row(m.c3_keys, m.c3_rows, (a << (2 * KEY_BITS)) | (b << KEY_BITS) | c)
+    _fetch(out, 0, m.c3_table, row, empty)
     row = -1
-    if c2_on and ok_b:
-        row = find_row(c2_keys, c2_rows, (b << KEY_BITS) | c)
-    _fetch(out, 1, c2_table, row, empty)
+    if m.c2_on and ok_b:
+        row = find_row(m.c2_keys, m.c2_rows, (b << KEY_BITS) | c)
+    _fetch(out, 1, m.c2_table, row, empty)
     row = -1
-    if p_on:
-        row = c if ok_c else len(p_table) - 1  # the last row: the empty record
-    _fetch(out, 2, p_table, row, empty)
+    if m.p_on:
+        row = c if ok_c else len(m.p_table) - 1  # the last row: the empty record
+    _fetch(out, 2, m.p_table, row, empty)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -182,9 +180,10 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
     ``label_kinds``: fine acceptance kinds); and how many of the best nodes the budget rule keeps (all
     without a rule).
     """
-    (c3_on, c3_keys, c3_rows, c3_table, c2_on, c2_keys, c2_rows, c2_table, p_on, p_table,
-     request, calibrate, fine_rows, coarse_rows, backoff_on, backoff_ids, backoff_probs,
-     fan_keys, fan_ways) = memories
+    request, calibrate = memories.request, memories.calibrate
+    fine_rows, coarse_rows = memories.fine_rows, memories.coarse_rows
+    backoff_on, backoff_ids, backoff_probs = memories.backoff_on, memories.backoff_ids, memories.backoff_probs
+    fan_keys, fan_ways = memories.fan_keys, memories.fan_ways
     (suffix_min, suffix_max, suffix_num, k, width, floor, max_depth, suffix_prior,
      uniform, kappa_min, specificity, edges, buckets, stop_patience) = settings
     stop_costs, stop_pending, stop_overhead = stop
@@ -246,10 +245,7 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
     context_score, context_depth, context_key = 1.0, np.int64(0), 0.0
     while True:
         # ---- lookup and weights (`RecapDrafter._lookup`)
-        _gather(
-            context_tail, usable, c3_on, c3_keys, c3_rows, c3_table, c2_on, c2_keys, c2_rows, c2_table,
-            p_on, p_table, records, empty,
-        )
+        _gather(context_tail, usable, memories, records, empty)
         last = context_tail[2]
         backed = (
             backoff_on and records[0, 0] < 0 and records[1, 0] < 0 and records[2, 0] < 0

@@ -69,6 +69,25 @@ class Growth(NamedTuple):
     kept: int
 
 
+class Memories(NamedTuple):
+    """What one search reads besides the context, as the drafter holds it (`SearchMemories` is its
+    compiled form): the memories ``ctx3``, ``ctx2``, ``persistent`` (None: off); ``request``, this
+    request's stamp (its records are fresh); ``levels``, the acceptance model's shrinkage levels
+    (`recap.memory.estimates.AcceptanceModel.levels`; None: uncalibrated, the estimate is the fused
+    probability itself); ``backoff``, the back-off record's ``(ids, probs)``
+    (`recap.memory.backoff.BackoffRecord.record`), offered where no memory has a record (None: off);
+    ``fans``, the open contexts' sorted packed keys and the tokens that followed each
+    (`recap.memory.continuations.Continuations.arrays`; None: no fans)."""
+
+    ctx3: ContextMemory | None
+    ctx2: ContextMemory | None
+    persistent: PersistentMemory | None
+    request: int
+    levels: tuple[np.ndarray, np.ndarray] | None
+    backoff: tuple[np.ndarray, np.ndarray] | None = None
+    fans: tuple[np.ndarray, np.ndarray] | None = None
+
+
 def _context_arrays(memory: ContextMemory | None) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
     """A contextual memory as the kernel reads it: on, hash slots, rows, record table (an empty memory
     reads as one that is off: no key finds a row)."""
@@ -84,31 +103,19 @@ def grow(
     cap: int,
     settings: SearchSettings,
     usable: np.ndarray,
-    ctx3: ContextMemory | None,
-    ctx2: ContextMemory | None,
-    persistent: PersistentMemory | None,
-    request: int,
-    levels: tuple[np.ndarray, np.ndarray] | None,
-    backoff: tuple[np.ndarray, np.ndarray] | None = None,
+    memories: Memories,
     stop: tuple[np.ndarray, int, float] | None = None,
-    fans: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Growth:
-    """The best-first search for ``cap`` nodes under the context ``tokens[:length]`` (``tokens`` int64,
-    C-contiguous; the root is its last token) with ``settings`` (`settings_of` a config: the depth, the
-    suffix-matched continuation, the weights); ``usable``: token -> may appear in a key;
-    ``ctx3``/``ctx2``/``persistent``: the memories read (None: off); ``request``: this request's stamp;
-    ``levels``: the acceptance model's shrinkage levels (`recap.memory.estimates.AcceptanceModel.levels`),
-    None
-    for uncalibrated estimates (the fused probability itself); ``backoff``: the back-off record's
-    ``(ids, probs)`` (`recap.memory.backoff.BackoffRecord.record`), offered where no memory has a record
-    (None:
-    off); ``stop``: the cost-aware budget's
-    ``(costs, pending, overhead)`` (``costs[T]``: `recap.models.cost.CostModel.costs` of ``T`` tokens, up to
-    ``cap + pending``), so that the search grows no further than the budget rule
-    (`recap.drafters.recap.budget`) looks (the
-    nodes it keeps are the same); None: grow to ``cap``. ``fans``: the open contexts' sorted packed keys
-    and the tokens that followed each (`recap.memory.continuations.Continuations.arrays`); None: no fans.
+    """The best-first search for ``cap`` nodes under the context ``tokens[:length]``.
+
+    ``tokens``: int64, C-contiguous (the root is ``tokens[length - 1]``); ``settings``: `settings_of` a
+    config (the depth, the suffix-matched continuation, the weights); ``usable``: token -> may appear in
+    a key; ``memories``: what the search reads (`Memories`); ``stop``: the cost-aware budget's ``(costs,
+    pending, overhead)`` (``costs[T]``: `recap.models.cost.CostModel.costs` of ``T`` tokens, up to ``cap +
+    pending``), so that the search grows no further than the budget rule (`recap.drafters.recap.budget`)
+    looks (the nodes it keeps are the same); None: grow to ``cap``.
     """
+    ctx3, ctx2, persistent, request, levels, backoff, fans = memories
     rule = _NO_STOP if stop is None else StopRule(stop[0], int(stop[1]), float(stop[2]))
     if len(rule.costs) and len(rule.costs) <= cap + rule.pending:
         need = cap + rule.pending
@@ -137,11 +144,11 @@ def grow(
     for lock in locks:
         lock.acquire()
     try:
-        memories = SearchMemories(
+        arrays = SearchMemories(
             *_context_arrays(ctx3), *_context_arrays(ctx2), p_on, p_table,
             int(request), levels is not None, fine, coarse, *backoff_arrays, *(fans or NO_FANS),
         )
-        found = grow_tree(tokens, int(length), int(cap), usable, memories, settings, rule)
+        found = grow_tree(tokens, int(length), int(cap), usable, arrays, settings, rule)
     finally:
         for lock in reversed(locks):
             lock.release()
@@ -204,7 +211,7 @@ def compile_kernels() -> None:
         memory.index.reserve(len(memory.index.keys))  # a rebuild (its re-insertion is compiled too)
     usable = np.ones(k + 1, dtype=bool)
     usable[-1] = False
-    grow(np.array([0, 1, 2, 0, 1, 2]), 6, 4, settings_of(config), usable, *memories, None, 0, None)
+    grow(np.array([0, 1, 2, 0, 1, 2]), 6, 4, settings_of(config), usable, Memories(*memories, None, 0, None))
     persistent = PersistentMemory(k + 1, k)
     no_nodes, top = np.zeros(0, dtype=np.int64), np.tile(np.arange(k), (3, 1))
     uniform = np.full((3, k), 1 / k, np.float32)
