@@ -28,7 +28,7 @@ import torch
 from recap.bench.coverage import sensitive_depths
 from recap.bench.datasets import load_dataset
 from recap.bench.metrics import sample_wins
-from recap.bench.runner import run_benchmark
+from recap.bench.runner import StreamSettings, run_benchmark
 from recap.drafters.recap.config import RecapConfig
 from recap.drafters.suffix_decoding import SuffixConfig, suffix_decoding_available
 from recap.runtime import EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2, Runtime
@@ -63,9 +63,9 @@ def run_on(runtime: Runtime, samples, methods: list[str]) -> dict:
         methods,
         max_new_tokens=MAX_NEW_TOKENS,
         warmup=1,
-        budget=EQUAL_NODES,
-        config=RecapConfig(budget=EQUAL_NODES),
-        suffix_config=SuffixConfig(max_spec_tokens=EQUAL_NODES),
+        setup=StreamSettings(
+            EQUAL_NODES, RecapConfig(budget=EQUAL_NODES), SuffixConfig(max_spec_tokens=EQUAL_NODES)
+        ),
         progress=False,
     )
     return result.to_dict()

@@ -21,6 +21,7 @@ from recap.bench import (
 )
 from recap.bench.datasets import Sample, load_dataset
 from recap.bench.metrics import SampleWins, sample_wins
+from recap.bench.runner import StreamSettings
 from recap.bench.sensitivity import common_prefix, split_against_reference
 from recap.decode import generate
 from recap.drafters.recap.config import RecapConfig
@@ -169,7 +170,7 @@ def test_warm_up_requests_never_touch_the_measured_memories():
     # The same prompt twice: a method whose memories the warm-up had filled would draft more.
     samples = [Sample("the cat is", [], "a"), Sample("the cat is", [], "b")]
     runtime = Runtime(tiny("llama"))
-    kwargs = {"max_new_tokens": 12, "budget": 8, "progress": False}  # a fixed budget: no timing involved
+    kwargs = {"max_new_tokens": 12, "setup": StreamSettings(8), "progress": False}  # a fixed budget: untimed
     cold_start = run_benchmark(runtime, samples, "recap,tr,suffix", warmup=0, **kwargs)
     warmed = run_benchmark(runtime, samples, "recap,tr,suffix", warmup=2, **kwargs)
     for method in ("recap", "tr", "suffix"):
@@ -193,9 +194,11 @@ def test_a_saved_memory_starts_recap_and_tr_warm_and_is_never_written(tmp_path):
     start = _saved_memory(target, "the cat is", tmp_path / "m.safetensors")
     rows = start.ids.copy()
     samples = [Sample("the cat is", [], "a")]
-    kwargs = {"max_new_tokens": 12, "budget": 8, "warmup": 0, "progress": False}
-    cold = run_benchmark(Runtime(target), samples, "recap,tr,suffix", **kwargs)
-    warm = run_benchmark(Runtime(target), samples, "recap,tr,suffix", start=start, **kwargs)
+    kwargs = {"max_new_tokens": 12, "warmup": 0, "progress": False}
+    cold = run_benchmark(Runtime(target), samples, "recap,tr,suffix", setup=StreamSettings(8), **kwargs)
+    warm = run_benchmark(
+        Runtime(target), samples, "recap,tr,suffix", setup=StreamSettings(8, start=start), **kwargs
+    )
     for method in ("recap", "tr"):  # the memory knows this answer: fewer passes
         assert warm.methods[method].passes < cold.methods[method].passes, method
         assert warm.methods[method].match_rate == 1.0
@@ -203,11 +206,13 @@ def test_a_saved_memory_starts_recap_and_tr_warm_and_is_never_written(tmp_path):
     assert (start.ids == rows).all() and warm.settings["start_memory_tokens"] == len(start) > 0
     assert cold.settings["start_memory_tokens"] == 0
     # --cold with a memory: every sample starts from the file again, so two equal samples run alike
-    twice = run_benchmark(Runtime(target), samples * 2, "recap", start=start, cold=True, **kwargs)
+    twice = run_benchmark(
+        Runtime(target), samples * 2, "recap", setup=StreamSettings(8, start=start, cold=True), **kwargs
+    )
     assert twice.methods["recap"].passes == 2 * warm.methods["recap"].passes
     other = PersistentMemory(target.vocab_size, 4)
     with pytest.raises(ValueError, match="k=4"):
-        run_benchmark(Runtime(target), samples, "recap", start=other, **kwargs)
+        run_benchmark(Runtime(target), samples, "recap", setup=StreamSettings(8, start=other), **kwargs)
 
 
 def _saved_text_model(tmp_path):
@@ -294,7 +299,8 @@ def test_sampled_benchmark_gives_every_method_ars_tokens():
         Sample(p, [noise_image(i)], id=str(i)) for i, p in enumerate(["the cat is", "a dog", "the cat"])
     ]
     sampling = SamplingSettings(temperature=0.5, top_k=3, top_p=0.95, seed=3)
-    result = run_benchmark(runtime, samples, "ar,tr,recap", 16, progress=False, sampling=sampling)
+    setup = StreamSettings(sampling=sampling)
+    result = run_benchmark(runtime, samples, "ar,tr,recap", 16, progress=False, setup=setup)
     assert all(r.match_rate == 1.0 for r in result.methods.values())
     assert result.methods["tr"].mat > 1.0
     assert result.settings["sampling"] == {"temperature": 0.5, "top_k": 3, "top_p": 0.95, "seed": 3}
@@ -423,7 +429,7 @@ def test_suffix_and_categories_in_a_text_run(tmp_path):
     runtime = Runtime(tiny("llama"))
     kwargs = {"max_new_tokens": 16, "warmup": 1, "progress": False}
     warm = run_benchmark(runtime, samples, "suffix,pld", **kwargs)
-    cold = run_benchmark(runtime, samples, "suffix", cold=True, **kwargs)
+    cold = run_benchmark(runtime, samples, "suffix", setup=StreamSettings(cold=True), **kwargs)
     suffix = warm.methods["suffix"]
     assert suffix.match_rate == 1.0 and suffix.source_acceptance.get("suffix tree", 0) > 0
     assert set(suffix.source_acceptance) <= {"suffix tree"}
@@ -444,7 +450,8 @@ def test_suffix_settings_reach_the_drafter():
     samples = categorized([("the cat is", "a"), ("the cat is", "a")])
     config = SuffixConfig(max_spec_tokens=2)
     result = run_benchmark(
-        Runtime(tiny("llama")), samples, "suffix", max_new_tokens=16, progress=False, suffix_config=config
+        Runtime(tiny("llama")), samples, "suffix", max_new_tokens=16, progress=False,
+        setup=StreamSettings(suffix_config=config),
     )
     assert 0 < result.methods["suffix"].nodes_per_step <= 2
     assert result.settings["suffix_config"]["max_spec_tokens"] == 2

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from recap.bench.datasets import SPECBENCH_ENV, check_scene_world, default_dataset, load_dataset
 from recap.bench.report import markdown_table, write_outputs
-from recap.bench.runner import normalize_methods, run_benchmark
+from recap.bench.runner import StreamSettings, normalize_methods, run_benchmark
 from recap.drafters import METHODS
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.hotstart import BUILD_COMMAND
@@ -186,8 +186,9 @@ def _bench(args: argparse.Namespace, command: str) -> int:
         methods,
         max_new_tokens=args.max_new_tokens,
         warmup=args.warmup,
-        budget=budget,
-        cold=args.cold,
+        setup=StreamSettings(
+            budget, suffix_config=suffix_config, sampling=sampling, start=start, cold=args.cold
+        ),
         coverage=not args.no_coverage,
         progress=not args.no_progress,
         settings={
@@ -198,9 +199,6 @@ def _bench(args: argparse.Namespace, command: str) -> int:
             **({"cost_curve_file": Path(args.cost_curve).name} if args.cost_curve else {}),
             **({"memory_file": Path(args.memory).name} if args.memory else {}),
         },
-        suffix_config=suffix_config,
-        sampling=sampling,
-        start=start,
         projection=curve,
     )
     write_outputs(result, args.out)

@@ -26,7 +26,7 @@ import logging
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -66,6 +66,26 @@ def normalize_methods(methods: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(["ar", *names]))
 
 
+@dataclass(frozen=True)
+class StreamSettings:
+    """How each method's stream of requests runs: how it drafts, ``budget`` (RECAP's tree budget, its
+    ablations' too; None: the config's), ``config`` (RECAP's; None: the defaults) and ``suffix_config``
+    (the ``suffix`` method's; None: its authors' defaults; ``budget`` does not apply to it); how the
+    target decodes, ``sampling`` (greedy, or sample ``i`` drawn with seed ``sampling.seed + i``, ``seed``
+    None counting as 0, for every method: each must produce AR's tokens there too, one uniform draw
+    per committed position, `recap.sampling`); and what its memories start from, ``start`` (a saved
+    persistent memory of this model, k = ``config.k``, that every measured stream's RECAP memory and
+    TR matrix start from, ``--memory FILE``; None: a cold start) and ``cold`` (back to the start
+    before every sample)."""
+
+    budget: str | int | None = None
+    config: RecapConfig | None = None
+    suffix_config: SuffixConfig | None = None
+    sampling: SamplingSettings = GREEDY
+    start: PersistentMemory | None = None
+    cold: bool = False
+
+
 class _Stream(NamedTuple):
     """A method's drafter and the state it alone shares for this run (started from the run's start)."""
 
@@ -97,28 +117,17 @@ def run_benchmark(
     methods: str | Sequence[str],
     max_new_tokens: int = 128,
     warmup: int = 1,
-    budget: str | int | None = None,
-    config: RecapConfig | None = None,
-    cold: bool = False,
+    setup: StreamSettings = StreamSettings(),
     progress: bool = True,
     settings: dict[str, Any] | None = None,
-    suffix_config: SuffixConfig | None = None,
-    sampling: SamplingSettings = GREEDY,
-    start: PersistentMemory | None = None,
     projection: CostModel | None = None,
     coverage: bool = True,
 ) -> BenchmarkResult:
     """Run every method on every sample (one stream per method) and aggregate the metrics.
 
-    ``sampling``: greedy (the default) or sampling settings; sample ``i`` is drawn with seed
-    ``sampling.seed + i`` (``seed`` None counts as 0) for every method, so each method must produce
-    AR's tokens there too (one uniform draw per committed position, `recap.sampling`).
-
-    ``settings`` (e.g. the command line) are merged into the result's settings; ``suffix_config``: the
-    settings of the ``suffix`` method (its authors' defaults when None; ``budget`` does not apply to it).
-    ``start``: a saved persistent memory (of this model, k = ``config.k``) that every measured stream's
-    RECAP memory and TR matrix start from (``--memory FILE``); None: a cold start. ``projection``: a
-    recorded cost curve (``--cost-curve``) that prices each method's decoding passes (its
+    ``setup``: how each method's stream drafts and decodes and what its memories start from
+    (`StreamSettings`). ``settings`` (e.g. the command line) are merged into the result's settings.
+    ``projection``: a recorded cost curve (``--cost-curve``) that prices each method's decoding passes (its
     ``projected_seconds`` and ``projected_speedup``). ``coverage``: probe the drafters' memories at every
     committed position (`recap.bench.coverage`; untimed, but it reads the memories just before the
     drafter's update, so a run that measures drafting cost may turn it off).
@@ -130,8 +139,9 @@ def run_benchmark(
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     methods = normalize_methods(methods)
-    config = config or RecapConfig()
-    suffix_config = suffix_config or SuffixConfig()
+    budget, sampling, start, cold = setup.budget, setup.sampling, setup.start, setup.cold
+    config = setup.config or RecapConfig()
+    suffix_config = setup.suffix_config or SuffixConfig()
     target = runtime.target
     # Built before timing: a cost-aware budget measures the model's tree-cost curve here.
     new_stream = partial(_fresh_stream, runtime, budget=budget, config=config, suffix_config=suffix_config)
