@@ -125,27 +125,29 @@ class SearchMemories(NamedTuple):
 class SearchSettings(NamedTuple):
     """The search's settings, taken once per drafter (`recap.drafters.recap.search.settings_of`).
 
-    ``suffix_*``: the suffix-matched continuation's (`suffix_chain`; ``suffix_num`` 0: none); ``k``, the
-    records' width; ``width``, ``floor`` and ``max_depth``: children per context, the path estimate a
-    node must pass, the depth limit; ``suffix_prior``; weights: ``uniform``, ``kappa_min``,
-    ``specificity`` (ctx3, ctx2, persistent: `recap.drafters.recap.fusion.MEMORIES` order); ``edges`` and
-    ``buckets`` of the fused probability; ``patience``: the budget rule's
-    (`recap.drafters.recap.budget.PATIENCE`).
+    A field named as a `recap.drafters.recap.config.RecapConfig` field is that knob, copied by name and
+    cast to the type declared here: ``suffix_max_len``, ``k`` (the records' width), ``branching`` (children
+    per context), ``score_floor`` (the path estimate a node must pass), ``depth`` (the depth limit),
+    ``suffix_prior``, ``uniform_weights`` and ``kappa_min``. The others are derived: ``suffix_min`` and
+    ``suffix_num``, the suffix-matched continuation's shortest suffix and tokens (`suffix_chain`; 0:
+    none); ``memory_priors`` (the config's, as an array: ctx3, ctx2, persistent,
+    `recap.drafters.recap.fusion.MEMORIES` order); ``edges`` and ``buckets`` of the fused probability
+    (`recap.memory.estimates`); ``patience``: the budget rule's (`recap.drafters.recap.budget.PATIENCE`).
     """
 
-    suffix_min: int
-    suffix_max: int
-    suffix_num: int
+    suffix_max_len: int
     k: int
-    width: int
-    floor: float
-    max_depth: int
+    branching: int
+    score_floor: float
+    depth: int
     suffix_prior: float
-    uniform: bool
+    uniform_weights: bool
     kappa_min: float
-    specificity: np.ndarray
+    suffix_min: int
+    suffix_num: int
+    memory_priors: np.ndarray
     edges: np.ndarray
-    buckets: np.ndarray
+    buckets: int
     patience: int
 
 
@@ -184,13 +186,14 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
     fine_rows, coarse_rows = memories.fine_rows, memories.coarse_rows
     backoff_on, backoff_ids, backoff_probs = memories.backoff_on, memories.backoff_ids, memories.backoff_probs
     fan_keys, fan_ways = memories.fan_keys, memories.fan_ways
-    (suffix_min, suffix_max, suffix_num, k, width, floor, max_depth, suffix_prior,
-     uniform, kappa_min, specificity, edges, buckets, stop_patience) = settings
+    k, width = settings.k, settings.branching
     stop_costs, stop_pending, stop_overhead = stop
     root_tail = np.full(3, -1, dtype=np.int64)
     for back in range(min(3, length)):
         root_tail[2 - back] = tokens[length - 1 - back]
-    chain = suffix_chain(tokens, length, usable, suffix_min, suffix_max, suffix_num)
+    chain = suffix_chain(
+        tokens, length, usable, settings.suffix_min, settings.suffix_max_len, settings.suffix_num
+    )
     n = 3 * k
     max_pool = (cap + 1) * (n + 1) + 1  # (a fan may take every candidate of a context)
     score = np.empty(max_pool)
@@ -262,12 +265,12 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
                 record_ids[s, j] = np.int64(records[s, j])
             present[s] = records[s, 0] >= 0
             fresh[s] = records[s, 2 * k + 1] == request
-            if uniform:
+            if settings.uniform_weights:
                 weights[s] = 1.0 if present[s] else 0.0
             else:
                 # (in float32, as numpy compares a Python float with float32 concentrations)
-                confidence = np.float64(max(np.float32(kappa_min), records[s, 2 * k]))
-                weights[s] = specificity[s] * confidence * present[s]
+                confidence = np.float64(max(np.float32(settings.kappa_min), records[s, 2 * k]))
+                weights[s] = settings.memory_priors[s] * confidence * present[s]
         total = max(weights[0] + weights[1] + weights[2], 1e-300)
         base = 0
         for s in range(3):
@@ -324,12 +327,12 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
         # ---- acceptance estimates (`recap.memory.estimates`, clipped) and labels
         for column in range(columns):
             q = c_q[column]
-            prior = max(q, suffix_prior) if column == chain_column else q
-            kind = c_coarse[column] * buckets + _searchsorted_right(edges, q)
+            prior = max(q, settings.suffix_prior) if column == chain_column else q
+            kind = c_coarse[column] * settings.buckets + _searchsorted_right(settings.edges, q)
             estimate = prior
             if calibrate:  # (a_f + b_f * a_c) + (b_f * b_c) * prior: `AcceptanceModel.levels`
                 a_f, b_f = fine_rows[kind, A], fine_rows[kind, B]
-                a_c, b_c = coarse_rows[kind // buckets, A], coarse_rows[kind // buckets, B]
+                a_c, b_c = coarse_rows[kind // settings.buckets, A], coarse_rows[kind // settings.buckets, B]
                 estimate = (a_f + b_f * a_c) + (b_f * b_c) * prior
             offered = q > 0 or column == chain_column
             c_estimate[column] = min(max(estimate, 0.0), 1.0) if offered else 0.0
@@ -350,7 +353,7 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
                     best = column
             c_taken[best] = True
             child_score = context_score * c_estimate[best]
-            if not child_score > floor:
+            if not child_score > settings.score_floor:
                 break
             fanned[size] = row >= 0 and (place == 0 or continued(fan_ways, row, c_token[best]))
             if place >= width and not fanned[size]:
@@ -389,10 +392,10 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
                     best_ratio, stale, kept = ratio, 0, pops
                 elif not fanned[node]:  # (a fan's nodes come early: they never end the search)
                     stale += 1
-                    if stale >= stop_patience:
+                    if stale >= settings.patience:
                         stop = True
                         break
-            if depth[node] < max_depth:
+            if depth[node] < settings.depth:
                 context, context_id, context_tail = node, pops - 1, tails[node]
                 context_score, context_depth, context_key = score[node], depth[node], key[node]
                 expanded = True

@@ -14,7 +14,9 @@ what it found a `DraftTree` (ties: shallower, then earlier in depth-at-a-time or
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import typing
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -156,15 +158,25 @@ def grow(
 
 
 def settings_of(config: RecapConfig) -> SearchSettings:
-    """The search's settings from ``config`` (a drafter takes them once)."""
+    """The search's settings from ``config`` (a drafter takes them once): every `SearchSettings` field
+    named as a config field is copied by name and cast to its declared type, so a new knob is a config
+    field and a settings field of the same name; the others are derived here."""
     suffix = int(min(config.depth, config.suffix_budget)) if config.suffix and config.suffix_budget > 0 else 0
-    return SearchSettings(
-        SUFFIX_MIN_LEN, int(config.suffix_max_len), suffix,
-        int(config.k), int(config.branching), float(config.score_floor), int(config.depth),
-        float(config.suffix_prior),
-        bool(config.uniform_weights), float(config.kappa_min), _specificity(config.memory_priors),
-        _EDGES, BUCKETS, PATIENCE,
-    )  # fmt: skip
+    derived = {
+        "suffix_min": SUFFIX_MIN_LEN,
+        "suffix_num": suffix,
+        "memory_priors": _specificity(config.memory_priors),
+        "edges": _EDGES,
+        "buckets": BUCKETS,
+        "patience": PATIENCE,
+    }
+    copied = {name: _SETTING_TYPES[name](getattr(config, name)) for name in _COPIED}
+    return SearchSettings(**copied, **derived)
+
+
+#: The declared type of each `SearchSettings` field, and the fields copied from the config by name.
+_SETTING_TYPES = typing.get_type_hints(SearchSettings)
+_COPIED = tuple(set(SearchSettings._fields) & {field.name for field in dataclasses.fields(RecapConfig)})
 
 
 @functools.lru_cache(maxsize=8)
