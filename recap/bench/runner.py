@@ -4,14 +4,12 @@ How a run is organised (so that the numbers mean what they say):
 
 - Samples form ONE stream of requests, in dataset order, as one user would send them, so persistent
   memories (RECAP's token memory, TR's successor matrix, SuffixDecoding's global suffix tree) warm up
-  across requests. ``cold=True`` resets them before every
-  sample instead.
+  across requests. ``cold=True`` (`StreamSettings`) resets them before every sample instead.
 - Every method starts its stream with FRESH memories of its own: methods never share state. They are
   empty (a cold start) unless a saved persistent memory is given (``start``, ``--memory FILE``): then
   every RECAP variant's token memory starts as a copy of it and TR's matrix from the same records
   (`recap.drafters.token_recycling.seed_successors`, as the studio does); SuffixDecoding's tree is not in
-  the file and
-  starts empty. With ``cold=True`` too, every sample starts from the file again.
+  the file and starts empty. With ``cold=True`` too, every sample starts from the file again.
 - Methods are interleaved per sample (the method order rotates from sample to sample) so that load on a
   shared machine hits every method alike. ``ar`` is always run: speedup and match rate are relative to it.
 - Warm-up requests (AR on the first samples, plus one short request per method with throwaway
@@ -68,15 +66,16 @@ def normalize_methods(methods: str | Sequence[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class StreamSettings:
-    """How each method's stream of requests runs: how it drafts, ``budget`` (RECAP's tree budget, its
-    ablations' too; None: the config's), ``config`` (RECAP's; None: the defaults) and ``suffix_config``
-    (the ``suffix`` method's; None: its authors' defaults; ``budget`` does not apply to it); how the
-    target decodes, ``sampling`` (greedy, or sample ``i`` drawn with seed ``sampling.seed + i``, ``seed``
-    None counting as 0, for every method: each must produce AR's tokens there too, one uniform draw
-    per committed position, `recap.sampling`); and what its memories start from, ``start`` (a saved
-    persistent memory of this model, k = ``config.k``, that every measured stream's RECAP memory and
-    TR matrix start from, ``--memory FILE``; None: a cold start) and ``cold`` (back to the start
-    before every sample)."""
+    """How each method's stream of requests runs: how it drafts, decodes, and what it starts from.
+
+    Drafting: ``budget`` (RECAP's tree budget, its ablations' too; None: the config's), ``config``
+    (RECAP's; None: the defaults), ``suffix_config`` (the ``suffix`` method's; None: its authors'
+    defaults; ``budget`` does not apply to it). Decoding: ``sampling``, greedy, or sample ``i`` drawn
+    with seed ``sampling.seed + i`` (``seed`` None counts as 0) for every method, each of which must
+    produce AR's tokens there too (one uniform draw per committed position, `recap.sampling`). Memories:
+    ``start``, a saved persistent memory of this model (k = ``config.k``) that every measured stream's
+    RECAP memory and TR matrix start from (``--memory FILE``; None: a cold start); ``cold``, back to the
+    start before every sample."""
 
     budget: str | int | None = None
     config: RecapConfig | None = None

@@ -181,8 +181,8 @@ class ContextMemory(Guarded):
         ``c <- (decay * w * c + r) / (decay * w + 1)``, ``w <- decay * w + 1``, cut to the top k and its
         concentration recomputed. The row keeps the stamp of the last request that wrote it, so the
         acceptance kinds still see another request's record; this request's own writes then replace the
-        row as before. Requests that run at once on one
-        memory may see a record of theirs folded early, or not folded: only what is drafted changes.
+        row as before. Requests that run at once on one memory may see a record of theirs folded early,
+        or not folded: only what is drafted changes.
 
         Example (k = 2, decay 1)::
 

@@ -147,10 +147,11 @@ def write_recycled(
 
 
 class VerifiedPass(NamedTuple):
-    """What one verification pass computed, as recycling takes it: the sequence ``context``, the
-    ``positions`` of it the pass computed, the verified tree (``parents``, ``tokens``: node ids, -1 the
-    root) and its ``accepted`` nodes, and the target's top-k at every computed row (the positions, then
-    the nodes): ``topk_ids``, ``topk_probs``."""
+    """What one verification pass computed, as recycling takes it.
+
+    The sequence ``context``, the ``positions`` of it the pass computed, the verified tree (``parents``:
+    node ids, -1 the root; ``tokens``) and its ``accepted`` nodes, and the target's top-k at every
+    computed row (the positions, then the nodes): ``topk_ids``, ``topk_probs``."""
 
     context: Sequence[int]
     positions: np.ndarray

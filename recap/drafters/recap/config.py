@@ -52,8 +52,8 @@ class RecapConfig:
     where the image decides;
     ``backoff``: where no memory has a record, draft the stream's most often committed tokens
     (`recap.memory.backoff`) instead of nothing; ``suffix_scope``: ``"stream"`` lets the suffix match
-    also continue the stream's earlier requests (their last
-    `recap.drafters.recap.mirror.STREAM_SUFFIX_TOKENS` tokens), ``"request"`` only this request's.
+    also continue the stream's earlier requests (their last `recap.drafters.recap.mirror.STREAM_SUFFIX_TOKENS`
+    tokens), ``"request"`` only this request's.
     """
 
     k: int = 8

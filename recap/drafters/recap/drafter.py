@@ -1,13 +1,13 @@
 """RECAP: recycle the target's own predictions into contextual and persistent memories, fuse, search.
 
-Per pass (see the method spec and the README's "paper vs ours"); where each step lives:
+Per pass (docs/method.md, "The paper's method and ours", says which steps are the paper's); where
+each step lives:
 1. **Lookup** (`RecapDrafter._lookup`): the records keyed by the last 3, 2 and 1 tokens of a context
    (``C3``, ``C2``: this request's, or the stream's with ``context_scope="stream"``; ``P1``: persistent;
    `recap.memory.persistent`, `recap.memory.context`). Keys containing an image placeholder are never
    looked up.
-2. **Fuse** (`recap.drafters.recap.fusion`): entropy-confidence weights; every candidate of many contexts
-at once,
-   with its coarse acceptance kind.
+2. **Fuse** (`recap.drafters.recap.fusion`): entropy-confidence weights; every candidate of many
+   contexts at once, with its coarse acceptance kind.
 3. **Estimate** (ours, `recap.memory.estimates`): each candidate's chance of being the target's greedy token,
    learnt online from its kind (which memories spoke and whether this request wrote them, its rank,
    its fused probability, whether it continues the suffix match); uncalibrated, it is the fused

@@ -36,8 +36,8 @@ from recap.memory.records import KEY_BITS
 
 #: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.memory.estimates.coarse_kind`).
 CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.int64)
-#: The `recap.drafters.recap.fusion.SOURCE_NAMES` code of a node the back-off record proposed (+ 1: and the
-#: suffix).
+#: The `recap.drafters.recap.fusion.SOURCE_NAMES` code of a node the back-off record proposed (+ 1: and
+#: the suffix matched it too).
 BACKOFF_CODE = 27 * 16
 #: A memory's rank code by ``min(rank + 1, 4)`` (0: the memory does not hold the token).
 RANK_CODES = np.array([4, 0, 1, 2, 3], dtype=np.int64)
@@ -177,10 +177,9 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
     Returns the tree, best first (then shallower, then earlier by key): ``tokens``, ``parents`` (node
     ids, -1 the root), path estimates ``scores``, each memory's contribution ``parts`` ``(N, 3)`` and
     source ``codes`` (`recap.drafters.recap.fusion.SOURCE_NAMES`), ``fanned`` (queued in a fan); the
-    labels of every candidate offered
-    at every context expanded (``label_nodes``: the context's node id, -1 the root; ``label_tokens``;
-    ``label_kinds``: fine acceptance kinds); and how many of the best nodes the budget rule keeps (all
-    without a rule).
+    labels of every candidate offered at every context expanded (``label_nodes``: the context's node
+    id, -1 the root; ``label_tokens``; ``label_kinds``: fine acceptance kinds); and how many of the best
+    nodes the budget rule keeps (all without a rule).
     """
     request, calibrate = memories.request, memories.calibrate
     fine_rows, coarse_rows = memories.fine_rows, memories.coarse_rows

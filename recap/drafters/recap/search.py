@@ -48,16 +48,16 @@ SUFFIX_MIN_LEN = 2
 
 
 class Growth(NamedTuple):
-    """What `grow` found: the tree of the ``cap`` best nodes, best first (a fan's nodes with their
-    context's best one; then shallower, then earlier
+    """What `grow` found: the tree of the ``cap`` best nodes and the labels of what it offered.
+
+    The nodes, best first (a fan's nodes with their context's best one; then shallower, then earlier
     in depth-at-a-time order): ``tokens``, ``parents`` (node ids, -1 the root), ``scores`` (path
     estimates), ``parts`` (each memory's contribution to a node's fused probability ``(N, 3)``, display
     only), ``codes`` (sources, `recap.drafters.recap.fusion.SOURCE_NAMES`), ``fanned`` (queued in a fan,
-    `recap.memory.continuations`); and the labels of every candidate offered
-    at every context expanded: ``label_nodes`` (the context's node id, -1 the root), ``label_tokens``,
-    ``label_kinds`` (fine acceptance kinds); ``kept``: how many of the best nodes the cost-aware budget
-    keeps (the budget rule (`recap.drafters.recap.budget`), applied by the search; all of them without a
-    stop rule)."""
+    `recap.memory.continuations`). The labels of every candidate offered at every context expanded:
+    ``label_nodes`` (the context's node id, -1 the root), ``label_tokens``, ``label_kinds`` (fine
+    acceptance kinds). ``kept``: how many of the best nodes the cost-aware budget keeps (the budget
+    rule, `recap.drafters.recap.budget`, applied by the search; all of them without a stop rule)."""
 
     tokens: np.ndarray
     parents: np.ndarray
