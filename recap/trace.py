@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -100,6 +101,38 @@ def _known(record_type: type, data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in record_type.__dataclass_fields__}
 
 
+class PackedSteps(Sequence[StepRecord]):
+    """Step records kept compressed, one JSON blob each, and rebuilt when read.
+
+    A run kept for scrubbing (the studio's replays) holds its steps in a few percent of the memory their
+    records take: the server's memory does not stay grown by a large replay for as long as its session
+    lives. Reading a step rebuilds that one record; a slice rebuilds a list.
+    """
+
+    def __init__(self, steps: Iterable[StepRecord]) -> None:
+        self._blobs = tuple(zlib.compress(json.dumps(step, default=vars).encode(), 1) for step in steps)
+
+    def __len__(self) -> int:
+        return len(self._blobs)
+
+    def __getitem__(self, index):  # int -> StepRecord, slice -> list[StepRecord]
+        if isinstance(index, slice):
+            return [self._read(blob) for blob in self._blobs[index]]
+        return self._read(self._blobs[index])
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        return (self._read(blob) for blob in self._blobs)
+
+    @property
+    def nbytes(self) -> int:
+        """The compressed size of the steps."""
+        return sum(len(blob) for blob in self._blobs)
+
+    @staticmethod
+    def _read(blob: bytes) -> StepRecord:
+        return StepRecord.from_dict(json.loads(zlib.decompress(blob)))
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """Headline figures of one run. ``mat``: mean tokens committed per target pass (bonus included)."""
@@ -141,7 +174,7 @@ class RunTrace:
     """A whole run: the settings it ran with, its steps, and its output text."""
 
     settings: dict[str, Any]
-    steps: list[StepRecord]
+    steps: Sequence[StepRecord]  # a list while it is recorded; `PackedSteps` when kept for long
     text: str = ""
     version: int = TRACE_VERSION
 
@@ -150,7 +183,8 @@ class RunTrace:
         return [t for s in self.steps for t in s.new_tokens]
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False)
+        data = {"settings": self.settings, "steps": [asdict(step) for step in self.steps], "text": self.text}
+        return json.dumps({**data, "version": self.version}, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str) -> RunTrace:

@@ -377,6 +377,7 @@ def wire_scrub(studio: Studio, ui: dict, run_state) -> None:
         def draw() -> tuple:
             start = time.monotonic()
             try:
+                studio.give_way()
                 values = serialized(dict(zip(outputs, step_view(state["trace"].steps, index))))
                 return tuple(values.values())
             finally:  # (here, not in the handler: a cancelled call's thread draws on to its end)

@@ -64,6 +64,8 @@ log = logging.getLogger("recap.studio")
 RuntimeFactory = Callable[[str], Runtime]
 #: The part of one CPU that the paced displays of all runs share for their updates (`RenderBudget`).
 DISPLAY_SHARE = 0.25
+#: How long drawing from a stored trace waits for running decodes to end (`Studio.give_way`).
+GIVE_WAY_S = 3.0
 #: ``(model id, loaded runtime) -> where its memories start``.
 StartFactory = Callable[[str, Runtime], StartingMemory]
 
@@ -269,6 +271,14 @@ class Studio:
         self._owners: OrderedDict[str, str] = OrderedDict()
         self._owners_kept, self._owners_lock = 2 * sessions, threading.Lock()
         self.sessions = ClientLedger(budget, sessions, busy=self.jobs.active, owner=self.owner)
+
+    def give_way(self, limit_s: float = GIVE_WAY_S) -> None:
+        """Wait while a decode runs, at most ``limit_s``: drawing from a stored trace (a replay, a step
+        view, a download) comes after decoding. The server's threads share one interpreter lock, and a
+        visitor's 32-token run took three times as long beside a replay's drawing."""
+        end = time.monotonic() + limit_s
+        while self.slots.counts()[0] and time.monotonic() < end:
+            time.sleep(0.02)
 
     def client(self, request) -> str:
         """Who sent ``request`` (`recap.studio.line.client_key` behind `proxy_hops` proxies)."""

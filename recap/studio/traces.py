@@ -8,6 +8,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import gradio as gr
 
@@ -25,7 +26,7 @@ from recap.studio.handlers import (
 from recap.studio.serving import Studio
 from recap.studio.sessions import release_memory
 from recap.studio.validation import markdown_text, refusal
-from recap.trace import RunTrace
+from recap.trace import PackedSteps, RunTrace
 
 #: Run in the browser after the Download click's handler: fetch the file it wrote, as a download.
 _DOWNLOAD_JS = """
@@ -128,11 +129,16 @@ def wire_replay(studio: Studio, ui: dict, run_state) -> None:
             raise refusal(_replay_refused(studio, client))
         start = time.monotonic()
         try:
+            studio.give_way()
             try:
                 trace = read_trace(path)
             except ValueError as error:
                 raise refusal(f"Cannot replay this file: {error}") from None
+            studio.give_way()
             drawn = serialized(panels(ui, trace.steps, scrubbable=True))
+            # kept for scrubbing as long as the session lives: compressed, so that no large replay keeps
+            # the server grown (the records are freed below)
+            trace = replace(trace, steps=PackedSteps(trace.steps))
         finally:
             spent = time.monotonic() - start
             release_memory()  # what parsing and drawing allocated goes back to the system, refused or not

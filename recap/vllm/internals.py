@@ -14,7 +14,7 @@ wraps call the original and do nothing else:
   `RecapProposer.finish`.
 
 Made for `VLLM_VERSION`; `check` fails loudly (RuntimeError naming what moved) when another version
-lacks a method or parameter used here, and `tests/vllm/test_internals.py` checks the same.
+lacks a method or parameter used here, and `tests/in_vllm/test_internals.py` checks the same.
 """
 
 from __future__ import annotations
