@@ -18,7 +18,8 @@ from recap.memory.persistent import PersistentMemory
 from recap.models.families import placeholder_ids
 from recap.tree import DraftTree
 from recap.verify import accept_greedy
-from recap.vllm.proposer import RECORD_K, Pass, RecapProposer, Row
+from recap.vllm.proposer import RecapProposer
+from recap.vllm.records import RECORD_K, Pass, Row
 
 EMBEDDED = "assets/models/tiny-scenes-llava-v2"
 K = 4

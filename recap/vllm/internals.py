@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from recap.vllm.proposer import RECORD_K, Pass, RecapProposer, Row
+from recap.vllm.records import RECORD_K, Pass, Recorder, Row
 
 logger = logging.getLogger(__name__)
 
@@ -89,9 +89,9 @@ def install() -> None:
     logger.info("RECAP: the model runner's %s are wrapped", ", ".join(WRAPPED))
 
 
-def _recap(runner: Any) -> RecapProposer | None:
+def _recap(runner: Any) -> Recorder | None:
     drafter = getattr(runner, "drafter", None)
-    return drafter if isinstance(drafter, RecapProposer) else None
+    return drafter if isinstance(drafter, Recorder) else None
 
 
 def _wrap_sample(original):
@@ -180,7 +180,7 @@ def passes(batch: Any, logits: torch.Tensor, metadata: Any, vocab_size: int) -> 
     return found
 
 
-def rows(batch: Any, sampled_token_ids: list[list[int]], proposer: RecapProposer) -> list[Row]:
+def rows(batch: Any, sampled_token_ids: list[list[int]], proposer: Recorder) -> list[Row]:
     """Each batch row's committed tokens, what it sampled this step and the drafts it has room for."""
     found = []
     for index, sampled in enumerate(sampled_token_ids):

@@ -47,6 +47,7 @@ from recap.memory.persistent import PersistentMemory
 from recap.models.families import placeholder_ids
 from recap.tree import DraftTree
 from recap.verify import Acceptance
+from recap.vllm.records import RECORD_K, Pass, Row
 
 logger = logging.getLogger(__name__)
 
@@ -54,34 +55,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_BUDGET = 16
 #: What verifying one draft costs, as a share of a pass (`RecapDrafter.propose_chain`): 0 never cuts.
 DEFAULT_DRAFT_COST = 0.0
-#: Top-k of the target's prediction recorded at every verified position (RECAP's record width).
-RECORD_K = 8
-
-
-@dataclass(frozen=True)
-class Pass:
-    """One request's part of a verification pass: the ``drafts`` it verified (in order: a chain) and
-    the target's top-k at the pending token and after each draft, ``(len(drafts) + 1, k)``, best first."""
-
-    req_id: str
-    drafts: tuple[int, ...]
-    topk_ids: np.ndarray
-    topk_probs: np.ndarray
-
-
-@dataclass(frozen=True)
-class Row:
-    """One request at drafting time: its committed tokens (``context``, the prompt's first), what this
-    step committed (``sampled``; empty for a prefill that is not finished), its prompt length and how
-    many drafts it may take (``room``: vLLM's k, less near the model's length limit)."""
-
-    req_id: str
-    context: np.ndarray
-    sampled: Sequence[int]
-    prompt_length: int
-    room: int
-
-
 @dataclass
 class Running:
     """A running request: its drafter and the chain it proposed last (what the next pass verifies)."""
