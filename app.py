@@ -14,9 +14,9 @@ import time
 from collections.abc import Sequence
 
 from recap.drafters.recap.search import compile_kernels
-from recap.studio.compare import prewarm_in_background
 from recap.studio.demo import build_demo
 from recap.studio.environment import launch_kwargs, queue_kwargs
+from recap.studio.ui.compare import prewarm_in_background
 
 __all__ = ["build_demo", "launch_kwargs", "main"]
 

@@ -14,7 +14,7 @@ import argparse
 import statistics
 import sys
 
-from recap.studio import measure
+from recap.studio.ui import measure
 
 
 def _rows(table) -> list:
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from recap.studio.environment import DEFAULT_MODEL_ID
-    from recap.studio.examples import examples
+    from recap.studio.ui.examples import examples
 
     torch.set_num_threads(1)
     image, prompt = examples(DEFAULT_MODEL_ID)[0]

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from recap.studio.environment import DEFAULT_MODEL_ID
-    from recap.studio.examples import examples
+    from recap.studio.ui.examples import examples
 
     torch.set_num_threads(1)
     compare, defaults = compare_spread.compare_handler(args.warmup)

@@ -2,7 +2,7 @@
 
 For each embedded model: the benchmark (`recap.bench.run_benchmark`) on its held-out scenes (v1:
 ``scenes``, v2: ``scenes2``) at the Compare tab's default, equal budgets (every tree method
-`recap.studio.measure.EQUAL_NODES` nodes a pass), and one summary per model in
+`recap.studio.ui.measure.EQUAL_NODES` nodes a pass), and one summary per model in
 ``assets/summaries/<model folder>.json``: per method MAT and the share of drafts accepted at
 image-sensitive and insensitive tokens (and there, by the depth of the state), how many scenes each
 tree method accepted more, as many or fewer drafts there than Token Recycling, the command that
@@ -32,7 +32,7 @@ from recap.bench.runner import StreamSettings, run_benchmark
 from recap.drafters.recap.config import RecapConfig
 from recap.drafters.suffix_decoding import SuffixConfig, suffix_decoding_available
 from recap.runtime import EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2, Runtime
-from recap.studio.measure import EQUAL_NODES, summary_path
+from recap.studio.ui.measure import EQUAL_NODES, summary_path
 
 MODELS = {"v1": (EMBEDDED_MODEL_V1, "scenes"), "v2": (EMBEDDED_MODEL_V2, "scenes2")}
 METHODS = ("ar", "pld", "tr", "suffix", "recap")

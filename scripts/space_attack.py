@@ -149,7 +149,7 @@ def crowd_attack(server: Server, seconds: float, comparisons: bool = False) -> N
 
     from gradio_client import Client, handle_file
 
-    from recap.studio.measure import EQUAL
+    from recap.studio.ui.measure import EQUAL
 
     def settings(max_new: int, temperature: float, budget: int) -> list:
         return ["embedded-v2", "recap", "fixed", budget, 16, 8, True, True, True, max_new, "per session",

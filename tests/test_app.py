@@ -24,7 +24,7 @@ import pytest
 from conftest import free_port, noise_image, tiny
 
 from recap.drafters.suffix_decoding import suffix_decoding_available
-from recap.studio import measure
+from recap.studio.ui import measure
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "tiny-llava"
@@ -184,8 +184,8 @@ def test_suffix_without_its_package_is_refused_with_the_install_command(monkeypa
     from recap.drafters import suffix_decoding
     from recap.drafters.recap.config import RecapConfig
     from recap.runtime import Runtime
+    from recap.studio.guard.validation import offered_methods
     from recap.studio.serving import drafter_for
-    from recap.studio.validation import offered_methods
 
     # As on a machine without the package: its module cannot be found.
     monkeypatch.setattr(suffix_decoding, "_MODULE", "arctic_inference_not_installed.suffix_decoding")
@@ -400,7 +400,7 @@ def test_unusable_images_are_refused_without_server_paths(served, name, content,
 
 def test_huge_image_warns_and_continues(monkeypatch, tmp_path):
     from recap.inputs import MAX_IMAGE_PIXELS
-    from recap.studio import validation
+    from recap.studio.guard import validation
 
     warnings = []
     monkeypatch.setattr(validation.gr, "Warning", warnings.append)
@@ -412,7 +412,7 @@ def test_huge_image_warns_and_continues(monkeypatch, tmp_path):
 
 
 def test_an_upload_that_is_not_an_image_is_refused_as_it_lands(tmp_path):
-    from recap.studio import validation
+    from recap.studio.guard import validation
 
     (tmp_path / "notes.png").write_text("not an image", encoding="utf-8")
     noise_image(3).save(tmp_path / "scene.png")
@@ -430,7 +430,7 @@ def test_an_upload_still_being_moved_into_place_is_waited_for(monkeypatch, tmp_p
     # arrives first waits for the file (and a file that never arrives is refused as missing)
     import threading
 
-    from recap.studio import validation
+    from recap.studio.guard import validation
 
     late = tmp_path / "late.png"
     noise_image(2).save(tmp_path / "staging.png")
@@ -446,8 +446,8 @@ def test_an_upload_still_being_moved_into_place_is_waited_for(monkeypatch, tmp_p
 
 
 def test_display_delay_is_capped_per_run(served, monkeypatch):
-    from recap.studio import validation
-    from recap.studio.slots import _due
+    from recap.studio.guard import validation
+    from recap.studio.guard.jobs import _due
 
     # 24 steps at the slider's largest delay would take 12 s to show; the cap bounds a run's display:
     # step i is due min(i * delay, cap) after the first, so once the cap has passed every step is due.
@@ -462,8 +462,8 @@ def test_display_delay_is_capped_per_run(served, monkeypatch):
 def test_k_larger_than_the_vocabulary_is_refused():
     import gradio as gr
 
+    from recap.studio.guard.validation import parse_settings
     from recap.studio.serving import Studio
-    from recap.studio.validation import parse_settings
 
     small = SimpleNamespace(target=SimpleNamespace(vocab_size=4, family="text", name="small"))
     studio = Studio(lambda model_id: small, ["small"])
@@ -557,7 +557,7 @@ def test_an_api_clients_trace_goes_after_the_age_limit(monkeypatch, tmp_path):
     from gradio_client import Client
 
     import app
-    from recap.studio import exports
+    from recap.studio.ui import traces as exports
 
     monkeypatch.setattr(exports, "TRACE_MAX_AGE_S", 1)
     demo = app.build_demo(runtime_factory=_factory, models=[TINY])
@@ -581,7 +581,7 @@ def test_an_api_clients_trace_goes_after_the_age_limit(monkeypatch, tmp_path):
 
 
 def test_trace_exports_are_per_session_and_pruned_by_age(tmp_path):
-    from recap.studio.exports import TraceExports
+    from recap.studio.ui.traces import TraceExports
     from recap.trace import RunTrace
 
     exports = TraceExports(tmp_path / "traces", max_age_s=60)
@@ -848,6 +848,6 @@ def test_app_py_host_and_port_override_the_environment(monkeypatch):
     ("mode", "usable"), [("fixed", True), ("auto", False), (["fixed"], False), (None, False)]
 )
 def test_the_fixed_budget_slider_is_usable_only_with_a_fixed_budget(mode, usable):
-    from recap.studio.layout import fixed_budget_slider
+    from recap.studio.ui.layout import fixed_budget_slider
 
     assert fixed_budget_slider(mode).interactive is usable

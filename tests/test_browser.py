@@ -155,7 +155,7 @@ def _first_run_at_step_one(page) -> tuple[float, int | None, str]:
 
 
 def test_first_click_on_a_fresh_server_drafts_at_step_one_with_v2(fresh_studio, tmp_path, idle_cost_curve):
-    from recap.studio.examples import examples
+    from recap.studio.ui.examples import examples
 
     first_image, first_prompt = examples("embedded-v2")[0]
     with _page(fresh_studio, tmp_path) as page:
@@ -176,7 +176,7 @@ def test_choosing_v1_shows_its_examples_and_its_first_click_drafts_at_step_one(
     fresh_studio, tmp_path, width, idle_cost_curve
 ):
     from recap.runtime import EMBEDDED_MODEL_V1
-    from recap.studio.examples import examples
+    from recap.studio.ui.examples import examples
 
     if not (EMBEDDED_MODEL_V1 / "config.json").is_file():
         pytest.skip("the embedded model v1 is not in assets/models")
@@ -213,7 +213,7 @@ def test_example_run_shows_answer_tree_and_fused_distribution(studio, tmp_path):
         page.wait_for_selector("#seed input", state="visible", timeout=SHOW_MS)
         page.wait_for_function("document.querySelector('#seed input').value === ''", timeout=SHOW_MS)
         # the second example (the first one is pre-filled): clicking it must fill the prompt
-        from recap.studio.examples import examples
+        from recap.studio.ui.examples import examples
 
         if len(examples()) < 2:
             pytest.skip("assets/examples holds fewer than two examples")

@@ -6,7 +6,7 @@ import pytest
 
 from recap.bench.metrics import SampleRun, aggregate
 from recap.models.cost import CostModel, projected_seconds
-from recap.studio import measure
+from recap.studio.ui import measure
 from recap.trace import NodeRecord, StepRecord
 
 
@@ -226,7 +226,7 @@ def test_the_spread_script_reads_the_tables_speedups_and_their_deviation():
 
 
 def test_the_done_status_says_the_answers_first_and_folds_how_they_were_timed():
-    from recap.studio.compare import done_status
+    from recap.studio.ui.compare import done_status
     from recap.trace import StepRecord
 
     def run(*tokens):

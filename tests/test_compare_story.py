@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recap.studio import story
+from recap.studio.ui import story
 from scripts import compare_story
 
 
@@ -33,7 +33,7 @@ def test_a_fresh_studio_tells_the_story_on_the_shipped_examples(monkeypatch, cap
     tokens on at least 5 of the 6 (the counts do not depend on the timed repeats: one is enough)."""
     import torch
 
-    from recap.studio import measure
+    from recap.studio.ui import measure
 
     monkeypatch.setattr(measure, "REPEATS", 1)
     threads = torch.get_num_threads()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from recap.bench.datasets import load_dataset
-from recap.studio import measure
+from recap.studio.ui import measure
 from scripts import compare_summary
 
 #: How far a tree method's passes on the checked samples may move from the recorded total.

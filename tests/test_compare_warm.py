@@ -10,10 +10,10 @@ from conftest import tiny
 
 import app
 from recap.runtime import EMBEDDED_MODEL_V2, Runtime
-from recap.studio import compare
-from recap.studio.examples import OTHER_SET, examples
-from recap.studio.measure import EQUAL, EQUAL_NODES
 from recap.studio.serving import RuntimeCache
+from recap.studio.ui import compare
+from recap.studio.ui.examples import OTHER_SET, examples
+from recap.studio.ui.measure import EQUAL, EQUAL_NODES
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +113,6 @@ def test_a_failed_start_up_warm_up_is_logged_and_the_studio_serves_on(caplog):
         raise ValueError("cannot load model 'x': no such folder")
 
     demo = app.build_demo(runtime_factory=broken, models=["tiny-broken"], cache=RuntimeCache())
-    with caplog.at_level("ERROR", logger="recap.studio.compare"):
+    with caplog.at_level("ERROR", logger="recap.studio.ui.compare"):
         compare.prewarm_in_background(demo.studio).join(timeout=30)
     assert "start-up warm-up failed" in caplog.text  # (the thread ended: the server is not affected)

@@ -1,8 +1,8 @@
-"""What the studio draws from a trace is bounded (`recap.studio.drawing`): sources past a dozen are one
+"""What the studio draws from a trace is bounded (`recap.studio.ui.drawing`): sources past a dozen are one
 series, a tree draws at most `MAX_TREE_NODES` nodes closed under their parents, texts and lists are
 cut; the worst traces within `recap.trace`'s bounds draw in a bounded time (the server's CPU time, not
 the wall clock: a busy machine stretches the one, hardly the other) and a bounded size; and the
-drawing tickets (`recap.studio.slots.Tickets.wait_take`) let a client's step views wait their turn, one
+drawing tickets (`guard.tickets.Tickets.wait_take`) let a client's step views wait their turn, one
 at a time."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recap.studio import drawing, figures, render, tables
-from recap.studio.drawing import (
+from recap.studio.guard.tickets import Tickets
+from recap.studio.ui import drawing, figures, render, tables
+from recap.studio.ui.drawing import (
     MAX_SERIES,
     MAX_TREE_NODES,
     MAX_WORK_UNITS,
@@ -28,8 +29,7 @@ from recap.studio.drawing import (
     tree_subset,
     work_units,
 )
-from recap.studio.exports import read_trace
-from recap.studio.slots import Tickets
+from recap.studio.ui.traces import read_trace
 from recap.trace import NodeRecord, StepRecord
 from scripts.hostile_traces import SHAPES, crafted
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recap.studio.explain import explain_step, quote
+from recap.studio.ui.explain import explain_step, quote
 from recap.trace import NodeRecord, StepRecord
 
 

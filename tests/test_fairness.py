@@ -67,7 +67,7 @@ def test_a_client_with_many_runs_waits_its_turn_behind_another_clients_first_run
     # One slot. Client A submits four runs (the first holds the slot until the gate opens), then client
     # B submits one: B's run is the second to start, not the fifth. (Whether A's first run has started
     # when the others arrive does not matter: a client whose work has not started yet goes first.)
-    from recap.studio.line import DecodeSlots
+    from recap.studio.guard.decode_line import DecodeSlots
 
     slots, order, gate = DecodeSlots(1, 10), [], threading.Event()
     try:
@@ -85,7 +85,7 @@ def test_a_client_with_many_runs_waits_its_turn_behind_another_clients_first_run
 def test_waiting_clients_are_served_in_turns():
     # A holds the slot with two more queued, B has two queued, C one: each waiting client gets one
     # turn per round, the client whose work started least recently first (then who came first).
-    from recap.studio.line import DecodeSlots
+    from recap.studio.guard.decode_line import DecodeSlots
 
     slots, order, gate = DecodeSlots(1, 10), [], threading.Event()
     try:
@@ -112,7 +112,7 @@ def test_a_comparisons_work_gives_its_slot_to_another_clients_run_between_its_me
     # it goes back to the head of its own client's queue and the slot serves the other client first.
     # With a turn of 600 s the three methods run back to back though B waits from the first: a short
     # piece of work is not cut into turns (the turn is a lower bound, never waited for).
-    from recap.studio.line import DecodeSlots
+    from recap.studio.guard.decode_line import DecodeSlots
 
     slots, order, gate = DecodeSlots(1, 10, turn_s=turn_s), [], threading.Event()
     try:
@@ -130,7 +130,7 @@ def test_a_comparisons_work_gives_its_slot_to_another_clients_run_between_its_me
 
 
 def test_display_tickets_bound_paced_displays_in_all_and_per_client():
-    from recap.studio.slots import Tickets
+    from recap.studio.guard.tickets import Tickets
 
     tickets = Tickets(3, per_client=2)
     assert tickets.take("A") and tickets.take("A")
@@ -152,7 +152,7 @@ def test_display_tickets_bound_paced_displays_in_all_and_per_client():
 def test_with_a_share_a_client_rests_after_its_work_in_proportion(monkeypatch):
     # Replays: a client whose replay took 1 s to read may take no ticket for 3 s more (share 0.25),
     # so that one client's replays back to back use at most a quarter of the server; others are free.
-    from recap.studio import slots
+    from recap.studio.guard import tickets as slots
 
     now = [100.0]
     monkeypatch.setattr(slots.time, "monotonic", lambda: now[0])
@@ -171,7 +171,7 @@ def test_with_a_share_a_client_rests_after_its_work_in_proportion(monkeypatch):
 
 
 def test_the_per_client_cap_refuses_with_a_plain_message_and_is_released():
-    from recap.studio.line import Busy, ClientBusy, DecodeSlots
+    from recap.studio.guard.decode_line import Busy, ClientBusy, DecodeSlots
 
     slots, order, gate = DecodeSlots(1, 10, per_client=2), [], threading.Event()
     try:
@@ -202,7 +202,7 @@ def test_the_per_client_cap_refuses_with_a_plain_message_and_is_released():
 
 def test_a_replaced_job_does_not_count_against_its_client():
     # A session's newer run replaces its older one: the newer is let in though the client is at its cap.
-    from recap.studio.line import ClientBusy, DecodeSlots
+    from recap.studio.guard.decode_line import ClientBusy, DecodeSlots
 
     slots, order, gate = DecodeSlots(1, 10, per_client=2), [], threading.Event()
     try:
@@ -225,7 +225,7 @@ def test_a_replaced_job_does_not_count_against_its_client():
 
 
 def test_the_global_cap_still_refuses_and_a_cancelled_waiting_job_frees_its_place():
-    from recap.studio.line import Busy, ClientBusy, DecodeSlots
+    from recap.studio.guard.decode_line import Busy, ClientBusy, DecodeSlots
 
     slots, order, gate = DecodeSlots(1, 1, per_client=2), [], threading.Event()
     try:
@@ -248,8 +248,8 @@ def test_the_global_cap_still_refuses_and_a_cancelled_waiting_job_frees_its_plac
 
 
 def test_jobs_keep_the_callers_context_errors_and_shutdown():
-    from recap.studio.line import DecodeSlots
-    from recap.studio.slots import Cancelled
+    from recap.studio.guard.decode_line import DecodeSlots
+    from recap.studio.guard.jobs import Cancelled
 
     marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="none")
 
@@ -290,8 +290,7 @@ def _request(host: str | None, forwarded: list[str] | None = None):
 def test_client_key_reads_the_peer_or_the_trusted_proxys_entry():
     import gradio as gr
 
-    from recap.studio.line import client_key, key_hash
-    from recap.studio.slots import NO_CLIENT
+    from recap.studio.guard.clients import NO_CLIENT, client_key, key_hash
 
     # no proxy: the peer address; a forged header is ignored
     assert client_key(_request("203.0.113.5"), 0) == "203.0.113.5"
@@ -482,7 +481,7 @@ def test_one_client_with_many_sessions_holds_its_share_and_another_client_is_ser
     # A greedy client opens five sessions: one comparison and four runs, all held at the gate. It gets
     # its share of the line (2: the comparison counts), the three others are refused with the message;
     # another client's run is accepted and served meanwhile.
-    from recap.studio.measure import EQUAL
+    from recap.studio.ui.measure import EQUAL
 
     key, visitor_address = "203.0.113.66", "198.51.100.7"
     greedy = [_client(server.url, f"10.9.9.9, {key}") for _ in range(5)]  # (it forges an entry too)
@@ -517,7 +516,7 @@ def test_one_client_with_many_sessions_holds_its_share_and_another_client_is_ser
 def test_a_run_gives_its_slot_to_another_clients_run_between_its_passes(server, monkeypatch):
     # One slot, turns as short as can be: A's run (held at the gate before its first pass) and B's run,
     # queued meanwhile, alternate pass by pass once the gate opens, instead of B waiting for all of A.
-    from recap.studio.line import DecodeSlots
+    from recap.studio.guard.decode_line import DecodeSlots
 
     studio, passes = server.studio, []
     inner = studio.stream
@@ -572,7 +571,7 @@ def test_a_clients_third_paced_display_is_shown_at_once_and_says_why(server):
 
 def test_a_prompt_longer_than_the_models_positions_is_refused_and_the_server_keeps_serving(server):
     # The tiny LLaVA has 512 positions: a 3300-character prompt is 935 tokens with its image's.
-    from recap.studio.measure import EQUAL
+    from recap.studio.ui.measure import EQUAL
 
     client = _client(server.url, "192.0.2.200")
     try:
@@ -594,7 +593,7 @@ def test_the_sessions_of_the_client_holding_the_most_are_dropped_first():
     # Five sessions of a greedy client, then a visitor's one (the least recently used of all), then a
     # session that never decoded: over the count, the greedy client's go first (its least recently used
     # first), the visitor's stays.
-    from recap.studio.sessions import SESSION_BYTES, ClientLedger
+    from recap.studio.guard.sessions import SESSION_BYTES, ClientLedger
 
     owners = {f"greedy{i}": "203.0.113.66" for i in range(5)} | {"visitor": "198.51.100.7"}
     order = ["visitor", *(f"greedy{i}" for i in range(5)), "fresh"]  # least recently used first
@@ -613,7 +612,7 @@ def test_the_sessions_of_the_client_holding_the_most_are_dropped_first():
 def test_heartbeats_come_only_without_news_and_never_hold_back_an_item():
     # A handler waiting for its job gets a None (values, waits) or an idle Update (paced) after every
     # heartbeat without news, and the job's items as they come.
-    from recap.studio.slots import DecodeJob, paced
+    from recap.studio.guard.jobs import DecodeJob, paced
 
     job = DecodeJob()
     values = job.values(heartbeat_s=0.01)
@@ -651,7 +650,7 @@ def test_heartbeats_come_only_without_news_and_never_hold_back_an_item():
 def test_a_waiting_line_never_outlives_the_wait():
     # At each heartbeat: the line's length while the job waits; once it has its slot, "Starting…" once
     # in place of the stale line, and nothing after another update replaced it.
-    from recap.studio.slots import WaitingLine
+    from recap.studio.guard.decode_line import WaitingLine
 
     told = iter(["Waiting: 2 ahead", "Waiting: 1 ahead", None, None, "Waiting: 1 ahead", None])
     line = WaitingLine(lambda: next(told))
@@ -693,9 +692,9 @@ def test_work_waiting_in_line_whose_visitor_left_leaves_the_line(server, monkeyp
 
     import httpx
 
-    from recap.studio import compare, handlers
-    from recap.studio.line import DecodeSlots
-    from recap.studio.measure import EQUAL
+    from recap.studio.guard.decode_line import DecodeSlots
+    from recap.studio.ui import compare, handlers
+    from recap.studio.ui.measure import EQUAL
 
     for module in (compare, handlers):
         monkeypatch.setattr(module, "HEARTBEAT_S", 0.2)
@@ -734,9 +733,9 @@ def test_a_sensitivity_pass_waiting_in_line_leaves_it_when_its_handler_is_closed
     # gradio closes a handler whose visitor left at its next yield (the test above, for runs and
     # comparisons); the sensitivity pass's handler yields the line's length while it waits, and closing
     # it there takes its work out of the line.
-    from recap.studio import sensitivity_tab
-    from recap.studio.line import DecodeSlots
-    from recap.studio.slots import NO_CLIENT
+    from recap.studio.guard.clients import NO_CLIENT
+    from recap.studio.guard.decode_line import DecodeSlots
+    from recap.studio.ui import sensitivity_tab
 
     one = DecodeSlots(1, 10, per_client=2, turn_s=0.0)
     monkeypatch.setattr(server.studio, "slots", one)

@@ -150,7 +150,7 @@ def test_explain_says_which_nodes_a_fan_offered():
 
 
 def test_a_trace_keeps_each_nodes_fan_and_the_tooltip_says_it():
-    from recap.studio.figures import _node_hover
+    from recap.studio.ui.figures import _node_hover
     from recap.trace import NodeRecord, RunTrace, StepRecord, check_trace_data
 
     node = NodeRecord(0, -1, 11, "blue", 1, 0.3, ["ctx2"], {"ctx2": 0.3}, False, fan=3)
@@ -177,7 +177,7 @@ def test_a_request_without_an_image_gets_no_fans():
 
 def test_a_full_memory_stays_a_few_megabytes_and_the_session_ledger_counts_it():
     from recap.memory.continuations import CAPACITY
-    from recap.studio.sessions import footprint
+    from recap.studio.guard.sessions import footprint
 
     memory = Continuations()
     usable = np.ones(5001, dtype=bool)

@@ -134,3 +134,25 @@ def test_only_the_vllm_internals_module_imports_vllm():
         if any(m == "vllm" or m.startswith("vllm.") for m in imports_of(path))
     )
     assert users == ["recap/vllm/internals.py"]
+
+
+#: The studio's pure renderers: step records in, HTML, figures and rows out.
+RENDERERS = ("render", "figures", "tables", "explain", "drawing", "story", "measure")
+
+
+def test_the_studio_guard_lies_below_its_teaching_and_the_renderers_know_no_guard():
+    """`recap.studio.guard` (the public Space's bounds) imports nothing of `recap.studio.ui` (the
+    teaching) nor the studio's wiring; the renderers import nothing of the guard nor the serving."""
+    studio = ROOT / "recap" / "studio"
+    above = ("recap.studio.ui", "recap.studio.serving", "recap.studio.demo")
+    upward = {
+        path.name: sorted(m for m in imports_of(path) if m.startswith(above))
+        for path in sorted((studio / "guard").glob("*.py"))
+    }
+    assert {name: found for name, found in upward.items() if found} == {}
+    guarded = {
+        name: sorted(m for m in imports_of(studio / "ui" / f"{name}.py")
+                     if m.startswith(("recap.studio.guard", "recap.studio.serving")))
+        for name in RENDERERS
+    }  # fmt: skip
+    assert {name: found for name, found in guarded.items() if found} == {}

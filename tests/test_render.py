@@ -1,4 +1,4 @@
-"""The studio's renderers (`recap.studio.render`, with its `figures` and `tables`) on hand-built step
+"""The studio's renderers (`recap.studio.ui.render`, with its `figures` and `tables`) on hand-built step
 records (no model, no browser)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from recap.studio import figures, render, tables
-from recap.studio.drawing import MAX_TREE_NODES
+from recap.studio.ui import figures, render, tables
+from recap.studio.ui.drawing import MAX_TREE_NODES
 from recap.trace import FusedRecord, NodeRecord, StepRecord
 from recap.tree import SOURCE_TABLE
 
@@ -279,7 +279,7 @@ def test_the_answer_legend_names_only_the_sources_of_the_answer():
     steps = _steps()
     steps[1].new_sources = ['a"b', "ctx2", "target"]  # a replayed trace's source names: escaped
     assert 'data-sources="|ctx2|target|a&quot;b|"' in render.stats_html(steps)
-    css = (Path(render.__file__).parents[2] / "assets" / "static" / "studio.css").read_text()
+    css = (Path(render.__file__).parents[3] / "assets" / "static" / "studio.css").read_text()
     for label, colour in render.highlight_color_map().items():
         source = next(s.name for s in SOURCE_TABLE if s.meaning == label)
         r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
@@ -457,7 +457,7 @@ def test_step_words_escape_every_text_once():
 
 
 def test_the_about_tab_names_every_source_as_the_legend_does():
-    from recap.studio.layout import ABOUT
+    from recap.studio.ui.layout import ABOUT
 
     about = " ".join(ABOUT.split())  # (the text wraps lines)
     labels = [label for source, label in render.SOURCE_LABELS.items() if source != "unknown"]
@@ -467,8 +467,8 @@ def test_the_about_tab_names_every_source_as_the_legend_does():
 
 def test_a_replay_names_an_offered_model_as_the_page_does():
     from recap.studio.environment import EMBEDDED_V2_ID, model_label
-    from recap.studio.traces import replay_status
-    from recap.studio.validation import markdown_text
+    from recap.studio.ui.render import markdown_text
+    from recap.studio.ui.traces import replay_status
     from recap.trace import RunTrace
 
     trace = RunTrace(settings={"model": EMBEDDED_V2_ID, "method": "pld"}, steps=_steps())

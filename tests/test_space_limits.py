@@ -144,7 +144,7 @@ def test_a_visitor_is_served_while_twelve_sessions_pace_the_slowest_displays(spa
     # No limit on the visitor's time: what is asserted is the order (served while every display goes on).
     from gradio_client import Client
 
-    from recap.studio import validation
+    from recap.studio.guard import validation
 
     monkeypatch.setattr(validation, "MAX_TOTAL_DELAY_S", 3600.0)
     monkeypatch.setattr(validation, "DELAY_MS_RANGE", (0, 8000))
@@ -175,8 +175,8 @@ def test_a_visitor_is_served_while_twelve_sessions_pace_the_slowest_displays(spa
 def test_a_paced_display_gives_its_slot_back_before_it_is_shown():
     # Deterministic: the worker puts ten steps at once; the display shows one per 0.5 s. From the second
     # update on the slot is free, though eight steps are still to be shown.
-    from recap.studio.line import DecodeSlots
-    from recap.studio.slots import paced
+    from recap.studio.guard.decode_line import DecodeSlots
+    from recap.studio.guard.jobs import paced
 
     async def scenario():
         slots = DecodeSlots(1, 0)
@@ -194,7 +194,7 @@ def test_a_paced_display_gives_its_slot_back_before_it_is_shown():
 
 
 def test_the_line_of_waiting_runs_is_bounded():
-    from recap.studio.line import Busy, DecodeSlots
+    from recap.studio.guard.decode_line import Busy, DecodeSlots
 
     async def scenario():
         release = threading.Event()
@@ -320,7 +320,7 @@ def test_the_worst_replays_within_the_limits_are_cheap_and_freed(space, tmp_path
         # the session keeps the replayed run for scrubbing as long as it lives: that is what stays
         (kept,) = [v for v in shown.values() if isinstance(v, dict) and "trace" in v]
         del shown
-        from recap.studio.sessions import release_memory
+        from recap.studio.guard.sessions import release_memory
 
         release_memory()
         left = tracemalloc.get_traced_memory()[0] - before
@@ -342,7 +342,7 @@ def test_a_flood_of_replays_from_one_client_is_refused_at_once_and_another_is_se
     # refused. (`sources` costs most to draw: four of them from one address, accepted, drew ~63 s each.)
     from concurrent.futures import ThreadPoolExecutor
 
-    from recap.studio.traces import REPLAY_HELD
+    from recap.studio.ui.traces import REPLAY_HELD
 
     def replay(uploaded: str, address: str | None = None) -> tuple[str, str]:
         headers = {"content-type": "application/json", **({"x-forwarded-for": address} if address else {})}
@@ -376,7 +376,7 @@ def test_step_views_from_one_session_are_drawn_one_at_a_time(space, tmp_path, mo
     # is held (a gate) until every other call is answered, so nothing here depends on the machine's speed.
     from gradio_client import Client, handle_file
 
-    from recap.studio import handlers
+    from recap.studio.ui import handlers
 
     gate, drawing, view = threading.Event(), threading.Event(), handlers.step_view
 
@@ -460,7 +460,7 @@ def test_the_ledger_does_not_underestimate_what_a_session_holds():
     from recap.drafters.recap.config import RecapConfig
     from recap.runtime import Runtime
     from recap.state import DrafterState
-    from recap.studio.sessions import footprint
+    from recap.studio.guard.sessions import footprint
     from recap.trace import RunTrace
 
     target = tiny("llava")
@@ -486,8 +486,8 @@ def test_the_ledger_counts_what_the_worst_replays_keep(tmp_path, shape):
     # A replay's trace stays in its session: the estimate must not fall below what it holds, or one
     # client's replays in fresh sessions fill the server while the ledger reads them as small (the
     # `strings` trace keeps ~50 MB: 8000 source names a node, each a string of its own).
-    from recap.studio.exports import read_trace
-    from recap.studio.sessions import footprint
+    from recap.studio.guard.sessions import footprint
+    from recap.studio.ui.traces import read_trace
 
     path = _worst_trace(tmp_path / f"{shape}.json", shape)
     tracemalloc.start()
@@ -514,7 +514,7 @@ def test_sessions_are_bounded_and_a_dropped_session_is_told(space):
     # session, dropped on the way, is told so on its next run.
     from gradio_client import Client
 
-    from recap.studio.sessions import release_memory
+    from recap.studio.guard.sessions import release_memory
 
     ledger = space.studio.sessions
     budget = ledger.budget
@@ -548,7 +548,7 @@ def test_sessions_are_bounded_and_a_dropped_session_is_told(space):
 def test_the_api_names_its_parameters_and_needs_no_internet(space):
     from gradio_client import Client
 
-    from recap.studio.validation import setting_names
+    from recap.studio.guard.validation import setting_names
 
     client = Client(space.url, verbose=False)
     try:
@@ -572,7 +572,7 @@ def test_a_request_body_over_the_bound_is_refused_before_it_is_read(space):
     # gradio reads a JSON body whole before any check (a 300 MB prompt took the server from 0.48 to 1.6
     # GB): a body over 1 MiB is refused with 413, declared or sent in chunks, and the server serves on;
     # an upload keeps gradio's own bound (50 MB), above the JSON one.
-    from recap.studio.bodylimit import MAX_BODY_BYTES
+    from recap.studio.guard.bodylimit import MAX_BODY_BYTES
 
     join = f"{space.url}gradio_api/queue/join"
     big = b'{"data": ["' + b"a" * (MAX_BODY_BYTES + 1) + b'"], "fn_index": 0, "session_hash": "x"}'
@@ -646,7 +646,7 @@ def test_a_fault_inside_gradios_processing_still_logs_its_traceback(space, monke
 
 
 def test_the_upload_ledger_counts_uploads_as_they_start_and_forgets_idle_clients():
-    from recap.studio.bodylimit import UploadLedger
+    from recap.studio.guard.bodylimit import UploadLedger
 
     now = [0.0]
     ledger = UploadLedger(window_s=600, clock=lambda: now[0])
@@ -668,7 +668,7 @@ def test_the_upload_ledger_counts_uploads_as_they_start_and_forgets_idle_clients
 def test_gradios_files_of_uploads_broken_off_are_swept_once_stale(tmp_path):
     import os
 
-    from recap.studio.bodylimit import sweep_stale_uploads
+    from recap.studio.guard.bodylimit import sweep_stale_uploads
 
     stale, fresh, kept = tmp_path / "tmpabc", tmp_path / "tmpdef", tmp_path / "scene.png"
     for path in (stale, fresh, kept):
@@ -685,7 +685,7 @@ def test_uploads_are_bounded_per_client_and_by_the_free_disk(space, monkeypatch)
     # Uploads are what fills the disk (gradio keeps them for a day): a client that has uploaded its
     # budget in the window is refused (429, with the reason) while another client is not, and no upload
     # is taken while the disk is nearly full (503); a run on a file already uploaded goes on.
-    from recap.studio import bodylimit
+    from recap.studio.guard import bodylimit
 
     monkeypatch.setattr(bodylimit, "UPLOAD_BUDGET_BYTES", 3 * space.image.stat().st_size)
 
@@ -712,7 +712,7 @@ def test_an_upload_is_refused_by_what_it_declares_before_a_byte_is_written(space
     # of one cut short), and one that does not say its size is refused too: nothing lands on the disk.
     from gradio.utils import get_upload_folder
 
-    from recap.studio import bodylimit
+    from recap.studio.guard import bodylimit
 
     folder = Path(get_upload_folder())
     before = set(folder.glob("tmp*"))
@@ -754,7 +754,7 @@ def test_a_refusal_is_logged_in_one_line(space, capfd, caplog):
 def test_the_compare_status_names_only_the_methods_that_ran(space, monkeypatch):
     from gradio_client import Client
 
-    from recap.studio import compare
+    from recap.studio.ui import compare
 
     monkeypatch.setattr(compare, "offered_methods", lambda: ("recap", "tr", "pld", "ar"))
     client = Client(space.url, verbose=False)
@@ -814,7 +814,7 @@ def test_the_first_start_says_it_is_compiling_before_the_url(tmp_path):
 def test_stop_says_the_memories_learnt_what_a_delayed_display_had_not_shown(delay_ms, ahead):
     # with a display delay the decoding runs ahead of the display: the status must not hide that the
     # memories learnt the tokens never shown; a hostile delay value still gets the plain status
-    from recap.studio.validation import stopped_status
+    from recap.studio.guard.validation import stopped_status
 
     status = stopped_status(delay_ms)
     assert status.startswith("Stopped: the answer so far is kept; press Run to start again.")
@@ -847,7 +847,7 @@ def test_a_long_value_echoed_in_a_message_keeps_its_closing_quote():
 )
 def test_every_refusal_reads_as_one_sentence(message, shown):
     # refusals come from many checks, some lower-case fragments: a visitor reads them all alike
-    from recap.studio.validation import toast_text
+    from recap.studio.guard.validation import toast_text
 
     assert toast_text(message) == shown
 
@@ -856,7 +856,7 @@ def test_the_same_refusal_again_and_again_is_counted_not_logged(caplog, monkeypa
     # a client sending one refused request in a loop (1,414 lines in 3 minutes of a crowd) fills the log
     import logging
 
-    from recap.studio import validation
+    from recap.studio.guard import validation
 
     now = [1000.0]
     monkeypatch.setattr(validation.time, "monotonic", lambda: now[0])

@@ -35,9 +35,9 @@ from recap.memory.fingerprint import model_fingerprint
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import PredictionRecord
 from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, Runtime
-from recap.studio import render, story
 from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, MemoryPlan, memory_plan
 from recap.studio.serving import RuntimeCache, Studio, session_memories
+from recap.studio.ui import render, story
 from recap.trace import NodeRecord, StepRecord
 
 EMBEDDED = (EMBEDDED_MODEL / "config.json").is_file() and (EMBEDDED_MODEL_V1 / "config.json").is_file()
@@ -280,7 +280,7 @@ def test_memory_line(state, expected):
 
 def _reset(studio: Studio, name: str):
     """The handler of reset button ``name``, as `wire_reset` registers it."""
-    from recap.studio import handlers
+    from recap.studio.ui import handlers
 
     captured: dict = {}
     register = SimpleNamespace(click=lambda fn, *a, **k: captured.setdefault(k["api_name"], fn))
@@ -292,7 +292,7 @@ def _reset(studio: Studio, name: str):
 def test_memory_state_and_the_two_resets(tiny_memory_file, monkeypatch):
     import gradio as gr
 
-    from recap.studio.handlers import memory_state
+    from recap.studio.ui.handlers import memory_state
 
     told: list[str] = []
     monkeypatch.setattr(gr, "Info", told.append)
@@ -328,7 +328,7 @@ def test_memory_state_and_the_two_resets(tiny_memory_file, monkeypatch):
 
 
 def test_an_operator_file_that_does_not_load_shows_as_cold_with_the_reason(tmp_path):
-    from recap.studio.handlers import memory_state
+    from recap.studio.ui.handlers import memory_state
 
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"not a memory")
@@ -446,9 +446,9 @@ class Recorded:
 
 def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path):
     import app
-    from recap.studio.examples import EXAMPLES_V1_DIR, OTHER_SET, examples
-    from recap.studio.measure import DEVICE, EQUAL, REPEATS
     from recap.studio.serving import COMPARE_WARMUP
+    from recap.studio.ui.examples import EXAMPLES_V1_DIR, OTHER_SET, examples
+    from recap.studio.ui.measure import DEVICE, EQUAL, REPEATS
 
     runtime = RecordingRuntime(tiny("llava"))
     demo = app.build_demo(runtime_factory=lambda _: runtime, models=["tiny-recorded"], cache=RuntimeCache())
@@ -510,7 +510,7 @@ def test_compare_warms_every_method_with_memories_on_the_same_requests(tmp_path)
 
 
 def test_kept_warm_drafters_are_bounded_and_least_recently_used_go_first():
-    from recap.studio import compare
+    from recap.studio.ui import compare
 
     runtime = Runtime(tiny("llava"))
     for index in range(compare.WARMED_KEPT + 2):
@@ -530,8 +530,8 @@ def test_kept_warm_drafters_go_with_their_models_runtime():
     import weakref
 
     from recap.drafters.recap.config import RecapConfig
-    from recap.studio import compare
     from recap.studio.serving import fresh_drafter
+    from recap.studio.ui import compare
 
     runtime = Runtime(tiny("llava"))
     for method, budget in (("recap", "auto"), ("tr", 80)):
@@ -546,9 +546,9 @@ def test_kept_warm_drafters_go_with_their_models_runtime():
 def test_kept_warm_drafters_never_hold_the_visitors_input():
     import app
     from recap.drafters.suffix_decoding import suffix_decoding_available
-    from recap.studio import compare
-    from recap.studio.examples import OTHER_SET, examples
-    from recap.studio.measure import EQUAL
+    from recap.studio.ui import compare
+    from recap.studio.ui.examples import OTHER_SET, examples
+    from recap.studio.ui.measure import EQUAL
 
     runtime = Runtime(tiny("llava"))
     demo = app.build_demo(runtime_factory=lambda _: runtime, models=["tiny-kept"], cache=RuntimeCache())
@@ -622,14 +622,14 @@ def test_a_copied_recap_drafter_does_not_compile_the_search_again():
 def test_the_compare_warm_up_is_as_long_as_the_studio_says():
     # scripts.compare_story --warmup N sets it: the story's counts move with the warm-up (docs/studio.md)
     import app
-    from recap.studio.measure import EQUAL
+    from recap.studio.ui.measure import EQUAL
 
     runtime = RecordingRuntime(tiny("llava"))
     demo = app.build_demo(runtime_factory=lambda _: runtime, models=["tiny-recorded"], cache=RuntimeCache())
     demo.studio.compare_warmup = 2
     compare = next(fn.fn for fn in demo.fns.values() if fn.api_name == "compare")
     settings = ["tiny-recorded", "recap", "fixed", 8, 8, 8, True, True, True, 2, SESSION_SCOPE, 0.0, 0, 1.0]
-    from recap.studio.examples import OTHER_SET, examples
+    from recap.studio.ui.examples import OTHER_SET, examples
 
     image, prompt = examples(OTHER_SET)[0]
     *_, final = compare({"path": image}, prompt, *settings, None, EQUAL)

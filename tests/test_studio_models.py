@@ -28,7 +28,8 @@ from recap.studio.environment import (
     default_runtime_factory,
     offered_models,
 )
-from recap.studio.examples import (
+from recap.studio.serving import RuntimeCache, Studio
+from recap.studio.ui.examples import (
     BLANK_IMAGE,
     EXAMPLES_V1_DIR,
     EXAMPLES_V2_DIR,
@@ -39,7 +40,6 @@ from recap.studio.examples import (
     other_image_choices,
     swap_to,
 )
-from recap.studio.serving import RuntimeCache, Studio
 from recap.trace import RunTrace, summarize
 
 BOTH = (EMBEDDED_MODEL_V1 / "config.json").is_file() and (EMBEDDED_MODEL_V2 / "config.json").is_file()
@@ -57,7 +57,7 @@ def test_v2_is_the_default_model_everywhere():
 def test_the_old_id_embedded_names_the_default_with_a_warning(monkeypatch, caplog):
     """``embedded`` meant v1 until v2 became the default: it is still accepted (an API client's run, an
     operator's RECAP_MODELS) as the default, and the operator is told what it means now."""
-    from recap.studio.validation import check_model, parse_settings
+    from recap.studio.guard.validation import check_model, parse_settings
 
     values = ["embedded", "recap", "auto", 8, 8, 8, True, True, True, 8, "per session", 0.0, 0, 1.0, None]
     assert parse_settings(values, [EMBEDDED_V2_ID], ("per session",)).model == EMBEDDED_V2_ID
@@ -240,8 +240,8 @@ def test_switching_models_keeps_each_models_own_session_memories():
     from recap.decode import generate
     from recap.drafters.recap.config import RecapConfig
     from recap.inputs import load_image
+    from recap.studio.guard.validation import RunSettings
     from recap.studio.serving import drafter_for
-    from recap.studio.validation import RunSettings
 
     sizes = {}
     for model_id in (EMBEDDED_V1_ID, EMBEDDED_V2_ID, EMBEDDED_V1_ID):

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from conftest import free_port, noise_image, tiny
 
-from recap.studio import render
+from recap.studio.ui import render
 from recap.trace import RunTrace
 
 TINY = "tiny-llava"

@@ -1,7 +1,7 @@
 () => {
   // RECAP Studio's one script (loaded by recap.studio.environment.launch_kwargs).
   // The candidate tree names the width its depth columns need (layout.meta.min_width, set by
-  // recap.studio.figures.tree_figure): the plot is given at least that width, and its panel scrolls
+  // recap.studio.ui.figures.tree_figure): the plot is given at least that width, and its panel scrolls
   // sideways where it is narrower (a deep tree on a phone), instead of the labels running together.
   const fit = (plot) => {
     const meta = plot.layout && plot.layout.meta;

@@ -4,7 +4,7 @@ A memory that concurrent requests may update holds ``self._lock`` (a `threading.
 copied, so `copy.deepcopy` (and pickle) of such a memory, or of a drafter holding one, failed. `Guarded`
 copies everything else and gives the copy a new, unlocked lock: a lock guards one object's updates, and
 a copy is another object. Copy only a memory that no other thread is updating (the Compare tab copies
-the drafters it alone warmed, `recap.studio.compare`).
+the drafters it alone warmed, `recap.studio.ui.compare`).
 
 Example::
 

@@ -1,20 +1,15 @@
-"""RECAP Studio: the Gradio app that shows every step of speculative decoding, as a package.
+"""RECAP Studio: the Gradio app that shows every step of speculative decoding, in two parts.
 
-One concern per module (imports point down the list):
+- `recap.studio.ui`, the teaching: the components of each tab (`layout`), one handler per event
+  (`handlers`, `traces`, `compare`, `sensitivity_tab`, `examples`), and the pure renderers they call
+  (`render`, `figures`, `tables`, `explain`, `story`, `measure`, bounded by `drawing`).
+- `recap.studio.guard`, the public Space's guard: who a request comes from (`clients`), the decode line
+  and its waiting line (`decode_line`), jobs and their paced display (`jobs`), tickets for displays and
+  drawings (`tickets`), sessions kept within a memory budget (`sessions`), untrusted values checked
+  (`validation`) and request bodies bounded (`bodylimit`). The teaching does not depend on it to draw;
+  the handlers call it where a request is admitted.
 
-- `render`: pure renderers of `StepRecord`s into HTML, table rows and Gradio values (answer, stats,
-  passes, step table, Compare and sensitivity tables);
-- `figures`: the step panel's plotly figures (candidate tree, fused distribution);
-- `environment`: what the operator sets (environment variables, offered models, launch options);
-- `validation`: every value a request carries, checked against the UI's bounds (`RunSettings`);
-- `examples`: the example inputs and the sensitivity tab's replacement images;
-- `slots`: the decode slots and their bounded line, one run per session, paced displays;
-- `sessions`: what the sessions hold, kept within a memory budget (the least recently used dropped);
-- `serving`: the shared runtime cache, the per-pass lock, per-visitor drafting state (`Studio`);
-- `exports`: trace files written on Download and removed with the session;
-- `layout`: the components of each tab, nothing else;
-- `explain`: one step in plain words (the teacher's line beside the tree);
-- `handlers`, `compare`, `sensitivity_tab`: one handler per event, wired in `demo.build_demo`.
-
-``app.py`` at the repository root builds the demo with `build_demo` and launches it.
+Beside them: `environment` (what the operator sets), `serving` (`Studio`: the model cache, each
+visitor's memories, and the guard's objects every request shares) and `demo` (`build_demo`: the Blocks
+laid out and wired). ``app.py`` at the repository root builds the demo and launches it.
 """

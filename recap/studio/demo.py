@@ -17,10 +17,6 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 
-from recap.studio import exports as exports_module
-from recap.studio import handlers, layout, traces
-from recap.studio.bodylimit import BodyLimit
-from recap.studio.compare import wire_compare
 from recap.studio.environment import (
     configure_environment,
     default_runtime_factory,
@@ -28,11 +24,14 @@ from recap.studio.environment import (
     memory_scopes,
     offered_models,
 )
-from recap.studio.examples import EXAMPLE_ROOTS, wire_examples
-from recap.studio.exports import TraceExports
-from recap.studio.sensitivity_tab import wire_sensitivity
+from recap.studio.guard.bodylimit import BodyLimit
+from recap.studio.guard.validation import setting_names
 from recap.studio.serving import CACHE, RuntimeCache, RuntimeFactory, Studio
-from recap.studio.validation import setting_names
+from recap.studio.ui import handlers, layout, traces
+from recap.studio.ui.compare import wire_compare
+from recap.studio.ui.examples import EXAMPLE_ROOTS, wire_examples
+from recap.studio.ui.sensitivity_tab import wire_sensitivity
+from recap.studio.ui.traces import TraceExports
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +89,7 @@ class StudioBlocks(gr.Blocks):
     and every server it starts bounds the request bodies it reads (`launch`)."""
 
     def launch(self, *args, **kwargs):
-        """gradio's ``launch``, with `recap.studio.bodylimit.BodyLimit` in front of its app, and a call to
+        """gradio's ``launch``, with `guard.bodylimit.BodyLimit` in front of its app, and a call to
         an API name the studio does not have answered 404 with its names (gradio answers 500 and logs a
         traceback per call, which a client could flood the log with)."""
         app_kwargs = dict(kwargs.get("app_kwargs") or {})
@@ -217,7 +216,7 @@ def build_demo(
         # An image must come from gradio's upload cache (where uploads and examples land) or the examples.
         studio.upload_roots = [Path(ui["image"].GRADIO_CACHE), *EXAMPLE_ROOTS]
         exports = TraceExports(
-            Path(ui["download_file"].GRADIO_CACHE) / "recap-traces", max_age_s=exports_module.TRACE_MAX_AGE_S
+            Path(ui["download_file"].GRADIO_CACHE) / "recap-traces", max_age_s=traces.TRACE_MAX_AGE_S
         )
         handlers.wire_run(studio, ui, setting_inputs, session, run_state)
         handlers.wire_scrub(studio, ui, run_state)
@@ -233,7 +232,7 @@ def build_demo(
         demo.unload(traces.forget_exports(exports))
     # Compare's handler takes the settings as *values: its API parameters are named here, as /run's
     name_parameters(demo, "compare", ["image", "prompt", *setting_names(), "budgets"])
-    studio.sessions.attach(demo, session)  # (the sessions' budget: `recap.studio.sessions`)
+    studio.sessions.attach(demo, session)  # (the sessions' budget: `recap.studio.guard.sessions`)
     demo.trace_exports = exports
     demo.studio = studio
     return demo

@@ -17,13 +17,13 @@ Read here and nowhere else in the studio:
   "the studio is busy"); gradio's queue holds at most 8 times as many events of every kind;
 - ``RECAP_PER_CLIENT``: runs, comparisons and sensitivity passes one client (one address, whatever its
   number of sessions) may have decoding or waiting at once (default 2; beyond, refused with a message
-  saying so); the line serves its clients in turns (`recap.studio.line.DecodeSlots`);
+  saying so); the line serves its clients in turns (`recap.studio.guard.decode_line.DecodeSlots`);
 - ``RECAP_PROXY_HOPS``: trusted reverse proxies in front of the server (default 1 on a Hugging Face
   Space, where ``SPACE_ID`` is set, else 0): a client is the address the outermost of them appended
   to ``X-Forwarded-For`` (with 0, the peer address);
 - ``RECAP_SESSIONS_MB`` / ``RECAP_MAX_SESSIONS``: what the server keeps for its sessions (memories,
   last run, last comparison) in all, and how many sessions (default 128 MB and 1000); the least
-  recently used sessions are dropped beyond either (`recap.studio.sessions`);
+  recently used sessions are dropped beyond either (`recap.studio.guard.sessions`);
 - ``RECAP_SHARED_MEMORY``: if ``1``, visitors may also choose the process-wide persistent memory, which
   every visitor of a model reads and writes (its drafts then show words from other visitors' answers).
   Unset (the default), every browser session has its own memories and nothing else;
@@ -197,7 +197,7 @@ MAX_PROXY_HOPS = 16
 
 def proxy_hops() -> int:
     """Trusted reverse proxies in front of the server (``RECAP_PROXY_HOPS``; default 1 on a Hugging Face
-    Space, which sets ``SPACE_ID``, else 0): how `recap.studio.line.client_key` tells clients apart."""
+    Space, which sets ``SPACE_ID``, else 0): how `guard.clients.client_key` tells clients apart."""
     raw = os.environ.get("RECAP_PROXY_HOPS", "").strip()
     if not raw:
         return 1 if os.environ.get("SPACE_ID") else 0

@@ -52,11 +52,13 @@ from recap.studio.environment import (
     turn_s,
     waiting,
 )
-from recap.studio.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
-from recap.studio.line import Busy, DecodeSlots, client_key
-from recap.studio.sessions import ClientLedger
-from recap.studio.slots import Cancelled, DecodeJob, RenderBudget, SessionJobs, Tickets, WaitingLine
-from recap.studio.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
+from recap.studio.guard.clients import client_key
+from recap.studio.guard.decode_line import Busy, DecodeSlots, WaitingLine
+from recap.studio.guard.jobs import Cancelled, DecodeJob, SessionJobs
+from recap.studio.guard.sessions import ClientLedger
+from recap.studio.guard.tickets import RenderBudget, Tickets
+from recap.studio.guard.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
+from recap.studio.ui.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
 from recap.trace import StepRecord
 
 log = logging.getLogger("recap.studio")
@@ -281,7 +283,7 @@ class Studio:
             time.sleep(0.02)
 
     def client(self, request) -> str:
-        """Who sent ``request`` (`recap.studio.line.client_key` behind `proxy_hops` proxies)."""
+        """Who sent ``request`` (`recap.studio.guard.clients.client_key` behind `proxy_hops` proxies)."""
         return client_key(request, self.proxy_hops)
 
     def owner(self, session: str) -> str | None:

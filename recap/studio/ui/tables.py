@@ -1,15 +1,15 @@
 """The step panel's table and the Sensitivity tab's: `StepRecord`s in, ``gr.Dataframe`` rows out
 (``list[list]`` under the ``*_HEADERS`` list). Plain value transformations, unit-tested without a
-browser, like `recap.studio.render`."""
+browser, like `recap.studio.ui.render`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 from recap.bench.sensitivity import common_prefix, split_against_reference, token_ids, token_sources
-from recap.studio.drawing import listed
-from recap.studio.render import method_label
-from recap.studio.story import accepted_by_depth
+from recap.studio.ui.drawing import listed
+from recap.studio.ui.render import method_label
+from recap.studio.ui.story import accepted_by_depth
 from recap.trace import StepRecord
 
 STEP_TABLE_HEADERS = ["quantity", "value"]
@@ -52,7 +52,7 @@ def sensitivity_rows(
     (not the first), and where ``coverage`` says (the Compare tab's probe, `recap.bench.coverage`): at
     how many image-sensitive positions a memory already held the token, and how many of those a record
     of this request (this image); then the image-sensitive ones split by where the method met them (a
-    pass's first draft, or deeper: `recap.studio.story.accepted_by_depth`).
+    pass's first draft, or deeper: `recap.studio.ui.story.accepted_by_depth`).
 
     ``flags`` mark the positions of the first run's answer (the reference the sensitivity pass
     forced); a method is counted only where its answer agrees with it (`split_against_reference`).

@@ -1,8 +1,8 @@
 """The Run tab's events, one handler each: run (streamed), stop, scrub, reset (download and replay:
-`recap.studio.traces`).
+`recap.studio.ui.traces`).
 
-Handlers are thin: values are checked by `recap.studio.validation` and `Studio`, decoding happens in
-`recap.decode`, pictures come from `recap.studio.render` / `figures`. Each ``wire_*`` function defines
+Handlers are thin: values are checked by `recap.studio.guard.validation` and `Studio`, decoding happens in
+`recap.decode`, pictures come from `recap.studio.ui.render` / `figures`. Each ``wire_*`` function defines
 its handler as a closure over the components it updates and registers it; `recap.studio.demo` calls
 them. Per-visitor data lives in ``gr.State``: ``session`` (memories by model id) and ``run_state``
 (``{"trace", "image", "prompt", "model", "key"}`` of the last run or replay).
@@ -22,25 +22,25 @@ import gradio as gr
 from recap.bench.sensitivity import token_texts
 from recap.inputs import check_integer, shown
 from recap.state import DrafterState
-from recap.studio import figures, render, tables, validation
 from recap.studio.environment import REPLAY_EVENTS, SESSION_SCOPE, SHARED_SCOPE, model_label
-from recap.studio.serving import EMPTIED, Studio, drafter_for
-from recap.studio.slots import HEARTBEAT_S, paced
-from recap.studio.validation import (
+from recap.studio.guard import validation
+from recap.studio.guard.jobs import HEARTBEAT_S, paced
+from recap.studio.guard.validation import (
     display_delay_s,
-    markdown_text,
     refusal,
     setting_names,
     toast_text,
     upload_problem,
 )
+from recap.studio.serving import EMPTIED, Studio, drafter_for
+from recap.studio.ui import figures, render, tables
 from recap.trace import RunTrace, StepRecord
 
 log = logging.getLogger("recap.studio")
 
 #: Minimum seconds between two streamed UI updates (all runs together also share `Studio.updates`).
 MIN_UPDATE_INTERVAL = 0.1
-#: What a session whose memories were dropped while idle (`recap.studio.sessions`) is told.
+#: What a session whose memories were dropped while idle (`recap.studio.guard.sessions`) is told.
 RESTARTED = (
     "this session's memories had been dropped while it was idle, to keep the server within its memory "
     "budget: this run started again from the model's starting memory"
@@ -161,7 +161,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
     bounded per client: `Studio.submit`) while its input is loaded and decoded at full speed, and only
     then; between two of its passes it gives the slot to another client's waiting work, if any. Its
     steps are paced out to the visitor at the display delay after the slot is free
-    (`recap.studio.slots.paced`). A session has one run at a time (a newer one replaces it).
+    (`recap.studio.guard.jobs.paced`). A session has one run at a time (a newer one replaces it).
     """
     names = (*RESULT_OUTPUTS, "download", "words", "memory")
     outputs = [ui[n] for n in names] + [run_state, session]
@@ -272,7 +272,7 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         reason = steps[-1].finish_reason if steps else None
         done = (
             f"Done: {len(trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'}), "
-            f"with {markdown_text(model_label(settings.model))}."  # (still true once another model is chosen)
+            f"with {render.markdown_text(model_label(settings.model))}."  # (true once another is chosen)
         )
         if hurried:
             done += (
@@ -346,9 +346,9 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
 
 
 #: Seconds a step's view waits for its drawing ticket (its client's rest after its last drawing, or
-#: another client's drawing) before it is refused; a drawing is bounded (`recap.studio.drawing`).
+#: another client's drawing) before it is refused; a drawing is bounded (`recap.studio.ui.drawing`).
 VIEW_PATIENCE_S = 10.0
-#: Why a step's view was refused, by `recap.studio.slots.Tickets.wait_take`'s answer.
+#: Why a step's view was refused, by `recap.studio.guard.tickets.Tickets.wait_take`'s answer.
 VIEW_REFUSED = {
     "waiting": "Your previous step view is still being drawn: wait for it to show.",
     "resting": "Your last replay or step view took a while to draw: wait a few seconds before the next.",
@@ -359,7 +359,7 @@ VIEW_REFUSED = {
 def wire_scrub(studio: Studio, ui: dict, run_state) -> None:
     """Moving the step slider shows that step in the step panel: drawn under a drawing ticket of its
     client (`Studio.replays`, the one replays take: a few at once, one per client, each client resting
-    as long as its drawing took), in a thread, and bounded by `recap.studio.drawing`."""
+    as long as its drawing took), in a thread, and bounded by `recap.studio.ui.drawing`."""
     outputs = [ui[name] for name in STEP_PANEL]
 
     async def scrub(state, index, request: gr.Request = None):

@@ -1,21 +1,34 @@
-"""The Run tab's traces: Download writes the last run's trace for the browser to fetch, and a trace file
-dropped on *Replay a run* fills the answer and the step panel again, with no model (`recap.trace`,
-`recap.studio.exports`). Wired like `recap.studio.handlers`' events, whose panels they fill."""
+"""A run's trace file, both ways: Download writes the last run's trace for the browser to fetch, and a
+trace file dropped on *Replay a run* fills the answer and the step panel again, with no model.
+
+A trace holds the visitor's prompt, so it is written only when Download is clicked (`TraceExports`),
+in an unguessable folder of that session, and removed when the session ends. An uploaded trace is
+read and checked in full (`read_trace`, `recap.trace`'s bounds) before anything shows it; what is drawn
+from it is bounded by `recap.studio.ui.drawing`. Wired like `recap.studio.ui.handlers`' events, whose
+panels they fill.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import math
+import re
+import secrets
+import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import gradio as gr
 
-from recap.studio import render
 from recap.studio.environment import REPLAY_CONCURRENCY, REPLAY_EVENTS, model_label
-from recap.studio.exports import TraceExports, read_trace
-from recap.studio.handlers import (
+from recap.studio.guard.sessions import release_memory
+from recap.studio.guard.validation import refusal
+from recap.studio.serving import Studio
+from recap.studio.ui import render
+from recap.studio.ui.handlers import (
     NO_RUN_YET,
     RESULT_OUTPUTS,
     VIEW_PATIENCE_S,
@@ -23,10 +36,83 @@ from recap.studio.handlers import (
     panels,
     serialized,
 )
-from recap.studio.serving import Studio
-from recap.studio.sessions import release_memory
-from recap.studio.validation import markdown_text, refusal
 from recap.trace import PackedSteps, RunTrace
+
+#: Exported traces older than this are deleted at the next export, for sessions that never end
+#: cleanly (API clients); a browser session's exports go when its tab closes.
+TRACE_MAX_AGE_S = 3600
+
+
+class TraceExports:
+    """Trace files written for the Download button: one unguessable folder per session under ``root``.
+
+    A trace holds the visitor's prompt, so it is written only when Download is clicked (`write`), and
+    its folder goes when the session ends (`remove`, called by ``demo.unload`` when the tab closes), or
+    `TRACE_MAX_AGE_S` after the session's last download (a ``gr.State`` expiring calls `remove_session`;
+    `prune` at each export does the same for any session the state missed).
+    """
+
+    def __init__(self, root: Path, max_age_s: float = TRACE_MAX_AGE_S) -> None:
+        self.root = Path(root)
+        self.max_age_s = max_age_s
+        self._lock = threading.Lock()
+        self._folders: dict[str, tuple[Path, float]] = {}  # session -> (folder, time of the last export)
+
+    def write(self, session: str, trace: RunTrace) -> Path:
+        """Write ``trace`` for ``session`` (replacing its earlier export of the same method)."""
+        self.prune()
+        with self._lock:
+            folder = self._folders.get(session, (self.root / secrets.token_hex(16), 0.0))[0]
+            self._folders[session] = (folder, time.time())
+        folder.mkdir(parents=True, exist_ok=True)
+        method = re.sub(r"[^a-z0-9-]", "", str(trace.settings.get("method", "")))[:20] or "run"
+        path = folder / f"recap-run-{method}.json"
+        trace.save(path)
+        return path
+
+    def remove(self, session: str) -> None:
+        """Delete ``session``'s exports (nothing if it has none)."""
+        with self._lock:
+            folder = self._folders.pop(session, (None, 0.0))[0]
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def remove_session(self, session: object) -> None:
+        """`remove`, as a ``gr.State`` delete callback (its value: a session id, or None)."""
+        if isinstance(session, str):
+            self.remove(session)
+
+    def prune(self) -> None:
+        """Delete the exports of sessions whose last export is older than ``max_age_s``."""
+        now = time.time()
+        with self._lock:
+            old = [s for s, (_, at) in self._folders.items() if now - at > self.max_age_s]
+        for session in old:
+            self.remove(session)
+
+    def sessions(self) -> list[str]:
+        """Sessions that have exports on disk."""
+        with self._lock:
+            return list(self._folders)
+
+    def folder(self, session: str) -> Path | None:
+        """The folder of ``session``'s exports, if it has any."""
+        with self._lock:
+            return self._folders[session][0] if session in self._folders else None
+
+
+def read_trace(path: str | Path) -> RunTrace:
+    """An uploaded trace, or a ``ValueError`` saying why it cannot be replayed (no server path in it)."""
+    try:
+        trace = RunTrace.load(path)
+    except UnicodeDecodeError:
+        raise ValueError("it is not UTF-8 text") from None
+    except OSError:
+        raise ValueError("it cannot be read") from None
+    if not trace.steps:
+        raise ValueError("it has no steps")
+    return trace
+
 
 #: Run in the browser after the Download click's handler: fetch the file it wrote, as a download.
 _DOWNLOAD_JS = """
@@ -93,7 +179,7 @@ def replay_status(trace: RunTrace) -> str:
     method = render.method_label(str(trace.settings.get("method", "?")))
     model = model_label(str(trace.settings.get("model", "?")))  # (an offered model by its shown name)
     return (
-        f"Replaying a recorded {markdown_text(method, 40)} run of {markdown_text(model)} "
+        f"Replaying a recorded {render.markdown_text(method, 40)} run of {render.markdown_text(model)} "
         f"({len(trace.steps)} steps): scrub its steps with the step slider."
     )
 
@@ -121,7 +207,7 @@ def wire_replay(studio: Studio, ui: dict, run_state) -> None:
     def replay(path, request: gr.Request = None):
         """Show a downloaded run (its JSON trace) without a model: the answer, stats and last step. The
         file is read and drawn (the figures serialized too) under one ticket of its client: its rest
-        counts both (`recap.studio.drawing` bounds the drawing)."""
+        counts both (`recap.studio.ui.drawing` bounds the drawing)."""
         if not path:
             return {run_state: gr.skip()}
         client = studio.client(request)

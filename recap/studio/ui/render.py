@@ -9,20 +9,21 @@ function is a plain value transformation, so the visual layer is unit-tested wit
   ``lookup``) or ``target`` for the bonus token the target produced itself;
 - `highlighted_answer` returns the value of a ``gr.HighlightedText`` (``[(text, label), ...]``) whose
   labels are `SOURCE_LABELS` and whose colours are `highlight_color_map()`;
-- the passes chart is a `plotly.graph_objects.Figure` (the step panel's are in `recap.studio.figures`);
-  the step table's and the sensitivity table's rows are `recap.studio.tables`'.
+- the passes chart is a `plotly.graph_objects.Figure` (the step panel's are in `recap.studio.ui.figures`);
+  the step table's and the sensitivity table's rows are `recap.studio.ui.tables`'.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
 from recap.bench.sensitivity import token_ids, token_sources, token_texts
-from recap.studio.drawing import (
+from recap.studio.ui.drawing import (
     MAX_DRAW_ROWS,
     MAX_TRIED,
     NAME_CHARS,
@@ -31,7 +32,7 @@ from recap.studio.drawing import (
     bar_width,
     cut,
 )
-from recap.studio.explain import explain_step
+from recap.studio.ui.explain import explain_step
 from recap.trace import StepRecord, summarize
 from recap.tree import SOURCE_TABLE
 
@@ -64,7 +65,7 @@ def method_label(method: str) -> str:
 
 def source_label(source: str) -> str:
     """A source's legend text: the studio's words for its own sources, another name (a replayed trace's)
-    cut to `recap.studio.drawing.NAME_CHARS`."""
+    cut to `recap.studio.ui.drawing.NAME_CHARS`."""
     return SOURCE_LABELS.get(source) or cut(source, NAME_CHARS)
 
 
@@ -95,6 +96,18 @@ def visible_token(piece: str, spaces: bool = False) -> str:
         else:
             out.append(char)
     return "".join(out) or "∅"
+
+
+_MARKDOWN_PUNCTUATION = re.compile(r"([!-%'-/:<-@\[-`{-~])")  # ASCII punctuation except & and ;
+
+
+def markdown_text(text: object, limit: int = 80) -> str:
+    """``text`` (from a visitor or a trace) shown literally inside ``gr.Markdown``: one line, cut to
+    ``limit`` characters, HTML-escaped and with Markdown punctuation backslash-escaped, so no tag,
+    link, image or emphasis survives."""
+    visible = visible_token(str(text))
+    visible = visible if len(visible) <= limit else visible[: limit - 1] + "…"
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(visible, quote=False))
 
 
 def plot_text(piece: str) -> str:
@@ -166,7 +179,7 @@ def highlighted_answer(steps: Sequence[StepRecord], upto: int | None = None) -> 
 
     ``upto``: only steps ``0..upto`` (to show the answer as it stood at a step). Newlines stay real
     newlines (so paragraphs look right); other control characters are made visible. Labels are the
-    sources' series (`recap.studio.drawing.SourceSeries`: past a dozen sources, the rest are one label).
+    sources' series (`recap.studio.ui.drawing.SourceSeries`: past a dozen sources, the rest are one label).
     """
     shown_steps = steps[: None if upto is None else upto + 1]
     series = SourceSeries.of_tokens(shown_steps)
@@ -235,7 +248,7 @@ TOKENS_TITLE = {"text": "tokens", "font": {"size": 11}}
 def passes_figure(steps: Sequence[StepRecord]) -> go.Figure:
     """Tokens committed by each target pass, stacked by source (a live view of acceptance): a bar series
     per source (at most a dozen: the rest stacked as one), a bar per step, or past
-    `recap.studio.drawing.MAX_BARS` steps a bar per `bar_width` steps (their tokens summed)."""
+    `recap.studio.ui.drawing.MAX_BARS` steps a bar per `bar_width` steps (their tokens summed)."""
     figure = go.Figure()
     series = SourceSeries.of_tokens(steps)
     order = series.order
@@ -272,7 +285,7 @@ def _sources_in(steps: Sequence[StepRecord]) -> list[str]:
 
 # ---------------------------------------------------------------------------------- step words
 def step_words_html(step: StepRecord | None, token_text: Mapping[int, str] | None = None) -> str:
-    """The step in plain words (`recap.studio.explain.explain_step`), then, for a sampled step, each verified
+    """The step in plain words (`explain.explain_step`), then, for a sampled step, each verified
     position's draw: the children tried with the target's probability ``p`` of each (accepted or
     rejected), and a mark on a token drawn from the residual. All text is escaped exactly once.
 

@@ -31,7 +31,7 @@ from recap.bench.sensitivity import (
     token_sources,
     token_texts,
 )
-from recap.studio.explain import quote
+from recap.studio.ui.explain import quote
 from recap.trace import StepRecord
 
 #: The memories whose records are conditioned on this request (its image and prompt).

@@ -214,7 +214,7 @@ class SessionLedger:
 
 class ClientLedger(SessionLedger):
     """`SessionLedger` whose sweeps drop the sessions of the client holding the most first: a client
-    (`recap.studio.line.client_key`) that opened many sessions loses them before a visitor with one
+    (`recap.studio.guard.clients.client_key`) that opened many sessions loses them before a visitor with one
     loses theirs. `sizes` lists the sessions of the client holding the most bytes first, each client's
     least recently used first; a session whose client is unknown (it never decoded) counts as a client
     of its own. ``owner(session)``: the session's client, or None (`Studio.owner`)."""

@@ -22,9 +22,9 @@ from PIL import Image
 from recap.bench.datasets import PHOTO_PROMPTS
 from recap.hotstart import WarmupRequest
 from recap.inputs import check_choice, load_image
-from recap.studio.environment import DEFAULT_MODEL_ID, EMBEDDED_V1_ID, EMBEDDED_V2_ID
+from recap.studio.environment import DEFAULT_MODEL_ID, EMBEDDED_V1_ID, EMBEDDED_V2_ID, ROOT
 
-EXAMPLES_V1_DIR = Path(__file__).resolve().parents[2] / "assets" / "examples"
+EXAMPLES_V1_DIR = ROOT / "assets" / "examples"
 EXAMPLES_V2_DIR = EXAMPLES_V1_DIR.with_name("examples-v2")
 #: Each embedded model's example scenes (held-out scenes of its own world); other models use v1's.
 EXAMPLE_DIRS = {EMBEDDED_V2_ID: EXAMPLES_V2_DIR, EMBEDDED_V1_ID: EXAMPLES_V1_DIR}

@@ -13,7 +13,6 @@ from typing import Any
 import gradio as gr
 
 from recap.drafters.recap.config import RecapConfig
-from recap.studio import measure, render, tables
 from recap.studio.environment import (
     DEFAULT_MODEL_ID,
     EMBEDDED_V1_ID,
@@ -22,8 +21,7 @@ from recap.studio.environment import (
     SHARED_SCOPE,
     model_label,
 )
-from recap.studio.examples import BLANK_IMAGE, example_sets, other_image_choices
-from recap.studio.validation import (
+from recap.studio.guard.validation import (
     BUDGET_MODES,
     BUDGET_RANGE,
     DELAY_MS_RANGE,
@@ -37,6 +35,8 @@ from recap.studio.validation import (
     TOP_P_RANGE,
     offered_methods,
 )
+from recap.studio.ui import measure, render, tables
+from recap.studio.ui.examples import BLANK_IMAGE, example_sets, other_image_choices
 
 HEADER = (
     "# RECAP Studio\nSpeculative decoding that **recycles** the target model's own predictions: "
@@ -194,7 +194,7 @@ EXAMPLE_LABELS = {EMBEDDED_V2_ID: "Examples (v2 scenes)", EMBEDDED_V1_ID: "Examp
 
 def _examples(ui: dict[str, Any], models: list[str]) -> None:
     """One group of examples per example set; only the default model's is visible (the examples follow
-    the chosen model: `recap.studio.examples.wire_examples`). The default's group is ``#examples``."""
+    the chosen model: `recap.studio.ui.examples.wire_examples`). The default's group is ``#examples``."""
     ui["example_groups"] = {}
     for index, (key, rows) in enumerate(ui["example_sets"].items()):
         with gr.Column(visible=index == 0, elem_id=f"examples-group-{index}") as group:

@@ -34,7 +34,7 @@ from gradio.utils import get_upload_folder
 from starlette.requests import Request
 
 from recap.studio.environment import proxy_hops
-from recap.studio.line import client_key
+from recap.studio.guard.clients import client_key
 
 #: The largest request body read for any path but an upload's (a studio request is a few kilobytes).
 MAX_BODY_BYTES = 1 << 20

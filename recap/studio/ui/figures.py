@@ -1,7 +1,7 @@
 """Figures of one step for the studio's step panel: the candidate tree and the fused distribution.
 
 Pure functions from a `StepRecord` to a `plotly.graph_objects.Figure`; labels go through
-`recap.studio.render.plot_text` / `plot_name` (escaped once: plotly reads tags in labels).
+`recap.studio.ui.render.plot_text` / `plot_name` (escaped once: plotly reads tags in labels).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from recap.drafters import is_recap_method
-from recap.studio.drawing import LABEL_CHARS, MAX_NAMES, TEXT_CHARS, SourceSeries, cut, listed, tree_subset
-from recap.studio.render import (
+from recap.studio.ui.drawing import LABEL_CHARS, MAX_NAMES, TEXT_CHARS, SourceSeries, cut, listed, tree_subset
+from recap.studio.ui.render import (
     SOURCE_COLORS,
     method_label,
     plot_name,
@@ -114,7 +114,7 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
     Traces: ``edges``, ``accepted path``, ``root``, one trace per main source named after it (each
     point's ``customdata`` is its node id; past a dozen sources the rest are one trace, ``other
     sources``), and ``bonus`` when the step has a bonus token. A tree of over
-    `recap.studio.drawing.MAX_TREE_NODES` nodes draws that many (`tree_subset`), and its title says so.
+    `recap.studio.ui.drawing.MAX_TREE_NODES` nodes draws that many (`tree_subset`), and its title says so.
     """
     nodes = tree_subset(step)
     root, places = tree_layout(nodes)

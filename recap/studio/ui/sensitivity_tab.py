@@ -14,11 +14,11 @@ import asyncio
 import gradio as gr
 
 from recap.bench.sensitivity import mark_steps, sensitive_flags, token_ids
-from recap.studio import render, tables
-from recap.studio.examples import check_other_image, other_image
+from recap.studio.guard.jobs import HEARTBEAT_S
+from recap.studio.guard.validation import refusal
 from recap.studio.serving import Studio
-from recap.studio.slots import HEARTBEAT_S
-from recap.studio.validation import refusal
+from recap.studio.ui import render, tables
+from recap.studio.ui.examples import check_other_image, other_image
 
 
 def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_state) -> None:

@@ -35,7 +35,6 @@ from recap.inputs import (
 from recap.runtime import parse_budget
 from recap.sampling import SamplingSettings
 from recap.studio.environment import MODEL_ALIASES, SHARED_SCOPE
-from recap.studio.render import visible_token
 
 log = logging.getLogger("recap.studio")
 
@@ -126,18 +125,6 @@ def _log_refusal(text: str) -> None:
         _refusals[text] = (now, 0)
     more = f" ({unlogged} more like it in the {now - last:.0f} s before, not logged)" if unlogged else ""
     log.info("refused: %s%s", text, more)
-
-
-_MARKDOWN_PUNCTUATION = re.compile(r"([!-%'-/:<-@\[-`{-~])")  # ASCII punctuation except & and ;
-
-
-def markdown_text(text: object, limit: int = 80) -> str:
-    """``text`` (from a visitor or a trace) shown literally inside ``gr.Markdown``: one line, cut to
-    ``limit`` characters, HTML-escaped and with Markdown punctuation backslash-escaped, so no tag,
-    link, image or emphasis survives."""
-    visible = visible_token(str(text))
-    visible = visible if len(visible) <= limit else visible[: limit - 1] + "…"
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(visible, quote=False))
 
 
 # ------------------------------------------------------------------------------------- settings

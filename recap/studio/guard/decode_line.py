@@ -12,7 +12,7 @@ generator (a run yields between two of its passes, a comparison between its meth
 turns of at least ``turn_s`` seconds: at its first ``yield`` after that, if another client waits, the
 slot goes to that client and the work waits at the head of its own client's queue. A short run ends
 within its turn; a costly one shares the slot, so nobody waits for the whole of someone else's. The
-jobs themselves and their display: `recap.studio.slots`.
+jobs themselves and their display: `recap.studio.guard.jobs`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import hashlib
 import inspect
-import ipaddress
 import logging
 import threading
 import time
@@ -31,56 +29,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from recap.studio.slots import NO_CLIENT, Cancelled, DecodeJob
+from recap.studio.guard.clients import NO_CLIENT, key_hash
+from recap.studio.guard.jobs import Cancelled, DecodeJob
 
 log = logging.getLogger("recap.studio")
-
-
-def client_key(request: Any, hops: int = 0) -> str:
-    """Who sent ``request`` (a ``gr.Request``), for the per-client bounds: its peer address, or behind
-    ``hops`` trusted reverse proxies the ``hops``-th address from the right of ``X-Forwarded-For`` (the
-    one the outermost trusted proxy appended, which a client cannot forge: whatever it sends itself
-    stays to the left); the peer address when the header has fewer entries. An IPv6 address counts by
-    its /64 network (one host is given a whole /64). Never shown, never logged in clear (`key_hash`)."""
-    if request is None:
-        return NO_CLIENT
-    host = ""
-    with contextlib.suppress(Exception):  # a request without a peer (a test client, a closed socket)
-        host = str(request.client.host or "")
-    if hops > 0:
-        entries = [entry.strip() for entry in _forwarded_for(request)]
-        if len(entries) >= hops and entries[-hops]:
-            host = entries[-hops]
-    if not host:
-        return NO_CLIENT
-    with contextlib.suppress(ValueError):
-        address = ipaddress.ip_address(host.strip("[]"))
-        if isinstance(address, ipaddress.IPv6Address):
-            if address.ipv4_mapped is not None:
-                return str(address.ipv4_mapped)
-            return str(ipaddress.IPv6Network((address, 64), strict=False))
-        return str(address)
-    return host
-
-
-def _forwarded_for(request: Any) -> list[str]:
-    """Every ``X-Forwarded-For`` entry of ``request``, left to right (several header lines joined)."""
-    try:
-        headers = request.headers
-    except Exception:  # no headers at all
-        return []
-    if headers is None:
-        return []
-    if hasattr(headers, "getlist"):  # starlette's headers: one value per header line
-        lines = headers.getlist("x-forwarded-for")
-    else:  # a plain mapping (gradio's copy of a request)
-        lines = [value for name, value in dict(headers).items() if str(name).lower() == "x-forwarded-for"]
-    return [entry for line in lines for entry in str(line).split(",")]
-
-
-def key_hash(client: str) -> str:
-    """A short hash of a client key, for logs."""
-    return hashlib.sha256(client.encode("utf-8", "replace")).hexdigest()[:10]
 
 
 @dataclass(eq=False)
@@ -332,3 +284,30 @@ class ClientBusy(Busy):
     def message(self) -> str:
         runs = "1 run" if self.cap == 1 else f"{self.cap} runs"
         return f"You already have {runs} decoding or waiting: wait for one to finish or press Stop."
+
+
+class WaitingLine:
+    """What a handler's status line says at its heartbeats while its job waits for a slot: ``describe()``
+    (the line's length; None once the job has its slot), then "Starting…" once, at the first heartbeat
+    after the job got its slot, unless the handler showed another update since (`shown_other`): a
+    waiting line never outlives the wait."""
+
+    STARTING = "Starting…"
+
+    def __init__(self, describe: Callable[[], str | None]) -> None:
+        self.describe, self._waiting_shown = describe, False
+
+    def status(self) -> str | None:
+        """The status to show now, or None: nothing new."""
+        line = self.describe()
+        if line is not None:
+            self._waiting_shown = True
+            return line
+        if self._waiting_shown:
+            self._waiting_shown = False
+            return self.STARTING
+        return None
+
+    def shown_other(self) -> None:
+        """The handler showed another update (the waiting line is gone from the page)."""
+        self._waiting_shown = False

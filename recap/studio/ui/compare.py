@@ -9,7 +9,7 @@ starts, `prewarm_in_background`, and a click waits for a warm-up under way, `war
 lookup keep nothing between requests. The visitor's own session
 memories are neither used nor changed.
 
-Measured like the benchmark (`recap.studio.measure`): equal node budgets by default, the timed phases
+Measured like the benchmark (`recap.studio.ui.measure`): equal node budgets by default, the timed phases
 of every pass, `measure.REPEATS` interleaved repeats (a method is warmed once and every repeat starts
 from a copy of its warmed drafter, so at equal budgets every repeat drafts the same trees; an `auto`
 budget also reads the drafting time it measures; the warmed drafter is kept for later clicks with the
@@ -20,10 +20,10 @@ Greedy decoding always (sampling settings apply to the Run tab only, and the tab
 method's output is identical to AR's, which the table checks. A short AR run first, so the first timed
 method does not pay for lazy initialisation.
 
-Above the strip, one line tells the paper's story (`recap.studio.story`): one teacher-forced pass with a
+Above the strip, one line tells the paper's story (`recap.studio.ui.story`): one teacher-forced pass with a
 blank image marks the tokens that depend on the image, and the line counts each method's drafts there.
 
-A comparison decodes in the studio's decode line like a run (`recap.studio.line.DecodeSlots`: fair
+A comparison decodes in the studio's decode line like a run (`guard.decode_line.DecodeSlots`: fair
 across clients, counted against its client's share), and gives its slot to another client's waiting
 work between its methods.
 """
@@ -48,12 +48,12 @@ from recap.drafters import is_recap_method, shared_state
 from recap.drafters.suffix_decoding import SuffixConfig
 from recap.embedded import embedded_world
 from recap.inputs import shown
-from recap.studio import measure, render, story
-from recap.studio.examples import BLANK_IMAGE, other_image
-from recap.studio.handlers import input_key
+from recap.studio.guard.jobs import HEARTBEAT_S, Cancelled
+from recap.studio.guard.validation import offered_methods, refusal
 from recap.studio.serving import Studio, fresh_drafter
-from recap.studio.slots import HEARTBEAT_S, Cancelled
-from recap.studio.validation import offered_methods, refusal
+from recap.studio.ui import measure, render, story
+from recap.studio.ui.examples import BLANK_IMAGE, other_image
+from recap.studio.ui.handlers import input_key
 from recap.trace import StepRecord
 
 #: The methods compared, in the table's order (AR first: it is the reference); SuffixDecoding where

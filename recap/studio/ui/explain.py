@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 from recap.drafters.recap.fusion import MEMORIES
-from recap.studio.drawing import MAX_NAMES, NAME_CHARS, TEXT_CHARS, cut
+from recap.studio.ui.drawing import MAX_NAMES, NAME_CHARS, TEXT_CHARS, cut
 from recap.trace import NodeRecord, StepRecord
 from recap.tree import SOURCES
 
@@ -27,7 +27,7 @@ _FUSED_SOURCES = frozenset(MEMORIES)
 
 def quote(text: str) -> str:
     """A token's text between «», with spaces and line breaks made visible (␣, ↵), cut to
-    `recap.studio.drawing.TEXT_CHARS`."""
+    `recap.studio.ui.drawing.TEXT_CHARS`."""
     return "«" + cut(text, TEXT_CHARS).replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") + "»"
 
 

@@ -35,13 +35,12 @@ import numpy as np
 from recap.bench.coverage import at_depths, deep_share
 from recap.bench.sensitivity import token_ids
 from recap.models.cost import CostModel, load_curve, projected_seconds
-from recap.studio.environment import EMBEDDED_FOLDERS
-from recap.studio.render import method_label
+from recap.studio.environment import EMBEDDED_FOLDERS, ROOT
+from recap.studio.ui.render import method_label
 from recap.trace import StepRecord, summarize
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]
 #: Recorded H200 cost curves, by the model folder they were recorded with.
 CURVES = {"tiny-scenes-llava": ROOT / "assets" / "cost-curves" / "h200-embedded.json"}
 #: Models whose curve is that of a sibling of the same architecture and size (named in the column).

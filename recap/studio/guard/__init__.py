@@ -1,0 +1,14 @@
+"""The public Space's guard: every request is a stranger's, and the server keeps serving the others.
+
+- `clients`: who a request comes from (its address behind the configured proxies), for every
+  per-client bound;
+- `decode_line`: the decode slots, fair across clients and bounded per client, and the waiting line a
+  handler shows while its work waits;
+- `jobs`: a piece of decoding work, one per session and event, and a display paced outside the slots;
+- `tickets`: how many paced displays and drawings from traces run at once, with a rest per client;
+- `sessions`: what the sessions keep, within a memory budget;
+- `validation`: every value a request carries, checked against the UI's bounds; refusals in one line;
+- `bodylimit`: request bodies bounded before gradio reads them.
+
+docs/reliability.md lists every bound with the test that shows it.
+"""
