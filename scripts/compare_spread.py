@@ -3,9 +3,15 @@
 Builds the studio in this process (the embedded default model, its first example), runs the Compare
 tab's handler ``--runs`` times with the page's default settings (as a click does), and prints each
 method's timed speedup over AR per run, the median and the largest deviation from it (in % of the
-median), then each method's timed seconds per run (which side of a ratio moved: AR's or the method's).
+median), then each method's timed seconds per run (which side of a ratio moved: AR's or the method's),
+then each method's projected speedup on the H200 curve per run beside the benchmark's ``--cost-curve``
+projection of the same click's passes (`recap.bench.metrics.aggregate` on `SampleRun.from_steps` of the
+runs the tab shows: the same records, the benchmark's own code), with the largest gap between the two.
 
-    python -m scripts.compare_spread --runs 5 [--repeats 3]
+``--busy N`` starts N CPU-bound processes beside it for the whole measurement (as
+``scripts/busy_suite.py`` does; they stop when it ends).
+
+    python -m scripts.compare_spread --runs 5 [--repeats 3] [--busy 3]
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Mapping, Sequence
 
 from recap.studio.ui import measure
 
@@ -34,6 +41,42 @@ def seconds(table) -> dict[str, float]:
     return {row[0]: float(str(row[column]).split()[0]) for row in _rows(table) if str(row[column]) != "-"}
 
 
+def projected(table) -> dict[str, float]:
+    """Method label -> the table's projected speedup on the H200 curve (from "0.031 s (2.90x)")."""
+    column = measure.HEADERS.index("projected on an H200 (speedup)")
+    found = {}
+    for row in _rows(table):
+        cell = str(row[column])
+        if cell != "-":
+            found[row[0]] = float(cell.split("(")[1].rstrip("x)"))
+    return found
+
+
+def bench_projection(
+    runs: Mapping[str, Sequence], projection: measure.Projection, cpu: bool = False
+) -> dict[str, float]:
+    """Method label -> the projected speedup `python -m recap.bench --cost-curve` computes for these runs
+    (its own code: `SampleRun.from_steps`, then `aggregate` with the curve), AR's runs the reference.
+    ``cpu``: with each run's drafting in the CPU time it recorded (``draft_cpu_ms``) in place of the
+    wall-clock time the benchmark adds (``draft_ms``)."""
+    from recap.bench.metrics import SampleRun, aggregate
+    from recap.studio.ui.render import method_label
+
+    def sample(steps: Sequence) -> SampleRun:
+        run = SampleRun.from_steps("input", steps, 0.0)
+        if cpu:
+            run.draft_ms = list(run.draft_cpu_ms)
+        return run
+
+    ar = [sample(runs["ar"])]
+    found = {}
+    for method, steps in runs.items():
+        result = aggregate(method, [sample(steps)], ar, None, projection=projection.curve)
+        if result.projected_speedup is not None:
+            found[method_label(method)] = result.projected_speedup
+    return found
+
+
 def nodes(table) -> dict[str, str]:
     """Method label -> the table's nodes per pass."""
     column = measure.HEADERS.index(measure.NODES)
@@ -41,11 +84,17 @@ def nodes(table) -> dict[str, str]:
 
 
 def spread(
-    compare, inputs: list, runs: int, shown: dict | None = None, timed: dict | None = None
+    compare,
+    inputs: list,
+    runs: int,
+    shown: dict | None = None,
+    timed: dict | None = None,
+    final_states: list | None = None,
 ) -> dict[str, list[float]]:
     """Each method's speedup over ``runs`` calls of the tab's handler ``compare`` with ``inputs``
     (``shown``, if given, receives the last table's nodes per pass; ``timed``, each method's timed
-    seconds per call)."""
+    seconds per call; ``final_states``, each call's final table and comparison state, as
+    ``(table, state)``)."""
     seen: dict[str, list[float]] = {}
     for _ in range(runs):
         *_, final = compare(*inputs)
@@ -57,6 +106,9 @@ def spread(
         if timed is not None:
             for method, value in seconds(table).items():
                 timed.setdefault(method, []).append(value)
+        if final_states is not None:
+            state = next((v for v in final.values() if isinstance(v, dict) and "runs" in v), None)
+            final_states.append((table, state))
     return seen
 
 
@@ -80,10 +132,23 @@ def click_inputs(defaults: list, image, prompt: str, budgets: str = "equal") -> 
     return values
 
 
+def fastest_total(repeats: Sequence[Sequence[float]]) -> float:
+    """The sum over passes of each pass's fastest repeat (the same passes in each repeat), for comparing
+    that count with the tab's median of the repeats' totals; the fastest total where pass counts differ."""
+    if len({len(r) for r in repeats}) != 1:
+        return min(sum(r) for r in repeats)
+    return sum(min(column) for column in zip(*repeats))
+
+
 def deviation(values: list[float]) -> float:
     """The largest distance from the median, in % of the median."""
     median = statistics.median(values)
     return 100 * max(abs(v - median) for v in values) / median if median else 0.0
+
+
+def gap(ours: float, theirs: float) -> float:
+    """How far ``ours`` is from ``theirs``, in % of ``theirs``."""
+    return 100 * abs(ours - theirs) / theirs if theirs else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,13 +158,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeats", type=int, default=measure.REPEATS, help="timed repeats per method and click"
     )
+    parser.add_argument("--busy", type=int, default=0, help="CPU-bound processes to run beside it")
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.repeats < 1:
-        parser.error("--runs and --repeats must be 1 or more")
+    if args.runs < 1 or args.repeats < 1 or args.busy < 0:
+        parser.error("--runs and --repeats must be 1 or more, --busy 0 or more")
     measure.REPEATS = args.repeats  # read by the tab's handler at every click
+    from scripts import busy_suite
+
+    busy = busy_suite.start_busy(args.busy, 3600.0)
+    try:
+        return _measure(args)
+    finally:
+        busy_suite.stop_busy(busy)
+
+
+def _measure(args: argparse.Namespace) -> int:
     import torch
 
-    from recap.studio.environment import DEFAULT_MODEL_ID
+    from recap.studio.environment import DEFAULT_MODEL_ID, EMBEDDED_FOLDERS
     from recap.studio.ui.examples import examples
 
     torch.set_num_threads(1)
@@ -108,17 +184,56 @@ def main(argv: list[str] | None = None) -> int:
     values = click_inputs(defaults, image, prompt, args.budgets)
     shown: dict[str, str] = {}
     timed: dict[str, list[float]] = {}
-    seen = spread(compare, values, args.runs, shown, timed)
+    finals: list = []
+    seen = spread(compare, values, args.runs, shown, timed, finals)
+    print(f"{args.runs} clicks of {prompt!r}, {args.busy} busy processes started beside it")
     for method, values in seen.items():
         runs = ", ".join(f"{v:.2f}x" for v in values)
         median = statistics.median(values)
         print(
             f"{method} ({shown.get(method, '-')} nodes / pass): {runs}; median {median:.2f}x,"
-            f" at most {deviation(values):.0f}% off it"
+            f" at most {deviation(values):.0f}% off it (range {min(values):.2f}-{max(values):.2f}x)"
         )
     for method, values in timed.items():
         runs = ", ".join(f"{v:.3f}" for v in values)
         print(f"{method} timed s: {runs}; at most {deviation(values):.0f}% off their median")
+    fastest: dict[str, list[float]] = {}  # the same clicks counted at each pass's fastest repeat
+    for _, state in finals:
+        times = state.get("times", {})
+        for method, repeats in times.items():
+            if repeats and times.get("ar"):
+                ratio = fastest_total(times["ar"]) / fastest_total(repeats)
+                fastest.setdefault(method, []).append(ratio)
+    for method, values in fastest.items():
+        runs = ", ".join(f"{v:.2f}x" for v in values)
+        worst = deviation(values)
+        print(f"{method} counted at each pass's fastest repeat instead: {runs}; at most {worst:.0f}% off")
+    projection = measure.projection_for(str(EMBEDDED_FOLDERS[DEFAULT_MODEL_ID]), "cpu")
+    if projection is None:
+        print("no recorded H200 curve for this model: no projection")
+        return 0
+    tab: dict[str, list[float]] = {}
+    bench: dict[str, list[float]] = {}
+    bench_cpu: dict[str, list[float]] = {}
+    for table, state in finals:
+        for method, value in projected(table).items():
+            tab.setdefault(method, []).append(value)
+        for method, value in bench_projection(state["runs"], projection).items():
+            bench.setdefault(method, []).append(value)
+        for method, value in bench_projection(state["runs"], projection, cpu=True).items():
+            bench_cpu.setdefault(method, []).append(value)
+    print(
+        f"projected speedups on {projection.label}, per click: the tab's / the benchmark's on the same "
+        "passes (drafting in wall-clock time, as it adds it) / the benchmark's with the drafting's CPU time"
+    )
+    for method, values in tab.items():
+        wall, cpu = bench.get(method, []), bench_cpu.get(method, [])
+        triples = ", ".join(f"{a:.2f}/{b:.2f}/{c:.2f}x" for a, b, c in zip(values, wall, cpu))
+        print(
+            f"{method}: {triples}; the tab's at most {deviation(values):.1f}% off their median, "
+            f"{max(map(gap, values, wall), default=0.0):.1f}% from the benchmark's, "
+            f"{max(map(gap, values, cpu), default=0.0):.1f}% from it with CPU time"
+        )
     return 0
 
 

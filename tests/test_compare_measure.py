@@ -31,21 +31,22 @@ def _run(method: str, passes: list[tuple[int, list[int]]]) -> list[StepRecord]:
 FLAT = measure.Projection(CostModel([(1, 0.003), (64, 0.003)]), "a flat test curve")
 
 
-def test_rows_show_nodes_fastest_passes_ranges_speedups_and_the_projection():
+def test_rows_show_nodes_medians_ranges_speedups_and_the_projection():
     runs = {
         "ar": _run("ar", [(0, [2]), (0, [3]), (0, [4])]),
         "recap": _run("recap", [(80, [2, 3]), (80, [4])]),
     }
-    # each repeat's pass times: AR's fastest passes are 0.10 + 0.05 + 0.05, RECAP's 0.02 + 0.03
+    # each repeat's pass times: AR's totals 0.30, 0.30, 0.35 (median 0.30), RECAP's 0.08, 0.08, 0.06
     times = {
         "ar": [[0.10, 0.10, 0.10], [0.10, 0.05, 0.15], [0.20, 0.10, 0.05]],
-        "recap": [[0.02, 0.06], [0.05, 0.03], [0.04, 0.04]],
+        "recap": [[0.02, 0.06], [0.05, 0.03], [0.03, 0.03]],
     }
     ar, recap = measure.rows(runs, times, FLAT)
     assert recap[:5] == ["RECAP", "80.0", 3, 4, "1.33"]  # nodes per decoding pass; 4 tokens / 3 passes
-    assert recap[5] == "0.050 (repeats 0.080-0.080)" and ar[5] == "0.200 (repeats 0.300-0.350)"
-    assert recap[6] == "4.00x" and ar[6] == "1.00x"  # AR's time over the method's
-    # projected: decoding passes at 3 ms each plus the drafting measured here (1.5 ms a pass)
+    assert recap[5] == "0.080 (repeats 0.060-0.080)" and ar[5] == "0.300 (repeats 0.300-0.350)"
+    assert recap[6] == "3.75x" and ar[6] == "1.00x"  # AR's median over the method's
+    # projected: decoding passes at 3 ms each plus the drafting measured here (1.5 ms a pass: these
+    # records hold no CPU times, so their wall-clock draft + update)
     assert recap[7] == f"0.009 s ({3 * 0.0045 / (2 * 0.0045):.2f}x)"
     assert recap[8] == ar[8] == "yes"
     # while the comparison runs, a method with fewer repeats than the header's says how many so far
@@ -53,13 +54,31 @@ def test_rows_show_nodes_fastest_passes_ranges_speedups_and_the_projection():
     assert partial[5] == f"0.080 (1 of {measure.REPEATS} repeats so far)"
 
 
-def test_the_projection_is_the_benchmarks_on_the_same_passes():
+def _with_cpu(steps: list[StepRecord], drafter_ms: float, verify_ms: float) -> list[StepRecord]:
+    """``steps`` as a run records them: each decoding pass's drafter and target CPU times (the prefill's
+    the target's only)."""
+    for index, step in enumerate(steps):
+        step.drafter_cpu_ms = drafter_ms if index else 0.0
+        step.cpu_ms = step.drafter_cpu_ms + verify_ms
+    return steps
+
+
+def test_the_projection_is_the_benchmarks_formula_on_the_same_passes_with_drafting_in_cpu_time():
     steps = _run("recap", [(80, [2, 3]), (12, [4]), (0, [5])])
     run = SampleRun.from_steps("s", steps, 1.0)
     ar = SampleRun.from_steps("s", _run("ar", [(0, [2]), (0, [3]), (0, [4]), (0, [5])]), 1.0)
     bench = aggregate("recap", [run], [ar], None, projection=FLAT.curve)
+    # a record without CPU times (an old trace): its wall-clock drafting, as the benchmark reads it
     assert bench.projected_seconds == pytest.approx(measure.projected(steps, FLAT))
     assert bench.projected_seconds == pytest.approx(projected_seconds(FLAT.curve, [80, 12, 0], [1.5] * 3))
+    # a run that records CPU times: the drafter's CPU time, never its wall-clock time (1.5 ms a pass,
+    # which a busy machine stretches), is what the projection adds
+    timed = _with_cpu(steps, drafter_ms=0.4, verify_ms=9.0)
+    for step in timed[1:]:
+        step.timing["draft_ms"] = 50.0  # a busy machine's wall clock: left out
+    in_cpu_time = projected_seconds(FLAT.curve, [80, 12, 0], [0.4] * 3)
+    assert measure.projected(timed, FLAT) == pytest.approx(in_cpu_time)
+    assert [measure.drafting_ms(s) for s in timed[1:]] == [0.4] * 3
 
 
 def test_no_projection_on_a_gpu_or_without_a_recorded_curve():
@@ -86,23 +105,31 @@ def test_the_timing_note_names_what_was_timed_and_what_was_projected():
     assert "this device's choices" in measure.timing_note(FLAT, measure.DEVICE)
 
 
-def test_the_clock_is_the_decoding_threads_cpu_time_where_torch_computes_on_that_thread():
+def test_the_clock_is_the_decoding_threads_cpu_time_phase_by_phase():
     assert measure.clock("cpu", 1) == "cpu"
-    assert measure.clock("cpu", 2) == "wall" and measure.clock("cuda", 1) == "wall"
-    steps = _run("recap", [(80, [2, 3])])
-    steps[0].cpu_ms, steps[1].cpu_ms = 5.0, 7.0
-    assert measure.timed_seconds(steps, "cpu") == pytest.approx(0.012)
-    assert measure.timed_seconds(steps, "wall") == pytest.approx((20.0 + 11.5) / 1000)
-    assert measure.pass_seconds(steps, "cpu") == pytest.approx([0.005, 0.007])
-    assert sum(measure.pass_seconds(steps, "wall")) == pytest.approx(measure.timed_seconds(steps, "wall"))
+    assert measure.clock("cpu", 2) == "mixed" and measure.clock("cuda", 1) == "mixed"
+    steps = _with_cpu(_run("recap", [(80, [2, 3]), (80, [4])]), drafter_ms=2.0, verify_ms=5.0)
+    steps[1].timing["draft_ms"] = 40.0  # a busy machine's wall clock for the drafting
+    # "cpu": every phase in CPU time (the prefill's target pass 5 ms, each pass's 2 + 5 ms)
+    assert measure.pass_seconds(steps, "cpu") == pytest.approx([0.005, 0.007, 0.007])
+    # "mixed": drafting in CPU time (2 ms, not the 40 ms of wall clock), the target's pass in wall-clock
+    # time (10 ms), the prefill in wall-clock time (20 ms)
+    assert measure.pass_seconds(steps, "mixed") == pytest.approx([0.020, 0.012, 0.012])
+    assert measure.timed_seconds(steps, "cpu") == pytest.approx(0.019)
+    # a record without CPU times counts in wall-clock time on either clock
+    old = _run("recap", [(80, [2, 3])])
+    wall = pytest.approx([0.020, 0.0115])
+    assert measure.pass_seconds(old, "cpu") == measure.pass_seconds(old, "mixed") == wall
 
 
-def test_a_run_counts_each_pass_at_its_fastest_repeat():
-    assert measure.fastest_total([[1.0, 5.0], [2.0, 3.0]]) == 4.0
-    assert measure.fastest_total([[1.0, 5.0], [2.0]]) == 2.0  # pass counts differ: the fastest total
-    assert measure.fastest_total([]) == 0.0
-    assert "CPU time" in measure.timing_note(None, measure.EQUAL, "cpu")
-    assert "wall-clock" in measure.timing_note(None, measure.EQUAL, "wall")
+def test_a_run_counts_the_median_of_its_repeats():
+    assert measure.median_total([[1.0, 5.0], [2.0, 3.0], [4.0, 4.0]]) == 6.0
+    assert measure.median_total([[1.0, 5.0], [2.0]]) == 4.0  # (an even count: the mean of the middle two)
+    assert measure.median_total([]) == 0.0
+    assert "CPU time, every phase" in measure.timing_note(None, measure.EQUAL, "cpu")
+    mixed = measure.timing_note(None, measure.EQUAL, "mixed")
+    assert "drafting and updates in the decoding thread's CPU time" in mixed and "wall-clock" in mixed
+    assert "median of the repeats' totals" in mixed
 
 
 def test_a_one_token_pass_dearer_on_the_curve_than_here_is_said():
@@ -161,6 +188,22 @@ def test_the_summary_line_says_where_its_numbers_come_from():
     assert measure.summary_line(None) == ""
 
 
+def test_the_summary_line_quotes_only_the_methods_offered():
+    summary = {
+        "samples": 40,
+        "budget_note": "80 nodes a pass",
+        "command": "python -m scripts.compare_summary",
+        "methods": {
+            "ar": {"mat": 1.0, "accept_sensitive": 0.0, "accept_insensitive": 0.0},
+            "suffix": {"mat": 1.42, "accept_sensitive": 0.1, "accept_insensitive": 0.3},
+            "recap": {"mat": 3.75, "accept_sensitive": 0.623, "accept_insensitive": 0.831},
+        },
+    }
+    assert "SuffixDecoding 1.42" in measure.summary_line(summary)
+    without = measure.summary_line(summary, offered=("ar", "pld", "tr", "recap"))
+    assert "SuffixDecoding" not in without and "RECAP 3.75" in without and "10%" not in without
+
+
 def test_the_summary_line_weighs_recap_by_tr_depths_when_the_summary_has_them():
     summary = {
         "samples": 40,
@@ -217,12 +260,29 @@ def test_wins_against_tr_counts_every_tree_method_but_tr():
 def test_the_spread_script_reads_the_tables_speedups_and_their_deviation():
     from scripts import compare_spread
 
-    row = ["RECAP", "80.0", 8, 29, "3.62", "0.131 (0.135-0.394)", "2.09x", "0.031 s (2.90x)", "yes"]
-    ar = ["Autoregressive", "0.0", 29, 29, "1.00", "0.274 (0.297-0.491)", "1.00x", "-", "yes"]
+    row = ["RECAP", "80.0", 8, 29, "3.62", "0.135 (repeats 0.131-0.394)", "2.09x", "0.031 s (2.90x)", "yes"]
+    ar = ["Autoregressive", "0.0", 29, 29, "1.00", "0.297 (repeats 0.274-0.491)", "1.00x", "-", "yes"]
     assert compare_spread.speedups([ar, row]) == {"Autoregressive": 1.0, "RECAP": 2.09}
     assert compare_spread.nodes({"data": [ar, row]}) == {"Autoregressive": "0.0", "RECAP": "80.0"}
-    assert compare_spread.seconds([ar, row]) == {"Autoregressive": 0.274, "RECAP": 0.131}
+    assert compare_spread.seconds([ar, row]) == {"Autoregressive": 0.297, "RECAP": 0.135}
+    assert compare_spread.projected([ar, row]) == {"RECAP": 2.90}
     assert compare_spread.deviation([2.0, 2.2, 1.9, 2.0, 2.1]) == pytest.approx(10.0)
+    assert compare_spread.fastest_total([[1.0, 5.0], [2.0, 3.0]]) == 4.0
+
+
+def test_the_spread_script_compares_the_projection_with_the_benchmarks_on_the_same_passes():
+    from scripts import compare_spread
+
+    runs = {
+        "ar": _with_cpu(_run("ar", [(0, [2]), (0, [3]), (0, [4]), (0, [5])]), drafter_ms=0.0, verify_ms=9.0),
+        "recap": _with_cpu(_run("recap", [(80, [2, 3]), (80, [4, 5])]), drafter_ms=0.5, verify_ms=9.0),
+    }
+    tab = {method: FLAT.curve.cost(1) * 4 / measure.projected(steps, FLAT) for method, steps in runs.items()}
+    # the benchmark adds the wall-clock drafting (1.5 ms a pass here); with the CPU time, the tab's figure
+    wall = compare_spread.bench_projection(runs, FLAT)
+    cpu = compare_spread.bench_projection(runs, FLAT, cpu=True)
+    assert cpu["RECAP"] == pytest.approx(tab["recap"]) and cpu["Autoregressive"] == pytest.approx(1.0)
+    assert wall["RECAP"] == pytest.approx((4 * 0.0045) / (2 * 0.0045))
 
 
 def test_the_done_status_says_the_answers_first_and_folds_how_they_were_timed():
@@ -235,8 +295,11 @@ def test_the_done_status_says_the_answers_first_and_folds_how_they_were_timed():
     same = done_status({"ar": run(1, 2), "tr": run(1, 2), "recap": run(1, 2)}, "Timed: the phases.")
     head, folded = same.split("\n\n", 1)
     assert head == (
-        "Done: every method's answer is identical to AR's; the table compares their passes and times."
-    )
+        "Done: every method's answer is identical to AR's; the table compares their passes and times. "
+        f"Times: the median of {measure.REPEATS} repeats, in the decoding thread's CPU time."
+    )  # the clock is named above the fold
+    mixed = done_status({"ar": run(1, 2)}, "", "mixed").split("\n\n", 1)[0]
+    assert mixed.endswith("drafting in CPU time, the target's pass in wall-clock time.")
     assert folded == "<details><summary>What was timed, and how</summary>\n\nTimed: the phases.\n\n</details>"
     differs = done_status({"ar": run(1, 2), "tr": run(1, 2), "recap": run(1, 3)}, "")
     assert differs.startswith("Done: RECAP answered differently from AR")

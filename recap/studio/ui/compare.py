@@ -346,7 +346,7 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
         f"{measure.timing_note(projection, choice, which, methods)}{measure.one_token_gap(projection, times)}"
     )
     yield {
-        cmp["status"]: done_status(runs, f"{how} {fair}{note}"),
+        cmp["status"]: done_status(runs, f"{how} {fair}{note}", which),
         cmp["table"]: measure.rows(runs, times, projection),
         cmp["story"]: story.story_html(line),
         cmp["strip"]: render.compare_strip_html(runs, flags=flags),
@@ -357,19 +357,23 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
             "prompt": prompt,
             "warmup": [r.label for r in warmup],
             "coverage": coverage,
+            "times": times,  # each repeat's pass seconds (`measure.pass_seconds`), as the table reads them
+            "clock": which,
         },
     }
 
 
-def done_status(runs: dict[str, list[StepRecord]], how: str) -> str:
-    """The status after a comparison: one line on the answers, then what was timed and how the methods
-    were warmed, folded (a phone showed about 290 words before the table)."""
+def done_status(runs: dict[str, list[StepRecord]], how: str, which: str = "cpu") -> str:
+    """The status after a comparison: one line on the answers and the clock the times were read on
+    (``which``: `measure.clock`), then what was timed and how the methods were warmed, folded (a phone
+    showed about 290 words before the table)."""
     answers = {m: token_ids(steps) for m, steps in runs.items()}
     differ = [render.method_label(m) for m, a in answers.items() if a != answers.get("ar", a)]
     head = "Done: every method's answer is identical to AR's; the table compares their passes and times."
     if differ:  # (greedy float32 never differs; lower precisions can, at near ties)
         head = f"Done: {', '.join(differ)} answered differently from AR (near ties at this precision)."
-    return f"{head}\n\n<details><summary>What was timed, and how</summary>\n\n{how}\n\n</details>"
+    clock = f"Times: the median of {measure.REPEATS} repeats, {measure.CLOCK_WORDS[which]}."
+    return f"{head} {clock}\n\n<details><summary>What was timed, and how</summary>\n\n{how}\n\n</details>"
 
 
 def _progress(cmp: dict, compare_state, runs, times, projection, status: str) -> dict:

@@ -4,28 +4,32 @@ benchmark's held-out picture beside the one input.
 - **Timed like the benchmark**: a run's time is the sum of its passes' draft, verify and update phases
   (`recap.trace.summarize`); display work (token texts, the fused distribution, node contributions) is
   done outside them. Each method runs `REPEATS` times, interleaved, and every repeat drafts the same
-  trees, so pass ``i`` does the same work in each: a run's time is the sum over its passes of each
-  pass's fastest repeat (`fastest_total`: what the work costs, with what other processes took from the
-  slower repeats left out), shown with the range of the repeats' totals; speedups are AR's time over
-  the method's. The clock (`clock`): on a CPU where torch computes
-  on the decoding thread alone, that thread's CPU time (``cpu_seconds``), which leaves out whatever time
-  the machine gave to other processes and visitors; elsewhere wall-clock time.
+  trees; a run's time is the median of its repeats' totals (`median_total`), shown with their range,
+  and a speedup is AR's median over the method's. The clock, phase by phase (`clock`, `pass_seconds`):
+  drafting and updating (the drafter's propose and observe) always in the decoding thread's CPU time
+  (``StepRecord.drafter_cpu_ms``: they run in that thread on every device); the target's pass in that
+  thread's CPU time too on a CPU where torch computes on that thread alone (``cpu_ms`` minus the
+  drafter's share), else (a GPU, several torch threads) in wall-clock time. CPU time leaves out
+  whatever time the machine gave to other processes and visitors.
 - **Equal budgets by default** (`EQUAL`): every tree method grows `EQUAL_NODES` nodes a pass (RECAP's
   budget, SuffixDecoding's ``max_spec_tokens``; Token Recycling's template has that many); `DEVICE`:
   as each method would choose on this device (RECAP ``auto``, TR its template, SuffixDecoding its
   authors' default). Nodes per pass is a column.
 - **Projected on an H200**: each run's decoding passes priced on a cost curve recorded there
-  (`recap.models.cost.projected_seconds`, the benchmark's ``--cost-curve`` projection), plus the
-  drafting measured here; only for models with a recorded curve, and hidden on a GPU, where the
-  measured column is the real one.
+  (`recap.models.cost.projected_seconds`, the formula of the benchmark's ``--cost-curve`` projection),
+  plus the drafting measured here in the decoding thread's CPU time (`drafting_ms`: never wall-clock
+  time, which a busy machine stretches); only for models with a recorded curve, and hidden on a GPU,
+  where the measured column is the real one.
 - **The held-out picture**: one line from the benchmark summary that ships for the model
-  (``assets/summaries/<model folder>.json``, built by ``python -m scripts.compare_summary``).
+  (``assets/summaries/<model folder>.json``, built by ``python -m scripts.compare_summary``), naming
+  only the methods this server offers (SuffixDecoding's recorded figures only where it is installed).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +67,7 @@ HEADERS = [
     "target passes",
     "tokens",
     "MAT (tokens a pass)",
-    f"timed s (each pass at its fastest of {REPEATS}; in parentheses, the {REPEATS} repeats' totals)",
+    f"timed s (median of {REPEATS} repeats; in parentheses, their range)",
     "speedup vs AR (timed)",
     "projected on an H200 (speedup)",
     "identical to AR",
@@ -100,24 +104,58 @@ def projection_for(model_name: str, device_type: str) -> Projection | None:
 
 #: The clocks a Compare run can be timed with (`clock`), and how the tab names each.
 CLOCKS = {
-    "cpu": "in the decoding thread's CPU time (torch computes on that one thread here, so time the "
-    "machine gave to other processes is left out)",
-    "wall": "in wall-clock time",
+    "cpu": "in the decoding thread's CPU time, every phase (torch computes on that one thread here, so "
+    "time the machine gave to other processes is left out)",
+    "mixed": "drafting and updates in the decoding thread's CPU time, the target's pass in wall-clock "
+    "time (it computes outside that thread here)",
+}
+#: The clock in a few words, for the line above the table.
+CLOCK_WORDS = {
+    "cpu": "in the decoding thread's CPU time",
+    "mixed": "drafting in CPU time, the target's pass in wall-clock time",
 }
 
 
 def clock(device_type: str, threads: int) -> str:
     """``"cpu"`` on a CPU with torch on one thread (the decoding thread does all the compute), else
-    ``"wall"`` (a GPU computes outside the thread; several torch threads share the work)."""
-    return "cpu" if device_type == "cpu" and threads == 1 else "wall"
+    ``"mixed"`` (a GPU computes outside the thread; several torch threads share the work): drafting in
+    CPU time, the target's pass in wall-clock time."""
+    return "cpu" if device_type == "cpu" and threads == 1 else "mixed"
+
+
+def _wall_ms(step: StepRecord) -> float:
+    return sum(step.timing.values())
+
+
+def drafting_ms(step: StepRecord) -> float:
+    """A pass's draft + update (the drafter's propose and observe) in the decoding thread's CPU time
+    (``drafter_cpu_ms``); its wall-clock time only for a record that holds no CPU times (``cpu_ms``
+    0: a trace saved before they were recorded)."""
+    if step.cpu_ms > 0:
+        return step.drafter_cpu_ms
+    return step.timing.get("draft_ms", 0.0) + step.timing.get("update_ms", 0.0)
 
 
 def pass_seconds(steps: Sequence[StepRecord], which: str) -> list[float]:
-    """Each pass's timed phases (the prefill's first) by the ``which`` clock (`clock`): its CPU time
-    (`StepRecord.cpu_ms`) or the sum of its timed phases (``timing``), as `recap.trace.summarize` counts."""
-    if which == "cpu":
-        return [s.cpu_ms / 1000.0 for s in steps]
-    return [sum(s.timing.values()) / 1000.0 for s in steps]
+    """Each pass's timed phases (the prefill's first), phase by phase in the ``which`` clock (`clock`).
+
+    ``"cpu"``: the whole pass in the decoding thread's CPU time (``cpu_ms``: the drafter's share plus the
+    target's pass). ``"mixed"``: a decoding pass's drafting in CPU time (`drafting_ms`) plus its target
+    pass in wall-clock time (``timing["verify_ms"]``); the prefill in wall-clock time (its drafter work,
+    reading the prompt, has no CPU time of its own). A record without CPU times counts in wall-clock time.
+    """
+    seconds = []
+    for index, step in enumerate(steps):
+        if step.cpu_ms <= 0:
+            ms = _wall_ms(step)
+        elif which == "cpu":
+            ms = step.cpu_ms
+        elif index == 0:
+            ms = _wall_ms(step)
+        else:
+            ms = step.drafter_cpu_ms + step.timing.get("verify_ms", 0.0)
+        seconds.append(ms / 1000.0)
+    return seconds
 
 
 def timed_seconds(steps: Sequence[StepRecord], which: str) -> float:
@@ -125,22 +163,18 @@ def timed_seconds(steps: Sequence[StepRecord], which: str) -> float:
     return sum(pass_seconds(steps, which))
 
 
-def fastest_total(repeats: Sequence[Sequence[float]]) -> float:
-    """The sum over passes of each pass's fastest repeat (``repeats``: each repeat's `pass_seconds`).
+def median_total(repeats: Sequence[Sequence[float]]) -> float:
+    """The median of the repeats' totals (``repeats``: each repeat's `pass_seconds`); 0 without any.
 
-    Repeats of one method draft the same trees, so pass ``i`` is the same work in each; should their pass
-    counts differ, the fastest repeat's total. Example: ``[[1, 5], [2, 3]]`` -> ``1 + 3 = 4``."""
-    if not repeats:
-        return 0.0
-    if len({len(r) for r in repeats}) != 1:
-        return min(sum(r) for r in repeats)
-    return sum(min(column) for column in zip(*repeats))
+    Example: ``[[1, 5], [2, 3], [4, 4]]`` -> totals 6, 5, 8 -> ``6``."""
+    return float(statistics.median(sum(r) for r in repeats)) if repeats else 0.0
 
 
 def projected(steps: Sequence[StepRecord], projection: Projection) -> float:
-    """A run's decoding passes on the projection's device (`recap.models.cost.projected_seconds`)."""
+    """A run's decoding passes on the projection's device (`recap.models.cost.projected_seconds`), plus
+    their drafting measured here in CPU time (`drafting_ms`)."""
     decoding = steps[1:]
-    drafting = [s.timing.get("draft_ms", 0.0) + s.timing.get("update_ms", 0.0) for s in decoding]
+    drafting = [drafting_ms(s) for s in decoding]
     return projected_seconds(projection.curve, [len(s.nodes) for s in decoding], drafting)
 
 
@@ -156,8 +190,9 @@ def rows(
     reference: str = "ar",
 ) -> list[list]:
     """One row per method (under `HEADERS`): ``runs`` (one run per method: the repeats' trees are the
-    same), ``times`` (each repeat's `pass_seconds`)."""
-    best = {m: fastest_total(t) for m, t in times.items() if t}
+    same), ``times`` (each repeat's `pass_seconds`). A timed cell is the median of the repeats' totals
+    and their range; a speedup, AR's median over the method's."""
+    median = {m: median_total(t) for m, t in times.items() if t}
     ref_tokens = token_ids(runs[reference]) if reference in runs else None
     ref_projected = projected(runs[reference], projection) if projection and reference in runs else None
     table = []
@@ -165,12 +200,12 @@ def rows(
         summary, seconds = summarize(steps), [sum(r) for r in times.get(method, ())]
         timed = "-"
         if len(seconds) < REPEATS and seconds:  # (a comparison still running)
-            timed = f"{best[method]:.3f} ({len(seconds)} of {REPEATS} repeats so far)"
+            timed = f"{median[method]:.3f} ({len(seconds)} of {REPEATS} repeats so far)"
         elif seconds:
-            timed = f"{best[method]:.3f} (repeats {min(seconds):.3f}-{max(seconds):.3f})"
+            timed = f"{median[method]:.3f} (repeats {min(seconds):.3f}-{max(seconds):.3f})"
         speedup = "-"
-        if reference in best and best.get(method):
-            speedup = f"{best[reference] / best[method]:.2f}x"
+        if reference in median and median.get(method):
+            speedup = f"{median[reference] / median[method]:.2f}x"
         gpu = "-"
         if projection is not None:
             seconds_there = projected(steps, projection)
@@ -193,15 +228,15 @@ def rows(
 
 
 def timing_note(
-    projection: Projection | None, choice: str, which: str = "wall", methods: Sequence[str] = ()
+    projection: Projection | None, choice: str, which: str = "mixed", methods: Sequence[str] = ()
 ) -> str:
     """What the table's numbers measured, in one paragraph (``which``: the clock, `clock`; ``methods``:
     those compared, for what the equal budget means to each)."""
     note = (
         f"Timed: the draft, verify and update phases of every pass (display work excluded), "
-        f"{CLOCKS[which]}, each method run {REPEATS} times, interleaved, after an untimed warm-up, each "
-        "pass counted at its fastest repeat (so the total is at most the fastest repeat's; in parentheses "
-        f'the repeats\' totals); tree budgets "{choice}".'
+        f"{CLOCKS[which]}, each method run {REPEATS} times, interleaved, after an untimed warm-up; a "
+        "time is the median of the repeats' totals (in parentheses their range), a speedup AR's median "
+        f'over the method\'s; tree budgets "{choice}".'
     )
     if choice == EQUAL and ({"suffix", "pld"} & set(methods)):
         tr = method_label("tr")
@@ -214,8 +249,10 @@ def timing_note(
         note += f" {EQUAL_NODES} nodes is each tree method's cap: {'; '.join(parts)}."
     if projection is not None:
         note += (
-            f" Projected: the same passes priced on {projection.label}, at nodes + 1 tokens a pass, plus "
-            "the drafting measured here; a projection, not a measurement. "
+            f" Projected: the same passes priced on {projection.label}, at nodes + 1 tokens a pass (as "
+            "`python -m recap.bench --cost-curve` prices them), plus "
+            "the drafting (draft + update) measured here in the decoding thread's CPU time; a projection, "
+            "not a measurement. "
             f"{device_gap(projection)}"
         )
         if choice == DEVICE:
@@ -276,11 +313,13 @@ def load_summary(model_name: str) -> dict | None:
         return None
 
 
-def summary_line(summary: dict | None) -> str:
-    """The held-out picture in one line (Markdown), or "" without a summary."""
+def summary_line(summary: dict | None, offered: Sequence[str] | None = None) -> str:
+    """The held-out picture in one line (Markdown), or "" without a summary. ``offered``: the methods
+    this server offers (None: all the summary holds); a method it does not offer (SuffixDecoding where
+    its package is not installed) is not quoted."""
     if not summary:
         return ""
-    methods = summary["methods"]
+    methods = {m: r for m, r in summary["methods"].items() if offered is None or m in offered}
     mats = ", ".join(f"{method_label(m)} {r['mat']:.2f}" for m, r in methods.items())
     sens = ", ".join(
         f"{method_label(m)} {100 * r['accept_sensitive']:.0f}% / {100 * r['accept_insensitive']:.0f}%"
@@ -336,6 +375,9 @@ def _at_tr_depths(methods: dict) -> str:
 
 
 def held_out_line(model_id: object) -> str:
-    """The held-out summary line of an offered embedded model (by its id; "" for any other)."""
+    """The held-out summary line of an offered embedded model (by its id; "" for any other), quoting
+    only the methods this server offers (`recap.studio.guard.validation.offered_methods`)."""
+    from recap.studio.guard.validation import offered_methods
+
     folder = EMBEDDED_FOLDERS.get(model_id) if isinstance(model_id, str) else None
-    return summary_line(load_summary(str(folder))) if folder is not None else ""
+    return summary_line(load_summary(str(folder)), offered_methods()) if folder is not None else ""
