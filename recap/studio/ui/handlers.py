@@ -15,7 +15,7 @@ import contextlib
 import inspect
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 import gradio as gr
 
@@ -26,6 +26,7 @@ from recap.studio.environment import REPLAY_EVENTS, SESSION_SCOPE, SHARED_SCOPE,
 from recap.studio.guard import validation
 from recap.studio.guard.jobs import HEARTBEAT_S, paced
 from recap.studio.guard.validation import (
+    RunSettings,
     display_delay_s,
     refusal,
     setting_names,
@@ -154,7 +155,36 @@ def wire_memory_view(studio: Studio, ui: dict, session, demo) -> None:
     demo.load(view, inputs, ui["memory"], **common)
 
 
-def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state) -> None:
+@dataclass
+class RunRequest:
+    """One admitted run: the visitor's input with its checked settings, the session's memories it
+    drafts from, and the run's state (the ``run_state`` value Stop and scrubbing read)."""
+
+    image: object
+    prompt: str
+    settings: RunSettings
+    memories: dict
+    state: dict
+    restarted: bool
+
+    @property
+    def trace(self) -> RunTrace:
+        return self.state["trace"]
+
+
+def run_signature() -> inspect.Signature:
+    """The /run endpoint's parameters, its API names: the image, the prompt, the Run tab's settings
+    (`RunSettings`' fields, in order), the display delay, the session's memories, then the request."""
+    names = ("image", "prompt", *setting_names(), "delay_ms", "memories")
+    keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    defaults = {"seed": None, "delay_ms": 0, "memories": None}
+    empty = inspect.Parameter.empty
+    parameters = [inspect.Parameter(n, keyword, default=defaults.get(n, empty)) for n in names]
+    request = inspect.Parameter("request", keyword, default=None, annotation=gr.Request)
+    return inspect.Signature([*parameters, request])
+
+
+class RunEvents:
     """Run (streamed) and Stop.
 
     A run holds one of the studio's decode slots (`Studio.slots`, a line fair across clients and
@@ -163,31 +193,37 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
     steps are paced out to the visitor at the display delay after the slot is free
     (`recap.studio.guard.jobs.paced`). A session has one run at a time (a newer one replaces it).
     """
-    names = (*RESULT_OUTPUTS, "download", "words", "memory")
-    outputs = [ui[n] for n in names] + [run_state, session]
 
-    def update(steps, status, state, memories, settings) -> dict:
+    def __init__(self, studio: Studio, ui: dict, session, run_state) -> None:
+        self.studio, self.ui, self.session, self.run_state = studio, ui, session, run_state
+        names = (*RESULT_OUTPUTS, "download", "words", "memory")
+        self.outputs = [ui[n] for n in names] + [run_state, session]
+
+    def update(self, steps, status: str, run: RunRequest) -> dict:
+        """Every panel showing ``steps``, with ``status``, the controls locked while the run goes on."""
+        settings = run.settings
         return {
-            **panels(ui, steps, scrubbable=False),
-            ui["status"]: status,
-            ui["download"]: gr.Button(interactive=False),
-            ui["memory"]: memory_html(studio, settings.model, settings.scope, memories),
-            run_state: state,
-            session: memories,
+            **panels(self.ui, steps, scrubbable=False),
+            self.ui["status"]: status,
+            self.ui["download"]: gr.Button(interactive=False),
+            self.ui["memory"]: memory_html(self.studio, settings.model, settings.scope, run.memories),
+            self.run_state: run.state,
+            self.session: run.memories,
         }
 
-    def decode(job, image, prompt, settings, memories, state, restarted):
+    def decode(self, job, run: RunRequest):
         """In a decode slot: load, check, decode at full speed; the steps go to the handler. A
         generator: between two passes the slot may go to another client's waiting work."""
+        studio, settings = self.studio, run.settings
         if studio.cache.loaded(settings.model) is None:
             warm = studio.plan.warmup_s
             then = f"; a model with no memory of its own warms it up for up to {warm:.0f} s" if warm else ""
             job.put("status", f"Loading {model_label(settings.model)} (first use, once per server{then})…")
-        runtime, config, prompt, images = studio.prepare(image, prompt, settings)
-        drafter = drafter_for(runtime, settings, settings.method, config, memories, studio.cache)
-        if restarted and isinstance(memories.get(settings.model), DrafterState):
-            memories[settings.model].note = RESTARTED
-        state["image"] = images[0] if images else None
+        runtime, config, prompt, images = studio.prepare(run.image, run.prompt, settings)
+        drafter = drafter_for(runtime, settings, settings.method, config, run.memories, studio.cache)
+        if run.restarted and isinstance(run.memories.get(settings.model), DrafterState):
+            run.memories[settings.model].note = RESTARTED
+        run.state["image"] = images[0] if images else None
         tokens: list[int] = []
         first, started = True, time.perf_counter()
         steps = studio.stream(
@@ -205,111 +241,102 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
                 yield  # between two passes: the slot may go to another client's waiting work
         return runtime.target.decode(tokens)
 
-    async def run(
-        image, prompt, model, method, budget_mode, budget, depth, k, use_persistent, use_context, suffix,
-        max_new_tokens, scope, temperature, top_k, top_p, seed=None, delay_ms=0, memories=None,
-        request: gr.Request = None,
-    ):  # fmt: skip
-        """Answer the prompt about the image, streaming every target pass (answer, stats, the step's
-        tree); the settings are the Run tab's (a blank seed draws one), delay_ms paces the display."""
-        values = (model, method, budget_mode, budget, depth, k, use_persistent, use_context, suffix)
-        settings = studio.settings([*values, max_new_tokens, scope, temperature, top_k, top_p, seed])
+    def admit(self, image, prompt, values: list, delay_ms, memories, request) -> tuple[RunRequest, float]:
+        """The run the raw request values ask for, checked (a refusal for the visitor if bad), and its
+        display delay in seconds."""
+        settings = self.studio.settings(values)
         try:
             delay_s = display_delay_s(delay_ms)
         except ValueError as error:
             raise refusal(str(error)) from None
-        studio.check_request(image, prompt, settings)  # refuse bad input before saying "loading"
+        self.studio.check_request(image, prompt, settings)  # refuse bad input before saying "loading"
         memories = memories if isinstance(memories, dict) else {}
         visitor = request.session_hash if request is not None else None
-        restarted = studio.sessions.restarted(visitor) and settings.model not in memories
-        restarted = restarted and settings.scope == SESSION_SCOPE
-        await asyncio.to_thread(studio.sessions.sweep, visitor)
-        steps: list[StepRecord] = []
-        trace = RunTrace(settings={**asdict(settings), "prompt": prompt}, steps=steps)
+        restarted = self.studio.sessions.restarted(visitor) and settings.model not in memories
+        trace = RunTrace(settings={**asdict(settings), "prompt": prompt}, steps=[])
         key = input_key(settings.model, prompt, image)
         state = {"trace": trace, "image": None, "prompt": prompt, "model": settings.model, "key": key}
-        job = studio.submit(
-            request, "run", lambda job: decode(job, image, prompt, settings, memories, state, restarted)
-        )
+        restarted = restarted and settings.scope == SESSION_SCOPE
+        return RunRequest(image, prompt, settings, memories, state, restarted), delay_s
+
+    async def run(self, image, prompt, *rest, request: gr.Request = None):
+        """Answer the prompt about the image, streaming every target pass (answer, stats, the step's
+        tree); the settings are the Run tab's (a blank seed draws one), delay_ms paces the display.
+        Its API parameters are `run_signature`'s."""
+        *values, delay_ms, memories = rest
+        run, delay_s = self.admit(image, prompt, values, delay_ms, memories, request)
+        await asyncio.to_thread(self.studio.sessions.sweep, request.session_hash if request else None)
+        job = self.studio.submit(request, "run", lambda job: self.decode(job, run))
         # a paced display outlives its slot: at most `Studio.displays` at once, in all and per client;
         # the others show at once
-        slowed = delay_s > 0 and studio.displays.take(job.client)
-        hurried = delay_s > 0 and not slowed
-        delay_s = delay_s if slowed else 0.0
+        slowed = delay_s > 0 and self.studio.displays.take(job.client)
         try:
-            with studio.awaiting(
-                request, "run", job, "This run was replaced by a newer run of the same session."
-            ):
-                # this run's state from now on (Stop reads it: not ended, so much shown), the last locked
-                locked = gr.Slider(interactive=False), gr.Button(interactive=False)
-                yield {run_state: state, ui["step"]: locked[0], ui["download"]: locked[1]}
-                waiting = studio.waiting_line(job)
-                if line := waiting.status():
-                    yield {ui["status"]: line}
-                cap, interval = validation.MAX_TOTAL_DELAY_S, MIN_UPDATE_INTERVAL
-                async for shown in paced(job, steps, delay_s, cap, interval, studio.updates, HEARTBEAT_S):
-                    if shown.idle:  # a yield, so that gradio can stop the event if its visitor left
-                        yield {ui["status"]: waiting.status() or gr.skip()}
-                        continue
-                    waiting.shown_other()
-                    if job.stopped.is_set():  # (an update after Stop's status would overwrite it)
-                        return
-                    if shown.status is not None:
-                        yield {ui["status"]: shown.status}
-                    elif not shown.final:
-                        status = f"Generating… step {steps[shown.shown - 1].step}"
-                        view, begun = steps[: shown.shown], time.monotonic()
-                        state["shown"] = shown.shown  # what Stop keeps
-                        shown_now = await asyncio.to_thread(update, view, status, state, memories, settings)
-                        studio.updates.spent(time.monotonic() - begun)
-                        if job.stopped.is_set():
-                            return
-                        yield shown_now
+            replaced = "This run was replaced by a newer run of the same session."
+            with self.studio.awaiting(request, "run", job, replaced):
+                async for shown in self.display(job, run, delay_s if slowed else 0.0):
+                    yield shown
         finally:
             if slowed:
-                studio.displays.give(job.client)
-        trace.text = job.result or ""
+                self.studio.displays.give(job.client)
+        run.trace.text = job.result or ""
+        if job.stopped.is_set():  # a Stop before the end: its status stays
+            return
+        yield await self.final(run, hurried=delay_s > 0 and not slowed)
+
+    async def display(self, job, run: RunRequest, delay_s: float):
+        """The run's updates while it decodes and its display is paced: the state first (Stop reads
+        it), then the waiting line's status, then the steps as `paced` lets them show."""
+        locked = gr.Slider(interactive=False), gr.Button(interactive=False)
+        yield {self.run_state: run.state, self.ui["step"]: locked[0], self.ui["download"]: locked[1]}
+        waiting, steps = self.studio.waiting_line(job), run.trace.steps
+        if line := waiting.status():
+            yield {self.ui["status"]: line}
+        cap, interval, budget = validation.MAX_TOTAL_DELAY_S, MIN_UPDATE_INTERVAL, self.studio.updates
+        async for due in paced(job, steps, delay_s, cap, interval, budget, HEARTBEAT_S):
+            if due.idle:  # a yield, so that gradio can stop the event if its visitor left
+                yield {self.ui["status"]: waiting.status() or gr.skip()}
+                continue
+            waiting.shown_other()
+            if job.stopped.is_set():  # (an update after Stop's status would overwrite it)
+                return
+            if due.status is not None:
+                yield {self.ui["status"]: due.status}
+            elif not due.final:
+                status, begun = f"Generating… step {steps[due.shown - 1].step}", time.monotonic()
+                run.state["shown"] = due.shown  # what Stop keeps
+                view = await asyncio.to_thread(self.update, steps[: due.shown], status, run)
+                self.studio.updates.spent(time.monotonic() - begun)
+                if job.stopped.is_set():
+                    return
+                yield view
+
+    async def final(self, run: RunRequest, hurried: bool) -> dict:
+        """The run's last update: every panel, the Done status, scrubbing and Download unlocked."""
+        steps, settings = run.trace.steps, run.settings
         reason = steps[-1].finish_reason if steps else None
         done = (
-            f"Done: {len(trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'}), "
+            f"Done: {len(run.trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'}), "
             f"with {render.markdown_text(model_label(settings.model))}."  # (true once another is chosen)
         )
         if hurried:
             done += (
                 " Shown without the display delay: the studio is pacing as many displays as it can"
-                f" ({studio.displays.per_client} a visitor)."
+                f" ({self.studio.displays.per_client} a visitor)."
             )
-        if restarted:
+        if run.restarted:
             done += f" {RESTARTED[0].upper()}{RESTARTED[1:]}."
-        if job.stopped.is_set():  # a Stop before the end: its status stays
-            return
-        state["ended"] = done  # a Stop from now on has nothing to stop (it shows this status again)
-        final = await asyncio.to_thread(update, steps, done, state, memories, settings)
-        final[ui["download"]] = gr.Button(interactive=True)
-        final[ui["step"]] = gr.Slider(
-            minimum=0, maximum=max(1, len(steps) - 1), value=len(steps) - 1, interactive=True
-        )
-        yield final
+        run.state["ended"] = done  # a Stop from now on has nothing to stop (it shows this status again)
+        final = await asyncio.to_thread(self.update, steps, done, run)
+        final[self.ui["download"]] = gr.Button(interactive=True)
+        last = len(steps) - 1
+        final[self.ui["step"]] = gr.Slider(minimum=0, maximum=max(1, last), value=last, interactive=True)
+        return final
 
-    # the API's parameter names are run's: the settings' must be RunSettings' fields, in order
-    if tuple(inspect.signature(run).parameters)[2:17] != setting_names():
-        raise RuntimeError("run's parameters must be RunSettings' fields, in order")
-    event = ui["run"].click(
-        run,
-        [ui["image"], ui["prompt"], *setting_inputs, ui["delay_ms"], session],
-        outputs,
-        # no gradio limit: the handler waits for one of `Studio.slots` (a bounded line) without a thread
-        concurrency_limit=None,
-        api_name="run",
-        preprocess=False,  # raw values reach the checks above, which answer every bad one clearly
-        # progress and a refusal show on the status line (and its toast), not as an "Error" on every panel
-        show_progress_on=[ui["status"]],
-    )
-
-    def after_stop(delay_ms, method, state):
+    def after_stop(self, delay_ms, method, state):
         """The status after Stop, and the steps shown so far kept as a run's: scrubbable, downloadable.
         A Stop when no run is in flight changes nothing: after a run's end it shows that run's final
         status and controls again (the same, unless the Stop cancelled the final update on its way)."""
+        ui = self.ui
         ended = state.get("ended", False) if isinstance(state, dict) else True  # (True: a replay, or none)
         if ended is True:
             return {ui["status"]: gr.skip()}
@@ -325,24 +352,51 @@ def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state)
         if shown:
             trace = state["trace"]
             steps = trace.steps[:shown]
-            text = "".join(token_texts(steps))
-            out[run_state] = {**state, "trace": RunTrace(settings=trace.settings, steps=steps, text=text)}
+            kept = RunTrace(settings=trace.settings, steps=steps, text="".join(token_texts(steps)))
+            out[self.run_state] = {**state, "trace": kept}
             out[ui["step"]] = gr.Slider(0, max(1, shown - 1), value=shown - 1, interactive=True)
             out[ui["download"]] = gr.Button(interactive=True)
         return out
 
-    def stop(request: gr.Request):
+    def stop(self, request: gr.Request):
         """Stop marks the session's run in flight (if any) before its event is cancelled: from then on
         the run yields no update that could land over the Stopped status."""
-        if (job := studio.in_flight(request, "run")) is not None:
+        if (job := self.studio.in_flight(request, "run")) is not None:
             job.stopped.set()
 
-    # the status after the cancel: set at once, an update of the run still in flight could overwrite it
-    stopped = ui["stop"].click(stop, None, None, cancels=[event], queue=False, api_visibility="private")
-    stopped.then(
-        after_stop, [ui["delay_ms"], ui["method"], run_state],
-        [ui["status"], run_state, ui["step"], ui["download"]], queue=False, api_visibility="private",
-    )
+    def wire(self, setting_inputs: list) -> None:
+        """Register Run and Stop on the page's components."""
+        ui = self.ui
+
+        async def run(*values):  # gradio passes `run_signature`'s parameters, the request last
+            *inputs, request = values
+            async for update in self.run(*inputs, request=request):
+                yield update
+
+        run.__signature__, run.__annotations__ = run_signature(), {"request": gr.Request}
+        event = ui["run"].click(
+            run,
+            [ui["image"], ui["prompt"], *setting_inputs, ui["delay_ms"], self.session],
+            self.outputs,
+            # no gradio limit: the handler waits for one of `Studio.slots` (a bounded line), no thread
+            concurrency_limit=None,
+            api_name="run",
+            preprocess=False,  # raw values reach the checks above, which answer every bad one clearly
+            # progress and a refusal show on the status line (and its toast), not as an "Error" on every panel
+            show_progress_on=[ui["status"]],
+        )
+        # the status after the cancel: set at once, an update of the run still in flight could overwrite it
+        private = {"queue": False, "api_visibility": "private"}
+        stopped = ui["stop"].click(self.stop, None, None, cancels=[event], **private)
+        stopped.then(
+            self.after_stop, [ui["delay_ms"], ui["method"], self.run_state],
+            [ui["status"], self.run_state, ui["step"], ui["download"]], **private,
+        )  # fmt: skip
+
+
+def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state) -> None:
+    """Run (streamed) and Stop (`RunEvents`)."""
+    RunEvents(studio, ui, session, run_state).wire(setting_inputs)
 
 
 #: Seconds a step's view waits for its drawing ticket (its client's rest after its last drawing, or

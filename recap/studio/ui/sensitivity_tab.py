@@ -10,6 +10,7 @@ the benchmark's rule). The pass decodes in the studio's decode line, like a run.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import gradio as gr
 
@@ -21,6 +22,65 @@ from recap.studio.ui import render, tables
 from recap.studio.ui.examples import check_other_image, other_image
 
 
+@dataclass
+class Analysed:
+    """What the tab analyses: the runs (by method; the first is the reference answer), their input, the
+    model that made them, what the memories held at each token (a comparison's probe, else None), and
+    a phrase naming where they come from."""
+
+    runs: dict
+    image: object
+    prompt: str
+    model_id: str | None
+    coverage: dict | None
+    source: str
+
+
+def analysed(state, compared) -> Analysed | None:
+    """The last comparison's runs when it was made on the last run's input, else the last run's; None
+    when there is neither."""
+    if compared and state and compared["key"] != state.get("key"):
+        compared = None  # the comparison was made on another input than the last run
+    if compared:
+        source = "the last comparison's runs (every method, on the Run tab's input)"
+        runs, key = compared["runs"], compared["key"]
+        return Analysed(runs, compared["image"], compared["prompt"], key[0], compared.get("coverage"), source)
+    if state:
+        method = state["trace"].settings.get("method", "run")
+        runs, source = {method: state["trace"].steps}, f"the last run ({render.method_label(method)})"
+        return Analysed(runs, state["image"], state["prompt"], state.get("model"), None, source)
+    return None
+
+
+def unanalysable(what: Analysed, runtime) -> str | None:
+    """Why ``what`` cannot be analysed (a hint on the tab's status line), or None."""
+    if not what.model_id:  # a replayed trace: the file holds neither the image nor a model to run
+        return (
+            "A replayed run holds no image, so nothing in it can be compared with another image: "
+            "run a generation (or a comparison) first."
+        )
+    if runtime is None:
+        return "The model that made the run is no longer loaded: run the generation again."
+    if what.image is None:
+        return "The run had no image, so nothing can depend on it."
+    return None
+
+
+def shown(what: Analysed, flags: list[bool]) -> tuple:
+    """The tab's answer, table and status once the pass flagged the image-sensitive tokens."""
+    for steps in what.runs.values():
+        mark_steps(steps, flags)
+    count = sum(flags[1:])  # (the first token comes from the prefill: nothing drafts it)
+    status = (
+        f"{count} of the {max(0, len(flags) - 1)} tokens after the first are image-sensitive (the "
+        f"first comes from the prompt pass, where nothing is drafted). Analysed: {what.source}."
+    )
+    if not what.coverage:  # only a comparison probes what the memories held at each token
+        status += " What a memory held there is known after a comparison (Compare tab): \"-\" here."
+    rows = tables.sensitivity_rows(what.runs, flags, what.coverage)
+    return render.sensitivity_answer(next(iter(what.runs.values())), flags), rows, status
+
+
 def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_state) -> None:
     """The Sensitivity button: its pass is one job of the studio's decode line (`Studio.submit`: fair
     across clients, counted against its client's share); a session has one at a time."""
@@ -30,44 +90,20 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
             choice = check_other_image(choice)
         except ValueError as error:
             raise refusal(str(error)) from None
-        if compared and state and compared["key"] != state.get("key"):
-            compared = None  # the comparison was made on another input than the last run
-        if not (compared or state):  # a hint, not an error: nothing to analyse yet
+        what = analysed(state, compared)
+        if what is None:  # a hint, not an error: nothing to analyse yet
             yield {sens["status"]: "Run a generation (or a comparison) first: this tab analyses its answer."}
             return
-        coverage = None
-        if compared:
-            runs, image, prompt = compared["runs"], compared["image"], compared["prompt"]
-            model_id, coverage = compared["key"][0], compared.get("coverage")
-            source = "the last comparison's runs (every method, on the Run tab's input)"
-        else:
-            method = state["trace"].settings.get("method", "run")
-            runs = {method: state["trace"].steps}
-            image, prompt, model_id = state["image"], state["prompt"], state.get("model")
-            source = f"the last run ({render.method_label(method)})"
-        # hints on the tab's status line, like the one above: what the last run lets this tab do
-        runtime = studio.cache.loaded(model_id) if model_id else None
-        if not model_id:  # a replayed trace: the file holds neither the image nor a model to run
-            hint = (
-                "A replayed run holds no image, so nothing in it can be compared with another image: "
-                "run a generation (or a comparison) first."
-            )
-        elif runtime is None:
-            hint = "The model that made the run is no longer loaded: run the generation again."
-        elif image is None:
-            hint = "The run had no image, so nothing can depend on it."
-        else:
-            hint = None
-        if hint is not None:
+        runtime = studio.cache.loaded(what.model_id) if what.model_id else None
+        if (hint := unanalysable(what, runtime)) is not None:
             yield {sens["status"]: hint}
             return
-        reference = next(iter(runs.values()))
-        answer = token_ids(reference)
+        answer = token_ids(next(iter(what.runs.values())))
 
         def work(job):
-            replacement = other_image(choice, image, model_id)
-            with studio.cache.pass_lock(model_id):
-                return sensitive_flags(runtime.target, [replacement], prompt, answer)
+            replacement = other_image(choice, what.image, what.model_id)
+            with studio.cache.pass_lock(what.model_id):
+                return sensitive_flags(runtime.target, [replacement], what.prompt, answer)
 
         job = studio.submit(request, "sensitivity", work)
         with studio.awaiting(
@@ -78,22 +114,7 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
                 yield {sens["status"]: line}
             async for _ in job.waits(HEARTBEAT_S):  # yields, so that gradio can stop the event if its
                 yield {sens["status"]: waiting.status() or gr.skip()}  # visitor left
-        flags = job.result
-
-        def shown():
-            for steps in runs.values():
-                mark_steps(steps, flags)
-            count = sum(flags[1:])  # (the first token comes from the prefill: nothing drafts it)
-            status = (
-                f"{count} of the {max(0, len(flags) - 1)} tokens after the first are image-sensitive (the "
-                f"first comes from the prompt pass, where nothing is drafted). Analysed: {source}."
-            )
-            if not coverage:  # only a comparison probes what the memories held at each token
-                status += " What a memory held there is known after a comparison (Compare tab): \"-\" here."
-            rows = tables.sensitivity_rows(runs, flags, coverage)
-            return render.sensitivity_answer(reference, flags), rows, status
-
-        yield await asyncio.to_thread(shown)
+        yield await asyncio.to_thread(shown, what, job.result)
 
     sens["button"].click(
         sensitivity,
