@@ -20,6 +20,7 @@ starts from its own copy of its model's file.
 What a memory file holds is what `PersistentMemory.save` writes: the 1-token records. The drafter's
 other learnt state (stream-scope contextual records, acceptance estimates) is not saved.
 """
+
 from __future__ import annotations
 
 import logging

@@ -69,7 +69,6 @@ def main_source(sources: Sequence[str], contributions: Mapping[str, float]) -> s
     return sources[0] if sources else "unknown"
 
 
-
 @dataclass(frozen=True)
 class FusedCandidate:
     """One token of a drafter's belief at the root: fused probability and each source's share of it."""

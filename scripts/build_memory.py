@@ -108,8 +108,9 @@ def build(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.build_memory",
-    description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.build_memory", description=__doc__.splitlines()[0]
+    )
     parser.add_argument(
         "--model", default="v2", help="v2 or v1 (the embedded models) or a model folder (default: v2)"
     )

@@ -46,9 +46,7 @@ def crafted(path: Path, shape: str) -> Path:
         texts = {"new_tokens": [5] * 16, "new_sources": ["target"] * 16}
         steps = [step(i, new_texts=["é" * 46 + f"{i:02x}"] * 16, **texts) for i in range(256)]
     elif shape == "sources":
-        steps = [
-            step(i, new_tokens=[5], new_texts=["a"], new_sources=[long_text(i)]) for i in range(4096)
-        ]
+        steps = [step(i, new_tokens=[5], new_texts=["a"], new_sources=[long_text(i)]) for i in range(4096)]
     elif shape == "wide":
         nodes = [node(i, [long_text(i)[-200:]], parent=-1, text=long_text(i), token=i) for i in range(8192)]
         bonus = {"bonus_token": 1, "new_tokens": [1], "new_texts": ["b"], "new_sources": ["target"]}

@@ -84,7 +84,8 @@ def sensitive(results: dict) -> str:
 
 def table() -> str:
     head = (
-        "| run | " + " | ".join(LABELS[m] for m in METHODS)
+        "| run | "
+        + " | ".join(LABELS[m] for m in METHODS)
         + " | accept @ image-sensitive, TR / RECAP (RECAP at TR's depths) |"
     )
     lines = [head, "|---" * (len(METHODS) + 2) + "|"]

@@ -172,8 +172,12 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--max-model-len", type=int, default=2048)
-    parser.add_argument("--draft-cost", type=float, default=0.25,
-                        help="RECAP_VLLM_DRAFT_COST of the recap-cut method (recap: 0, chains never cut)")
+    parser.add_argument(
+        "--draft-cost",
+        type=float,
+        default=0.25,
+        help="RECAP_VLLM_DRAFT_COST of the recap-cut method (recap: 0, chains never cut)",
+    )
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -193,7 +193,6 @@ def test_suffix_without_its_package_is_refused_with_the_install_command(monkeypa
     runtime = Runtime(tiny("llava"))
     settings = SimpleNamespace(scope="per session", model=TINY)
 
-
     with pytest.raises(gr.Error, match="install_suffix"):
         drafter_for(runtime, settings, "suffix", RecapConfig(), {})
 

@@ -450,7 +450,11 @@ def test_suffix_settings_reach_the_drafter():
     samples = categorized([("the cat is", "a"), ("the cat is", "a")])
     config = SuffixConfig(max_spec_tokens=2)
     result = run_benchmark(
-        Runtime(tiny("llama")), samples, "suffix", max_new_tokens=16, progress=False,
+        Runtime(tiny("llama")),
+        samples,
+        "suffix",
+        max_new_tokens=16,
+        progress=False,
         setup=StreamSettings(suffix_config=config),
     )
     assert 0 < result.methods["suffix"].nodes_per_step <= 2

@@ -223,7 +223,8 @@ def test_the_summary_line_weighs_recap_by_tr_depths_when_the_summary_has_them():
     # the reason is given only where the summary shows it: RECAP meeting more of them deep
     methods = summary["methods"]
     methods["tr"]["sensitive_depths"], methods["recap"]["sensitive_depths"] = (
-        methods["recap"]["sensitive_depths"], methods["tr"]["sensitive_depths"]
+        methods["recap"]["sensitive_depths"],
+        methods["tr"]["sensitive_depths"],
     )
     swapped = measure.summary_line(summary)
     assert "longer accepted chains" not in swapped and "At Token Recycling's mix of depths" in swapped

@@ -563,8 +563,9 @@ def test_the_search_stops_where_the_budget_rule_stops_and_keeps_the_same_tree(mo
     seeded(drafter, records)
     tree = drafter.propose([0, 1])
     length = drafter._seen.offset + 2  # (the mirror holds the stream's earlier tokens first)
-    memories = Memories(None, None, drafter.persistent, drafter._request, drafter.acceptance.levels(),
-                        drafter._backoff())
+    memories = Memories(
+        None, None, drafter.persistent, drafter._request, drafter.acceptance.levels(), drafter._backoff()
+    )
     full = full_grow(drafter._seen.tokens, length, 48, drafter._search, drafter._usable, memories)
     size = auto_budget(CostModel(points), full.scores, overhead=0.0)
     assert (tree.tokens, tree.parents) == (full.tokens[:size].tolist(), full.parents[:size].tolist())

@@ -59,8 +59,14 @@ def test_the_module_docstring_example():
     # root -> [red (ctx3), blue (persistent)]; target chose "red" then " circle".
     nodes = [node(0, -1, "red", ["ctx3"], 0.6, 0.6, True), node(1, -1, "blue", ["persistent"], 0.3, 0.3)]
     step = StepRecord(
-        step=4, committed_len=30, method="recap", nodes=nodes, accepted_ids=[0], bonus_token=7,
-        new_tokens=[100, 7], new_texts=["red", " circle"],
+        step=4,
+        committed_len=30,
+        method="recap",
+        nodes=nodes,
+        accepted_ids=[0],
+        bonus_token=7,
+        new_tokens=[100, 7],
+        new_texts=["red", " circle"],
     )
     assert explain_step(step) == (
         "Step 4: the drafter proposed 2 nodes (ctx3 1, persistent 1). The target accepted 1: «red». "
@@ -76,8 +82,14 @@ def test_first_rejection_names_the_draft_its_fused_probability_and_the_targets_c
         node(2, 0, " blue", ["persistent"], 0.2, 0.18),
     ]
     step = StepRecord(
-        step=7, committed_len=40, method="recap", nodes=nodes, accepted_ids=[0], bonus_token=55,
-        new_tokens=[100, 55], new_texts=[" the", " green"],
+        step=7,
+        committed_len=40,
+        method="recap",
+        nodes=nodes,
+        accepted_ids=[0],
+        bonus_token=55,
+        new_tokens=[100, 55],
+        new_texts=[" the", " green"],
     )
     assert explain_step(step) == (
         "Step 7: the drafter proposed 3 nodes (ctx3 1, ctx2 1, persistent 2; 1 node proposed by "
@@ -90,8 +102,14 @@ def test_first_rejection_names_the_draft_its_fused_probability_and_the_targets_c
 def test_rejection_at_the_root_of_a_template_tree_has_no_fused_probability():
     nodes = [node(0, -1, "cat", ["template"], score=0.0), node(1, 0, "s", ["template"], score=0.0)]
     step = StepRecord(
-        step=2, committed_len=9, method="tr", nodes=nodes, accepted_ids=[], bonus_token=3,
-        new_tokens=[3], new_texts=["dog"],
+        step=2,
+        committed_len=9,
+        method="tr",
+        nodes=nodes,
+        accepted_ids=[],
+        bonus_token=3,
+        new_tokens=[3],
+        new_texts=["dog"],
     )
     assert explain_step(step) == (
         "Step 2: the drafter proposed 2 nodes (template 2). The target accepted none of them. "
@@ -103,8 +121,16 @@ def test_rejection_at_the_root_of_a_template_tree_has_no_fused_probability():
 def test_end_of_sequence_inside_the_accepted_path():
     nodes = [node(0, -1, ".", ["suffix"], score=1.0, accepted=True), node(1, 0, "</s>", ["suffix"], 1.0)]
     step = StepRecord(
-        step=9, committed_len=50, method="recap", nodes=nodes, accepted_ids=[0, 1], bonus_token=None,
-        new_tokens=[100, 101], new_texts=[".", "</s>"], finished=True, finish_reason="eos",
+        step=9,
+        committed_len=50,
+        method="recap",
+        nodes=nodes,
+        accepted_ids=[0, 1],
+        bonus_token=None,
+        new_tokens=[100, 101],
+        new_texts=[".", "</s>"],
+        finished=True,
+        finish_reason="eos",
     )
     assert explain_step(step) == (
         "Step 9: the drafter proposed 2 nodes (suffix 2). The target accepted 2: «.» «</s>». After it "
@@ -145,12 +171,21 @@ def test_a_likelier_candidate_left_out_of_the_tree_is_named_with_why():
 
 def test_nodes_offered_in_a_fan_are_said_so():
     # root -> [red, blue]: earlier answers went on 3 ways after the root's context; red -> circle.
-    nodes = [node(0, -1, "red", ["ctx2"], 0.4, 0.4, True), node(1, -1, "blue", ["ctx2"], 0.3, 0.3),
-             node(2, 0, " circle", ["ctx3"], 0.9, 0.36, True)]
+    nodes = [
+        node(0, -1, "red", ["ctx2"], 0.4, 0.4, True),
+        node(1, -1, "blue", ["ctx2"], 0.3, 0.3),
+        node(2, 0, " circle", ["ctx3"], 0.9, 0.36, True),
+    ]
     nodes[0].fan = nodes[1].fan = 3
     step = StepRecord(
-        step=2, committed_len=20, method="recap", nodes=nodes, accepted_ids=[0, 2], bonus_token=9,
-        new_tokens=[100, 101, 9], new_texts=["red", " circle", " at"],
+        step=2,
+        committed_len=20,
+        method="recap",
+        nodes=nodes,
+        accepted_ids=[0, 2],
+        bonus_token=9,
+        new_tokens=[100, 101, 9],
+        new_texts=["red", " circle", " at"],
     )
     assert (
         "Fans: at 1 context where earlier answers (under other images) went on in different ways, the "

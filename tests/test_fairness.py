@@ -655,7 +655,10 @@ def test_a_waiting_line_never_outlives_the_wait():
     told = iter(["Waiting: 2 ahead", "Waiting: 1 ahead", None, None, "Waiting: 1 ahead", None])
     line = WaitingLine(lambda: next(told))
     assert [line.status(), line.status(), line.status(), line.status()] == [
-        "Waiting: 2 ahead", "Waiting: 1 ahead", "Starting…", None
+        "Waiting: 2 ahead",
+        "Waiting: 1 ahead",
+        "Starting…",
+        None,
     ]
     assert line.status() == "Waiting: 1 ahead"
     line.shown_other()  # (a step was shown)

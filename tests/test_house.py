@@ -54,10 +54,25 @@ def test_long_modules_are_reported():
 # ------------------------------------------------------------------------------------------ layers
 #: The library's lower layers: what a user of the method imports. None of them may import the layers
 #: above (the benchmark, the studio) or the demo worlds.
-LOWER_LAYERS = ("recap/models", "recap/memory", "recap/drafters", *(
-    f"recap/{name}.py" for name in ("tree", "verify", "sampling", "trace", "decode", "inputs", "runtime",
-                                     "options", "hotstart")
-))
+LOWER_LAYERS = (
+    "recap/models",
+    "recap/memory",
+    "recap/drafters",
+    *(
+        f"recap/{name}.py"
+        for name in (
+            "tree",
+            "verify",
+            "sampling",
+            "trace",
+            "decode",
+            "inputs",
+            "runtime",
+            "options",
+            "hotstart",
+        )
+    ),
+)
 UPPER = ("recap.embedded", "recap.bench", "recap.studio")
 IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+([\w, ()]+)|import\s+([\w.]+))", re.M)
 

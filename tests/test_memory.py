@@ -458,14 +458,23 @@ def test_recycle_refuses_bad_labels_before_writing_or_counting():
     ids, probs = np.tile(np.arange(4), (2, 1)), np.full((2, 4), 0.25, np.float32)
     labels = GreedyLabels(model, np.array([3]), np.array([5]), np.array([0]), 9)  # greedy row 4 of 2
     with pytest.raises(ValueError, match="greedy row 4"):
-        recycle(VerifiedPass([1, 2, 3], np.array([2]), [-1], [4], [0], ids, probs), NONE, 4, 0, persistent,
-                None, None, labels)
+        recycle(
+            VerifiedPass([1, 2, 3], np.array([2]), [-1], [4], [0], ids, probs),
+            NONE,
+            4,
+            0,
+            persistent,
+            None,
+            None,
+            labels,
+        )
     assert np.array_equal(persistent.table, before) and len(model) == 0
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 40), min_size=1, max_size=60), st.integers(1, 30),
-       st.sampled_from([None, 5, 40]))
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=60), st.integers(1, 30), st.sampled_from([None, 5, 40])
+)
 def test_has_room_exactly_when_reserve_changes_nothing(writes, count, capacity):
     """The compiled writers' room check (`has_room`) says yes exactly when `ContextMemory.reserve` would
     rebuild or grow nothing, and always after it, through growth, reuse of rows (bounded) and clearing."""
@@ -497,8 +506,15 @@ def test_recycle_refuses_inconsistent_input_before_writing(rows, parents, accept
     before = persistent.table.copy()
     ids, probs = np.tile(np.arange(5), (rows, 1)), np.full((rows, 5), 0.2, np.float32)
     with pytest.raises(ValueError, match=message):
-        recycle(VerifiedPass([1, 2, 3], np.array([1, 2]), parents, [4], accepted, ids, probs), NONE, 4, 0,
-                persistent, None, None)
+        recycle(
+            VerifiedPass([1, 2, 3], np.array([1, 2]), parents, [4], accepted, ids, probs),
+            NONE,
+            4,
+            0,
+            persistent,
+            None,
+            None,
+        )
     assert np.array_equal(persistent.table, before)
 
 
@@ -506,8 +522,15 @@ def test_recycle_refuses_zero_width_top_k_rows():
     persistent = PersistentMemory(12, 4)
     ids, probs = np.zeros((3, 0), dtype=np.int64), np.zeros((3, 0), dtype=np.float32)
     with pytest.raises(ValueError, match="top-k rows are empty"):
-        recycle(VerifiedPass([1, 2, 3], np.array([1, 2]), [-1], [4], [0], ids, probs), NONE, 4, 0,
-                persistent, None, None)
+        recycle(
+            VerifiedPass([1, 2, 3], np.array([1, 2]), [-1], [4], [0], ids, probs),
+            NONE,
+            4,
+            0,
+            persistent,
+            None,
+            None,
+        )
 
 
 def _guarded_memories():

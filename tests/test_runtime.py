@@ -129,4 +129,3 @@ def test_a_cheap_model_gets_more_sweeps_while_they_fit_in_the_time_allowed(monke
     model = Runtime(target).cost_model()
     assert len(calls) == CPU_COST_MAX_SWEEPS > CPU_COST_SWEEPS
     assert model.points == ((1, 1e-3), (4, 2e-3 / CPU_COST_MAX_SWEEPS))
-

@@ -346,8 +346,9 @@ def test_hub_models_warm_up_on_the_examples_within_the_time_given():
     # and the bound holds: a clock that advances 1 s per reading stops after the first pass
     target = tiny("llava")
     ticks = iter(range(1000))
-    report = warm_up(target, Runtime(target).drafter("ar"), training_requests(scenes, 4), 8, 1.5, lambda:
-    next(ticks))
+    report = warm_up(
+        target, Runtime(target).drafter("ar"), training_requests(scenes, 4), 8, 1.5, lambda: next(ticks)
+    )
     assert report.started == 1 and report.tokens == 1
 
 

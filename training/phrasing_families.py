@@ -372,6 +372,7 @@ FAMILIES: tuple[Family, ...] = (
 TRAINING_FAMILIES = tuple(f for f in FAMILIES if not f.heldout)
 HELDOUT_FAMILIES = tuple(f for f in FAMILIES if f.heldout)
 
+
 def training_groups(
     families: tuple[Family, ...] = TRAINING_FAMILIES,
 ) -> dict[str, tuple[tuple[str, ...], ...]]:

@@ -351,9 +351,7 @@ def answer_is_correct(qtype: str, scene: Scene, generated_text: str, question: s
     statement of the reference must be there and right, and no colour-kind pair outside the scene named.
     """
     asking = ONE_SHAPE_TYPES + TWO_SHAPE_TYPES
-    return grid.answer_is_correct(
-        qtype, scene, generated_text, question, asking, extract_fact, expected_fact
-    )
+    return grid.answer_is_correct(qtype, scene, generated_text, question, asking, extract_fact, expected_fact)
 
 
 # ------------------------------------------------------------------------------------------ held-out

@@ -56,9 +56,7 @@ class Shape(GridShape):
 
 def sample_scene(rng: np.random.Generator, min_shapes: int = 1) -> Scene:
     """Draw a scene of ``min_shapes``..MAX_SHAPES shapes (uniform) with distinct kinds, colours, cells."""
-    return grid.sample_shapes(
-        rng, Shape, (min_shapes, MAX_SHAPES), KINDS, list(COLOURS), SIZES, _JITTER
-    )
+    return grid.sample_shapes(rng, Shape, (min_shapes, MAX_SHAPES), KINDS, list(COLOURS), SIZES, _JITTER)
 
 
 def scene_from_seed(seed: int, min_shapes: int = 1) -> Scene:

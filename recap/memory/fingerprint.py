@@ -20,6 +20,7 @@ class Fingerprinted(Protocol):
 
     def fingerprint(self) -> str: ...
 
+
 #: Bytes read from each end of a weight file for its digest (cheap even for a 7B model's folder).
 DIGEST_BYTES = 1 << 20
 

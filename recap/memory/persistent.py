@@ -44,6 +44,7 @@ FORMAT_VERSION = "1"
 #: Records a stream-scope contextual memory keeps (the oldest keys are dropped beyond it).
 STREAM_CONTEXT_CAPACITY = 1 << 17
 
+
 class PersistentMemory(Guarded):
     """``P1``: one prediction record per token id, overwrite-with-latest; thread-safe writes and saves.
 

@@ -225,8 +225,17 @@ def recycle(
     # The context from two tokens before the first position: every key's tokens, and the last two.
     low = max(min(positions.tolist()) - 2, 0) if len(positions) else 0
     pass_arrays = PassArrays(
-        _ints(context[low:]), low, positions, _ints(parents), _ints(tokens), _ints(accepted), _ints(excluded),
-        ids, probs, int(stamp), k,
+        _ints(context[low:]),
+        low,
+        positions,
+        _ints(parents),
+        _ints(tokens),
+        _ints(accepted),
+        _ints(excluded),
+        ids,
+        probs,
+        int(stamp),
+        k,
     )
     locks = _locks(persistent, ctx2, ctx3, labels)
     for lock in locks:
@@ -355,13 +364,20 @@ def _memory_arrays(
     if persistent is not None:
         table = persistent.table  # (built on first use: under the lock, so no writer builds another)
         p_arrays = PersistentArrays(
-            True, persistent.ids, persistent.probs, persistent.filled, persistent.concentrations,
-            persistent.stamps, table,
+            True,
+            persistent.ids,
+            persistent.probs,
+            persistent.filled,
+            persistent.concentrations,
+            persistent.stamps,
+            table,
         )
     else:
         p_arrays = _NO_PERSISTENT
     c_arrays = [
-        _NO_CONTEXT if memory is None else ContextArrays(
+        _NO_CONTEXT
+        if memory is None
+        else ContextArrays(
             True, memory.index.keys, memory.index.rows, memory.index.owner, memory.index.state, memory.table
         )
         for memory in (ctx2, ctx3)

@@ -41,7 +41,7 @@ SESSION_TTL_S = 2 * 3600
 #: GitHub, which a client offline, or a server without internet, cannot fetch).
 API_FILE_EXAMPLES = {"Image": "scene.png", "File": "recap-run.json"}
 #: What a call with fewer values than its endpoint's inputs is told.
-TOO_FEW_VALUES = "This endpoint takes {needed} values and the call sent {got} (\"Use via API\" lists them)."
+TOO_FEW_VALUES = 'This endpoint takes {needed} values and the call sent {got} ("Use via API" lists them).'
 #: What a call whose image or file value is not an uploaded file is told.
 UNREADABLE_FILE = (
     "An image or file value must be a file uploaded to this studio (through the API: handle_file(path));"

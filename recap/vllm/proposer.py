@@ -55,6 +55,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_BUDGET = 16
 #: What verifying one draft costs, as a share of a pass (`RecapDrafter.propose_chain`): 0 never cuts.
 DEFAULT_DRAFT_COST = 0.0
+
+
 @dataclass
 class Running:
     """A running request: its drafter and the chain it proposed last (what the next pass verifies)."""

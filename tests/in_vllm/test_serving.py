@@ -30,8 +30,20 @@ def free_port() -> int:
 def serve(speculative: str | None):
     """The server, as docs/vllm.md starts it; yields its port, then stops it."""
     port = free_port()
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL),
-               "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024", "--port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(MODEL),
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--max-model-len",
+        "1024",
+        "--port",
+        str(port),
+    ]
     if speculative:
         command += ["--speculative-config", speculative]
     small = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}

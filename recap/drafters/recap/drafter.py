@@ -21,6 +21,7 @@ each step lives:
    1/2/3-token keys ending there, and every candidate of every expanded context is labelled for the
    acceptance model.
 """
+
 from __future__ import annotations
 
 import copy
@@ -284,8 +285,13 @@ class RecapDrafter:
             self.persistent.backoff.count(observation.acceptance.tokens)
         accepted = observation.acceptance.nodes if observation.acceptance is not None else ()
         computed = VerifiedPass(
-            observation.context, observation.positions, parents, tokens, accepted,
-            observation.topk_ids, observation.topk_probs,
+            observation.context,
+            observation.positions,
+            parents,
+            tokens,
+            accepted,
+            observation.topk_ids,
+            observation.topk_probs,
         )
         recycle(
             computed,
@@ -492,5 +498,3 @@ def _tail(context: Sequence[int]) -> Tail:
     """The last three tokens of ``context`` as Python ints, padded with None in front."""
     last = [int(t) for t in context[-3:]]
     return tuple([None] * (3 - len(last)) + last)  # type: ignore[return-value]
-
-

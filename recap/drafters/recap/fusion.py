@@ -121,7 +121,6 @@ def fuse_rows(ids: np.ndarray, values: np.ndarray, width: int) -> tuple[np.ndarr
 _LOWER: dict[int, np.ndarray] = {}
 
 
-
 def _source_names() -> tuple[tuple[str, ...], ...]:
     """`SOURCE_NAMES`, by code ``((first * 9 + second * 3 + third) * 8 + present bits) * 2 + suffix``;
     ``27 * 16 + suffix``: the back-off record (`recap.memory.backoff`)."""
@@ -142,6 +141,7 @@ def _source_names() -> tuple[tuple[str, ...], ...]:
 #: it, the largest contributor first (ties: the more specific first), then ``suffix`` for a
 #: suffix-matched token.
 SOURCE_NAMES = _source_names()
+
 
 def _strictly_lower(n: int) -> np.ndarray:
     """``mask[i, j] = j < i`` for ``n x n`` (cached)."""

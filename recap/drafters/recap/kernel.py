@@ -250,8 +250,12 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
         _gather(context_tail, usable, memories, records, empty)
         last = context_tail[2]
         backed = (
-            backoff_on and records[0, 0] < 0 and records[1, 0] < 0 and records[2, 0] < 0
-            and last >= 0 and usable[last]
+            backoff_on
+            and records[0, 0] < 0
+            and records[1, 0] < 0
+            and records[2, 0] < 0
+            and last >= 0
+            and usable[last]
         )
         if backed:  # no memory has a record here: the back-off record, as the only one
             for j in range(k):
@@ -380,8 +384,10 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
             out_parents[pops] = tree_id[parent[node]] if parent[node] >= 0 else -1
             out_parts[pops] = parts[node]
             out_fanned[pops] = fanned[node]
-            out_codes[pops] = BACKOFF_CODE + suffix[node] if backed_node[node] else _source_code(
-                parts[node], suffix[node], order
+            out_codes[pops] = (
+                BACKOFF_CODE + suffix[node]
+                if backed_node[node]
+                else _source_code(parts[node], suffix[node], order)
             )
             pops += 1
             if rule:  # the budget rule (`recap.drafters.recap.budget`), one node at a time
@@ -401,8 +407,15 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
         if stop or not expanded:
             break
     return (
-        out_tokens[:pops], out_parents[:pops], out_scores[:pops], out_parts[:pops], out_codes[:pops],
-        out_fanned[:pops], label_node[:labels], label_token[:labels], label_kind[:labels],
+        out_tokens[:pops],
+        out_parents[:pops],
+        out_scores[:pops],
+        out_parts[:pops],
+        out_codes[:pops],
+        out_fanned[:pops],
+        label_node[:labels],
+        label_token[:labels],
+        label_kind[:labels],
         kept if rule else pops,
     )
 

@@ -147,8 +147,16 @@ def grow(
         lock.acquire()
     try:
         arrays = SearchMemories(
-            *_context_arrays(ctx3), *_context_arrays(ctx2), p_on, p_table,
-            int(request), levels is not None, fine, coarse, *backoff_arrays, *(fans or NO_FANS),
+            *_context_arrays(ctx3),
+            *_context_arrays(ctx2),
+            p_on,
+            p_table,
+            int(request),
+            levels is not None,
+            fine,
+            coarse,
+            *backoff_arrays,
+            *(fans or NO_FANS),
         )
         found = grow_tree(tokens, int(length), int(cap), usable, arrays, settings, rule)
     finally:

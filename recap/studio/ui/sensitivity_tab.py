@@ -76,7 +76,7 @@ def shown(what: Analysed, flags: list[bool]) -> tuple:
         f"first comes from the prompt pass, where nothing is drafted). Analysed: {what.source}."
     )
     if not what.coverage:  # only a comparison probes what the memories held at each token
-        status += " What a memory held there is known after a comparison (Compare tab): \"-\" here."
+        status += ' What a memory held there is known after a comparison (Compare tab): "-" here.'
     rows = tables.sensitivity_rows(what.runs, flags, what.coverage)
     return render.sensitivity_answer(next(iter(what.runs.values())), flags), rows, status
 
