@@ -184,7 +184,7 @@ def test_suffix_without_its_package_is_refused_with_the_install_command(monkeypa
     from recap.drafters import suffix_decoding
     from recap.drafters.recap.config import RecapConfig
     from recap.runtime import Runtime
-    from recap.studio.guard.validation import offered_methods
+    from recap.studio.environment import offered_methods
     from recap.studio.serving import drafter_for
 
     # As on a machine without the package: its module cannot be found.

@@ -308,10 +308,9 @@ def test_the_done_status_says_the_answers_first_and_folds_how_they_were_timed():
 
 def test_without_suffix_decoding_the_held_out_line_quotes_none_of_its_figures(monkeypatch):
     from recap.studio.environment import DEFAULT_MODEL_ID
-    from recap.studio.guard import validation
 
-    monkeypatch.setattr(validation, "offered_methods", lambda: ("ar", "pld", "tr", "suffix", "recap"))
+    monkeypatch.setattr(measure, "offered_methods", lambda: ("ar", "pld", "tr", "suffix", "recap"))
     assert "SuffixDecoding" in measure.held_out_line(DEFAULT_MODEL_ID)  # the shipped summary holds it
-    monkeypatch.setattr(validation, "offered_methods", lambda: ("ar", "pld", "tr", "recap"))
+    monkeypatch.setattr(measure, "offered_methods", lambda: ("ar", "pld", "tr", "recap"))
     without = measure.held_out_line(DEFAULT_MODEL_ID)
     assert "RECAP" in without and "SuffixDecoding" not in without

@@ -113,9 +113,7 @@ _QUESTIONS: dict[str, tuple[str, ...]] = {
 #: World v1's questions phrased unlike every training template (``heldout_set(..., rephrased=True)``,
 #: the benchmark's ``scenes-rephrased``): for checking that a drafter generalises to a user who does
 #: not ask the way the training data did. The name is the `recap.embedded.World` interface's, so each
-#: world has its own; world v2's (`recap.embedded.scenes2_questions`) starts with these phrasings and
-#: adds its own question types. Kept as their own copy: each world's held-out set stays fixed with the
-#: model trained on it, whatever the other world's becomes.
+#: world has its own; world v2's (`recap.embedded.scenes2_questions`) is these and its own additions.
 REPHRASED_QUESTIONS: dict[str, tuple[str, ...]] = {
     "describe": (
         "Can you tell me what this picture contains?",

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from recap.embedded.scenes import REPHRASED_QUESTIONS as _V1_REPHRASED
+
 TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {
     "describe": (
         "Describe the image.",
@@ -79,36 +81,12 @@ TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {
 }
 
 #: World v2's phrasings never used in training (``heldout_set(..., rephrased=True)``, the benchmark's
-#: ``scenes2-rephrased``). The first four question types start with world v1's held-out phrasings
-#: (`recap.embedded.scenes.REPHRASED_QUESTIONS`, the same name since it is the `recap.embedded.World`
-#: interface's); v2 adds a position phrasing and the relation and detail types. A copy, not an import,
-#: so that neither world's held-out set changes with the other's.
+#: ``scenes2-rephrased``): world v1's held-out phrasings (`recap.embedded.scenes.REPHRASED_QUESTIONS`,
+#: the same name since it is the `recap.embedded.World` interface's), one more position phrasing, and
+#: the relation and detail types.
 REPHRASED_QUESTIONS: dict[str, tuple[str, ...]] = {
-    "describe": (
-        "Can you tell me what this picture contains?",
-        "Please give a short description of the picture.",
-        "What objects are drawn here?",
-        "Explain what is shown in this image.",
-    ),
-    "colour": (
-        "Which color has the {kind} got?",
-        "Can you name the colour of the {kind}?",
-        "I wonder what colour the {kind} is.",
-        "The {kind} in this picture: what colour is it?",
-    ),
-    "count": (
-        "What is the number of shapes in this picture?",
-        "Can you count how many shapes are drawn?",
-        "How many things are drawn here?",
-        "Tell me the number of objects.",
-    ),
-    "position": (
-        "In what part of the picture is the {kind}?",
-        "Can you tell me where the {kind} is?",
-        "Where exactly is the {kind} placed?",
-        "Which region of the image contains the {kind}?",
-        "Tell me where the {kind} is.",
-    ),
+    **_V1_REPHRASED,
+    "position": (*_V1_REPHRASED["position"], "Tell me where the {kind} is."),
     "relation": (
         "Where does the {kind} sit in relation to the {other}?",
         "Can you compare the {kind} and the {other}?",

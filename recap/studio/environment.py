@@ -110,6 +110,18 @@ def offered_models() -> list[str]:
     return list(dict.fromkeys(models))
 
 
+#: Methods offered in the Run tab, in the order of the radio buttons; Compare runs them all.
+METHODS = ("recap", "tr", "pld", "suffix", "ar")
+
+
+def offered_methods() -> tuple[str, ...]:
+    """The methods the Run tab offers: SuffixDecoding only where its authors' package is installed
+    (a request for it elsewhere is answered with the install command)."""
+    from recap.drafters.suffix_decoding import suffix_decoding_available
+
+    return tuple(m for m in METHODS if m != "suffix" or suffix_decoding_available())
+
+
 def resolve_alias(model_id: str) -> str:
     """``model_id`` with `MODEL_ALIASES` resolved; an alias is logged with what it means now (``embedded``
     meant v1 until v2 became the default: whoever wants v1 says ``embedded-v1``)."""

@@ -34,21 +34,9 @@ from recap.inputs import (
 )
 from recap.runtime import parse_budget
 from recap.sampling import SamplingSettings
-from recap.studio.environment import MODEL_ALIASES, SHARED_SCOPE
+from recap.studio.environment import METHODS, MODEL_ALIASES, SHARED_SCOPE
 
 log = logging.getLogger("recap.studio")
-
-#: Methods offered in the Run tab, in the order of the radio buttons; Compare runs them all.
-METHODS = ("recap", "tr", "pld", "suffix", "ar")
-
-
-def offered_methods() -> tuple[str, ...]:
-    """The methods the Run tab offers: SuffixDecoding only where its authors' package is installed
-    (a request for it elsewhere is answered with the install command)."""
-    from recap.drafters.suffix_decoding import suffix_decoding_available
-
-    return tuple(m for m in METHODS if m != "suffix" or suffix_decoding_available())
-
 
 BUDGET_MODES = ("auto", "fixed")
 #: The Run tab's numeric controls as ``(low, high)``: the sliders' ranges, and the bounds the server

@@ -48,8 +48,9 @@ from recap.drafters import is_recap_method, shared_state
 from recap.drafters.suffix_decoding import SuffixConfig
 from recap.embedded import embedded_world
 from recap.inputs import shown
+from recap.studio.environment import offered_methods
 from recap.studio.guard.jobs import HEARTBEAT_S, Cancelled
-from recap.studio.guard.validation import offered_methods, refusal
+from recap.studio.guard.validation import refusal
 from recap.studio.serving import Studio, fresh_drafter
 from recap.studio.ui import measure, render, story
 from recap.studio.ui.examples import BLANK_IMAGE, other_image

@@ -20,6 +20,7 @@ from recap.studio.environment import (
     SESSION_SCOPE,
     SHARED_SCOPE,
     model_label,
+    offered_methods,
 )
 from recap.studio.guard.validation import (
     BUDGET_MODES,
@@ -33,7 +34,6 @@ from recap.studio.guard.validation import (
     TEMPERATURE_RANGE,
     TOP_K_RANGE,
     TOP_P_RANGE,
-    offered_methods,
 )
 from recap.studio.ui import measure, render, tables
 from recap.studio.ui.examples import BLANK_IMAGE, example_sets, other_image_choices

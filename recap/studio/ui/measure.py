@@ -39,7 +39,7 @@ import numpy as np
 from recap.bench.coverage import at_depths, deep_share
 from recap.bench.sensitivity import token_ids
 from recap.models.cost import CostModel, load_curve, projected_seconds
-from recap.studio.environment import EMBEDDED_FOLDERS, ROOT
+from recap.studio.environment import EMBEDDED_FOLDERS, ROOT, offered_methods
 from recap.studio.ui.render import method_label
 from recap.trace import StepRecord, summarize
 
@@ -376,8 +376,6 @@ def _at_tr_depths(methods: dict) -> str:
 
 def held_out_line(model_id: object) -> str:
     """The held-out summary line of an offered embedded model (by its id; "" for any other), quoting
-    only the methods this server offers (`recap.studio.guard.validation.offered_methods`)."""
-    from recap.studio.guard.validation import offered_methods
-
+    only the methods this server offers (`recap.studio.environment.offered_methods`)."""
     folder = EMBEDDED_FOLDERS.get(model_id) if isinstance(model_id, str) else None
     return summary_line(load_summary(str(folder)), offered_methods()) if folder is not None else ""
