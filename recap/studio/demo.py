@@ -230,19 +230,7 @@ def build_demo(
         wire_compare(studio, ui, cmp, setting_inputs, compare_state)
         wire_sensitivity(studio, ui, sens, run_state, compare_state)
         demo.unload(traces.forget_exports(exports))
-    # Compare's handler takes the settings as *values: its API parameters are named here, as /run's
-    name_parameters(demo, "compare", ["image", "prompt", *setting_names(), "budgets"])
     studio.sessions.attach(demo, session)  # (the sessions' budget: `recap.studio.guard.sessions`)
     demo.trace_exports = exports
     demo.studio = studio
     return demo
-
-
-def name_parameters(demo: gr.Blocks, api_name: str, names: list[str]) -> None:
-    """Give the parameters of the endpoint ``api_name`` the names an API client reads in ``view_api()``
-    (gradio names a ``*values`` handler's ``param_2``, ``param_3``, ...)."""
-    for fn in demo.fns.values():
-        if fn.api_name == api_name:
-            if len(fn.inputs) != len(names):
-                raise ValueError(f"/{api_name} takes {len(fn.inputs)} inputs, not {len(names)}")
-            fn.input_parameter_names = list(names)

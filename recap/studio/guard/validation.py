@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import inspect
 import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,6 +161,38 @@ class RunSettings:
 def setting_names() -> tuple[str, ...]:
     """The Run tab's settings in request order: `RunSettings`' fields."""
     return tuple(field.name for field in dataclasses.fields(RunSettings))
+
+
+def with_settings_api(handler: Callable, *after: tuple[str, object]) -> Callable:
+    """``handler(image, prompt, *values, request=None)`` (a generator, sync or async) as gradio calls
+    an endpoint of the Run tab's settings: its API parameters are the image, the prompt, the settings
+    (`RunSettings`' fields, in order; a blank seed by default), then ``after`` as ``(name, default)``,
+    then the request (which gradio passes last). The parameters are declared here once, from the
+    settings, instead of written out in each handler."""
+    empty, keyword = inspect.Parameter.empty, inspect.Parameter.POSITIONAL_OR_KEYWORD
+    defaults = {"seed": None, **dict(after)}
+    names = ("image", "prompt", *setting_names(), *(name for name, _ in after))
+    parameters = [inspect.Parameter(n, keyword, default=defaults.get(n, empty)) for n in names]
+    request = inspect.Parameter("request", keyword, default=None, annotation=gr.Request)
+    if inspect.isasyncgenfunction(handler):
+
+        async def api(*values):
+            *inputs, request = values
+            async for update in handler(*inputs, request=request):
+                yield update
+
+    elif inspect.isgeneratorfunction(handler):
+
+        def api(*values):
+            *inputs, request = values
+            yield from handler(*inputs, request=request)
+
+    else:
+        raise TypeError(f"{handler!r} is not a generator function")
+    api.__signature__ = inspect.Signature([*parameters, request])
+    api.__annotations__ = {"request": gr.Request}  # (how gradio finds where to pass the request)
+    api.__doc__, api.__name__ = handler.__doc__, handler.__name__
+    return api
 
 
 def check_model(model_id: object, models: list[str]) -> str:

@@ -50,7 +50,7 @@ from recap.embedded import embedded_world
 from recap.inputs import shown
 from recap.studio.environment import offered_methods
 from recap.studio.guard.jobs import HEARTBEAT_S, Cancelled
-from recap.studio.guard.validation import refusal
+from recap.studio.guard.validation import refusal, with_settings_api
 from recap.studio.serving import Studio, fresh_drafter
 from recap.studio.ui import measure, render, story
 from recap.studio.ui.examples import BLANK_IMAGE, other_image
@@ -223,16 +223,14 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
     waiting work between its methods; a session has one comparison at a time (a newer one replaces it).
     """
 
-    def compare(
-        image, prompt, model, method, budget_mode, budget, depth, k, use_persistent, use_context, suffix,
-        max_new_tokens, scope, temperature, top_k, top_p, seed=None, budgets=None, request: gr.Request = None,
-    ):  # fmt: skip
-        """The Run tab's input through every method (greedy), timed as the benchmark times them."""
+    def compare(image, prompt, *rest, request: gr.Request = None):
+        """The Run tab's input through every method (greedy), timed as the benchmark times them. Its
+        API parameters: `with_settings_api`'s, then ``budgets``."""
+        *values, budgets = rest
         choice = measure.EQUAL if budgets is None else budgets  # the radio's default, if omitted
         if not isinstance(choice, str) or choice not in measure.BUDGET_CHOICES:
             raise refusal(f"Unknown budget choice {shown(choice)}: choose one from the list.")
-        values = (model, method, budget_mode, budget, depth, k, use_persistent, use_context, suffix)
-        settings = studio.settings([*values, max_new_tokens, scope, temperature, top_k, top_p, seed])
+        settings = studio.settings(values)
         note = GREEDY_NOTE if not settings.sampling().greedy else ""
         path, _, _ = studio.check_request(image, prompt, settings)  # refused before it waits in line
 
@@ -263,7 +261,7 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
                 raise
 
     event = cmp["button"].click(
-        compare,
+        with_settings_api(compare, ("budgets", None)),
         [ui["image"], ui["prompt"], *setting_inputs, cmp["budgets"]],
         [cmp["status"], cmp["table"], cmp["story"], cmp["strip"], compare_state],
         # no gradio limit: the handler waits in the studio's decode line (bounded, fair across clients)
@@ -272,6 +270,14 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         preprocess=False,
         show_progress_on=[cmp["status"]],  # progress and a refusal on the status line, not every panel
     )
+
+    _wire_stop(studio, cmp, event)
+
+    ui["model"].change(measure.held_out_line, [ui["model"]], [cmp["summary"]], api_name=False)
+
+
+def _wire_stop(studio: Studio, cmp: dict, event) -> None:
+    """Compare's Stop: the session's comparison job is cancelled, then its event; the status says so."""
 
     def stopped(status):
         """The status after Stop; none when no comparison was running (it ended, or none ran)."""
@@ -288,7 +294,19 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
     cancel = cmp["stop"].click(stop, None, None, cancels=[event], queue=False, api_visibility="private")
     cancel.then(stopped, [cmp["status"]], [cmp["status"]], queue=False, api_visibility="private")
 
-    ui["model"].change(measure.held_out_line, [ui["model"]], [cmp["summary"]], api_name=False)
+
+def _clocks(runtime) -> tuple:
+    """How a comparison on ``runtime`` is projected (its device's cost curve, or None) and timed
+    (`measure.clock`)."""
+    projection = measure.projection_for(runtime.target.name, runtime.target.device.type)
+    return projection, measure.clock(runtime.target.device.type, torch.get_num_threads())
+
+
+def _first_pass(studio: Studio, job, runtime, model, prompt, images, max_new, config) -> None:
+    """A short untimed AR run before the timed ones: the model's first passes warm up in no method."""
+    first = fresh_drafter(runtime, "ar", config)
+    for _ in studio.stream(runtime, model, first, prompt, images, max_new, "ar"):
+        job.check()
 
 
 def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, settings, choice, note, path):
@@ -302,11 +320,8 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
     warmup = studio.warmup_requests(runtime, (str(path) if path else None, prompt), studio.compare_warmup)
     methods = [m for m in COMPARED if m in offered_methods()]
     fair = fairness_note(len(warmup), studio.warmup_source(runtime), methods)
-    projection = measure.projection_for(runtime.target.name, runtime.target.device.type)
-    which = measure.clock(runtime.target.device.type, torch.get_num_threads())
-    first = fresh_drafter(runtime, "ar", config)
-    for _ in studio.stream(runtime, model, first, prompt, images, min(4, max_new), "ar"):
-        job.check()
+    projection, which = _clocks(runtime)
+    _first_pass(studio, job, runtime, model, prompt, images, min(4, max_new), config)
     runs: dict[str, list[StepRecord]] = {}
     coverage: dict[str, list] = {}  # what each method's memories held at every token (TR, RECAP)
     times: dict[str, list[list[float]]] = {m: [] for m in methods}  # each repeat's pass times

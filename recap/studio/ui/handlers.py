@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -29,9 +28,9 @@ from recap.studio.guard.validation import (
     RunSettings,
     display_delay_s,
     refusal,
-    setting_names,
     toast_text,
     upload_problem,
+    with_settings_api,
 )
 from recap.studio.serving import EMPTIED, Studio, drafter_for
 from recap.studio.ui import figures, render, tables
@@ -172,18 +171,6 @@ class RunRequest:
         return self.state["trace"]
 
 
-def run_signature() -> inspect.Signature:
-    """The /run endpoint's parameters, its API names: the image, the prompt, the Run tab's settings
-    (`RunSettings`' fields, in order), the display delay, the session's memories, then the request."""
-    names = ("image", "prompt", *setting_names(), "delay_ms", "memories")
-    keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    defaults = {"seed": None, "delay_ms": 0, "memories": None}
-    empty = inspect.Parameter.empty
-    parameters = [inspect.Parameter(n, keyword, default=defaults.get(n, empty)) for n in names]
-    request = inspect.Parameter("request", keyword, default=None, annotation=gr.Request)
-    return inspect.Signature([*parameters, request])
-
-
 class RunEvents:
     """Run (streamed) and Stop.
 
@@ -262,7 +249,7 @@ class RunEvents:
     async def run(self, image, prompt, *rest, request: gr.Request = None):
         """Answer the prompt about the image, streaming every target pass (answer, stats, the step's
         tree); the settings are the Run tab's (a blank seed draws one), delay_ms paces the display.
-        Its API parameters are `run_signature`'s."""
+        Its API parameters: `with_settings_api`'s, then ``delay_ms`` and ``memories``."""
         *values, delay_ms, memories = rest
         run, delay_s = self.admit(image, prompt, values, delay_ms, memories, request)
         await asyncio.to_thread(self.studio.sessions.sweep, request.session_hash if request else None)
@@ -368,12 +355,7 @@ class RunEvents:
         """Register Run and Stop on the page's components."""
         ui = self.ui
 
-        async def run(*values):  # gradio passes `run_signature`'s parameters, the request last
-            *inputs, request = values
-            async for update in self.run(*inputs, request=request):
-                yield update
-
-        run.__signature__, run.__annotations__ = run_signature(), {"request": gr.Request}
+        run = with_settings_api(self.run, ("delay_ms", 0), ("memories", None))
         event = ui["run"].click(
             run,
             [ui["image"], ui["prompt"], *setting_inputs, ui["delay_ms"], self.session],
