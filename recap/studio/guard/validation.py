@@ -174,18 +174,20 @@ def with_settings_api(handler: Callable, *after: tuple[str, object]) -> Callable
     names = ("image", "prompt", *setting_names(), *(name for name, _ in after))
     parameters = [inspect.Parameter(n, keyword, default=defaults.get(n, empty)) for n in names]
     request = inspect.Parameter("request", keyword, default=None, annotation=gr.Request)
+    count = len(parameters)  # gradio passes the request after them; a direct call may leave it out
+
     if inspect.isasyncgenfunction(handler):
 
-        async def api(*values):
-            *inputs, request = values
-            async for update in handler(*inputs, request=request):
+        async def api(*values, request=None):
+            values, request = (values[:count], values[count]) if len(values) > count else (values, request)
+            async for update in handler(*values, request=request):
                 yield update
 
     elif inspect.isgeneratorfunction(handler):
 
-        def api(*values):
-            *inputs, request = values
-            yield from handler(*inputs, request=request)
+        def api(*values, request=None):
+            values, request = (values[:count], values[count]) if len(values) > count else (values, request)
+            yield from handler(*values, request=request)
 
     else:
         raise TypeError(f"{handler!r} is not a generator function")
