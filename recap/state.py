@@ -4,9 +4,9 @@ A *scope* is whoever shares what the drafters learn: a `recap.runtime.Runtime` (
 one studio session or the studio's process-wide scope, one method's stream in the benchmark. Its
 state, each part created on first use:
 
-- RECAP's persistent memory (`recap.memory.persistent.PersistentMemory`), one per method and k, so an
-  ablation never learns from another method's trees; it also carries the stream's contextual records,
-  acceptance estimates, back-off record and suffix history;
+- RECAP's stream (`recap.drafters.recap.stream.StreamMemory`: the 1-token memory, the contextual
+  records, acceptance estimates, back-off record and suffix history), one per method and k, so an
+  ablation never learns from another method's trees;
 - Token Recycling's successor matrix (`recap.drafters.token_recycling.SuccessorMatrix`);
 - SuffixDecoding's global tree (`recap.drafters.suffix_decoding.SuffixTreeCache`).
 
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from recap.drafters import shared_state
+from recap.drafters.recap.stream import StreamMemory
 from recap.drafters.token_recycling import SuccessorMatrix, seed_successors
 from recap.hotstart import EMPTY_START, Origin, StartingMemory
 from recap.memory.persistent import PersistentMemory
@@ -63,7 +64,7 @@ class DrafterState:
         #: while idle to keep the server within its memory budget); "" when it did not.
         self.note = ""
         self.suffix_config = suffix_config
-        self._memories: dict[tuple[str, int], PersistentMemory] = {}
+        self._memories: dict[tuple[str, int], StreamMemory] = {}
         self._origins: dict[tuple[str, int], Origin] = {}
         self._latest: dict[str, int] = {}  # method -> the k its memory was last asked for with
         self._successors: SuccessorMatrix | None = None
@@ -72,31 +73,37 @@ class DrafterState:
         self._lock = threading.RLock()
 
     # --------------------------------------------------------------------------------------- parts
-    def persistent(self, method: str = "recap", k: int = 8) -> PersistentMemory:
-        """``method``'s persistent memory of width ``k`` (a copy of the start's records when it has k)."""
+    def stream(self, method: str = "recap", k: int = 8) -> StreamMemory:
+        """``method``'s stream of width ``k``, its 1-token memory a copy of the start's records when it
+        has k."""
         with self._lock:
             self._latest[method] = k
-            memory = self._memories.get((method, k))
-            if memory is None:
-                memory = PersistentMemory(self.vocab_size, k)
-                self._fill(memory)
-                self._memories[(method, k)] = memory
-                self._origins[(method, k)] = self.start.origin if len(memory) else "empty"
-            return memory
+            stream = self._memories.get((method, k))
+            if stream is None:
+                stream = StreamMemory(PersistentMemory(self.vocab_size, k))
+                self._fill(stream.tokens)
+                self._memories[(method, k)] = stream
+                self._origins[(method, k)] = self.start.origin if len(stream) else "empty"
+            return stream
+
+    def persistent(self, method: str = "recap", k: int = 8) -> PersistentMemory:
+        """``method``'s 1-token memory of width ``k`` (its stream's, `stream`)."""
+        return self.stream(method, k).tokens
 
     def peek(self, method: str = "recap", k: int = 8) -> PersistentMemory | None:
-        """``method``'s memory of width ``k`` if it was created already (never creates it)."""
+        """``method``'s 1-token memory of width ``k`` if it was created already (never creates it)."""
         with self._lock:
-            return self._memories.get((method, k))
+            stream = self._memories.get((method, k))
+            return None if stream is None else stream.tokens
 
-    def latest(self, method: str = "recap") -> tuple[PersistentMemory, Origin] | None:
-        """``method``'s memory last asked for (the k of its last run) and its origin; None before any."""
+    def latest(self, method: str = "recap") -> tuple[StreamMemory, Origin] | None:
+        """``method``'s stream last asked for (the k of its last run) and its origin; None before any."""
         with self._lock:
             k = self._latest.get(method)
             return None if k is None else (self._memories[(method, k)], self._origins[(method, k)])
 
-    def memories(self) -> dict[tuple[str, int], PersistentMemory]:
-        """The persistent memories created so far, by ``(method, k)``."""
+    def memories(self) -> dict[tuple[str, int], StreamMemory]:
+        """The streams created so far, by ``(method, k)``."""
         with self._lock:
             return dict(self._memories)
 
@@ -106,9 +113,10 @@ class DrafterState:
             return self._origins.get((method, k), "empty")
 
     def replace(self, memory: PersistentMemory, method: str = "recap", origin: Origin = "file") -> None:
-        """Use ``memory`` (e.g. loaded from a file) as ``method``'s memory of its width."""
+        """Use ``memory`` (e.g. loaded from a file) as ``method``'s 1-token memory of its width, in a
+        new stream (or the one that holds it already)."""
         with self._lock:
-            self._memories[(method, memory.k)] = memory
+            self._memories[(method, memory.k)] = StreamMemory.of(memory)
             self._origins[(method, memory.k)] = origin
             self._latest[method] = memory.k
 
@@ -139,7 +147,7 @@ class DrafterState:
         needs = shared_state(method, config) - skip
         options: dict[str, Any] = {}
         if "persistent" in needs:
-            options["persistent"] = self.persistent(method, config.k)
+            options["persistent"] = self.stream(method, config.k)
         if "successors" in needs:
             options["successors"] = self.successors()
         if "suffix_cache" in needs:
@@ -152,10 +160,10 @@ class DrafterState:
         with self._lock:
             if empty:
                 self.start, self.cleared, self._start_records = EMPTY_START, True, None
-            for key, memory in self._memories.items():
-                memory.reset()
-                self._fill(memory)
-                self._origins[key] = self.start.origin if len(memory) else "empty"
+            for key, stream in self._memories.items():
+                stream.reset()
+                self._fill(stream.tokens)
+                self._origins[key] = self.start.origin if len(stream) else "empty"
             if self._successors is not None:
                 self._successors.reset()
                 records = self._records()

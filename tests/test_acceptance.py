@@ -142,7 +142,7 @@ def test_every_expanded_context_teaches_the_acceptance_model():
     drafter = make_drafter("recap", config=RecapConfig(budget=8, suffix=False, use_context=False))
     simulate(drafter, [IMAGE] * 4 + PATTERN * 2, Target(cycle_rule(PATTERN)), passes=20)
     model = drafter.acceptance
-    assert model is drafter.persistent.acceptance and len(model) > 20 * 8  # more labels than nodes
+    assert model is drafter.stream.acceptance and len(model) > 20 * 8  # more labels than nodes
     # A cycle: the persistent memory's first choice is always right, its second never.
     assert model.estimate(persistent_kind(0, 0.7, fresh=True), 0.7) > 0.9
     assert model.estimate(persistent_kind(1, 0.04, fresh=True), 0.04) < 0.04
@@ -201,7 +201,7 @@ def reference_best_first(drafter: RecapDrafter, context, cap):
         nonlocal order
         found = drafter._lookup(np.array([node_tail]))
         tokens, q, coarse, _ = candidates(found, drafter.config.k)
-        backoff = drafter.persistent.backoff.record() if drafter.config.backoff else None
+        backoff = drafter.stream.backoff.record() if drafter.config.backoff else None
         if backoff is not None and not found.shares.any() and drafter._usable[node_tail[2]]:
             # no memory has a record: the back-off record's tokens, of coarse kind 0
             ids, probs = backoff
@@ -454,7 +454,7 @@ def test_a_context_no_memory_knows_drafts_the_backoff_record(backoff):
     if not backoff:
         assert len(tree) == 0
         return
-    ids, _ = drafter.persistent.backoff.record()
+    ids, _ = drafter.stream.backoff.record()
     roots = [j for j in range(len(tree)) if tree.parents[j] == ROOT]
     assert sorted(tree.tokens[j] for j in roots) == sorted(ids[ids >= 0].tolist())
     assert all(tree.sources[j] == ("backoff",) for j in roots)
@@ -472,7 +472,7 @@ def test_a_backoff_token_the_suffix_match_also_proposes_is_credited_to_both():
         step(drafter, context, target)
     context += [1, 40, 2, 3, 1, 40]  # never computed: no record keyed by 40; "1 40" was followed by 2
     tree = drafter.propose(context)
-    ids, _ = drafter.persistent.backoff.record()
+    ids, _ = drafter.stream.backoff.record()
     assert 2 in ids.tolist()
     node = tree.child(ROOT, 2)
     assert node is not None and tree.sources[node] == ("backoff", "suffix")

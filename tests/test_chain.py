@@ -13,6 +13,7 @@ from recap.drafters.recap.chain import best_chain, restrict
 from recap.drafters.recap.config import RecapConfig
 from recap.drafters.recap.drafter import RecapDrafter
 from recap.drafters.recap.search import Growth
+from recap.drafters.recap.stream import StreamMemory
 from recap.memory.persistent import PersistentMemory
 
 EMBEDDED = "assets/models/tiny-scenes-llava-v2"
@@ -77,7 +78,7 @@ def test_a_chain_is_lossless_and_learns_from_what_was_verified(length):
 
     runtime = Runtime.load(EMBEDDED)
     target = runtime.target
-    persistent = PersistentMemory(target.vocab_size, 8)
+    persistent = StreamMemory(PersistentMemory(target.vocab_size, 8))
     drafter = Chained(RecapDrafter(RecapConfig(budget=16), persistent=persistent), length)
     images = [__import__("PIL.Image").Image.open(f"assets/examples-v2/scene_{i}.png") for i in (1, 2)]
     accepted = 0
@@ -94,7 +95,7 @@ def test_a_chain_is_lossless_and_learns_from_what_was_verified(length):
 
 
 def test_requests_that_end_explicitly_join_the_stream_when_they_end_not_when_another_begins():
-    persistent = PersistentMemory(VOCAB, 8)
+    persistent = StreamMemory(PersistentMemory(VOCAB, 8))
     config = RecapConfig(budget=8)
     first = RecapDrafter(config, persistent=persistent, explicit_end=True)
     second = RecapDrafter(config, persistent=persistent, explicit_end=True)

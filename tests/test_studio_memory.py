@@ -307,7 +307,9 @@ def test_memory_state_and_the_two_resets(tiny_memory_file, monkeypatch):
     memory.write_many(np.array([vocab - 1]), np.array([[1] * 8]), np.full((1, 8), 0.5))
     assert memory_state(studio, "tiny-hot", SESSION_SCOPE, session).tokens == start.tokens + 1
     before = memory_state(studio, "tiny-hot", SESSION_SCOPE, session).contexts
-    memory.context2.write((1, 2), PredictionRecord([3], [0.9], 0.5))
+    session_memories(session, "tiny-hot", vocab, start).stream("recap", 8).context2.write(
+        (1, 2), PredictionRecord([3], [0.9], 0.5)
+    )
     assert memory_state(studio, "tiny-hot", SESSION_SCOPE, session).contexts == before + 1
 
     session, line = _reset(studio, "reset_empty")("tiny-hot", SESSION_SCOPE, session)

@@ -118,7 +118,7 @@ def test_the_twin_runner_is_lossless_with_requests_at_once_and_frees_finished_on
             assert outputs[request.req_id] == expected[:n]
         assert proposer.requests == {}  # finished requests are gone
     assert proposer.stats.accepted > 0.2 * proposer.stats.passes  # its chains were accepted
-    assert len(proposer.persistent.suffix_history) > 0  # the finished answers joined the stream
+    assert len(proposer.stream.suffix_history) > 0  # the finished answers joined the stream
 
 
 def test_rows_without_tokens_get_no_drafts_and_the_length_limit_cuts_chains(runtime):

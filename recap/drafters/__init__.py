@@ -7,7 +7,8 @@ it uses and ignores the rest:
 
 - ``config``: `recap.drafters.recap.config.RecapConfig` for the RECAP family (ablations apply their
 overrides on top);
-- ``persistent``: a shared `recap.memory.persistent.PersistentMemory` (RECAP's token-level memory);
+- ``persistent``: a shared `recap.drafters.recap.stream.StreamMemory` (what RECAP keeps across a stream:
+  its 1-token memory and the rest), or a bare `recap.memory.persistent.PersistentMemory` (its stream's);
 - ``cost_model``: `recap.models.cost.CostModel` for ``budget="auto"``;
 - ``successors``: a shared `SuccessorMatrix` (TR's hot-started matrix); ``cold_start`` for TR;
 - ``max_ngram``, ``num_tokens`` for PLD;
@@ -26,6 +27,7 @@ from recap.drafters.base import Drafter, Observation, RequestInfo
 from recap.drafters.prompt_lookup import PromptLookupDrafter
 from recap.drafters.recap.config import ABLATIONS, RecapConfig, apply_ablation
 from recap.drafters.recap.drafter import RecapDrafter
+from recap.drafters.recap.stream import StreamMemory
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixDecodingDrafter, SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix, TokenRecyclingDrafter
 from recap.memory.persistent import PersistentMemory
@@ -37,7 +39,7 @@ DEFAULT_METHOD = "recap"
 def _recap_factory(method: str) -> Callable[..., Drafter]:
     def build(
         config: RecapConfig | None = None,
-        persistent: PersistentMemory | None = None,
+        persistent: StreamMemory | PersistentMemory | None = None,
         cost_model: CostModel | None = None,
         **_: Any,
     ) -> Drafter:

@@ -2,11 +2,11 @@
 
 `PersistentMemory`: ``token -> record`` (`recap.memory.records`), array-backed (``[vocab, k]`` ids and probs),
 shared by the requests of one scope (`recap.runtime.Runtime` keeps one per model and method), saved to
-and loaded from safetensors with the tokenizer's fingerprint. Overwrite with the latest record. It
-also carries what its drafters share across the stream: the acceptance model (`recap.memory.estimates`),
-the stream-scope contextual memories (`recap.memory.context.ContextMemory`) and the back-off record
-(`recap.memory.backoff`). Which keys are written
-is the drafter's business (`recap.memory.recycling`); memories store what they are given.
+and loaded from safetensors with the tokenizer's fingerprint. Overwrite with the latest record. What
+else a RECAP stream keeps beside it (contextual records, acceptance estimates, back-off, suffix history)
+is the stream's (`recap.drafters.recap.stream.StreamMemory`, which holds this memory as ``tokens``).
+Which keys are written is the drafter's business (`recap.memory.recycling`); memories store what they
+are given.
 
 Example::
 
@@ -24,16 +24,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
-from recap.memory.backoff import BackoffRecord
-from recap.memory.context import ContextMemory
-from recap.memory.continuations import Continuations
-from recap.memory.estimates import AcceptanceModel
 from recap.memory.guarded import Guarded
 from recap.memory.records import PredictionRecord, concentration, fit_topk, last_rows, record_table
 
@@ -41,8 +36,6 @@ logger = logging.getLogger(__name__)
 
 #: Version of the persistent-memory file layout; a file with another version is not loaded.
 FORMAT_VERSION = "1"
-#: Records a stream-scope contextual memory keeps (the oldest keys are dropped beyond it).
-STREAM_CONTEXT_CAPACITY = 1 << 17
 
 
 class PersistentMemory(Guarded):
@@ -63,33 +56,12 @@ class PersistentMemory(Guarded):
         self.concentrations = np.zeros(vocab_size, dtype=np.float32)
         #: The request that wrote each row (`next_request`), -1 before any write; not saved.
         self.stamps = np.full(vocab_size, -1, dtype=np.int64)
-        self._acceptance: AcceptanceModel | None = None  # `acceptance`, made on first use (~2 MB)
-        #: Contextual memories kept across requests (``context_scope="stream"``; not saved).
-        self.context2 = ContextMemory(2, capacity=STREAM_CONTEXT_CAPACITY)
-        self.context3 = ContextMemory(3, capacity=STREAM_CONTEXT_CAPACITY)
-        #: The stream's most often committed tokens, drafted where no memory has a record (not saved).
-        self.backoff = BackoffRecord(vocab_size, k)
-        #: The contexts earlier answers continued in different ways, where the search fans (not saved).
-        self.continuations = Continuations()
-        #: The earlier requests' tokens the suffix match also searches (``suffix_scope="stream"``), and
-        #: the request in progress (its `recap.drafters.recap.mirror.RequestMirror`), which the next request
-        #: appends; not saved. Requests run at once on one memory may each miss the other's tokens: only
-        #: what is drafted changes.
-        self.suffix_history = np.zeros(0, dtype=np.int64)
-        self.suffix_request: Any = None
+        #: The stream that holds this memory (`recap.drafters.recap.stream.StreamMemory.of`: what RECAP
+        #: keeps beside it across requests), None until one does; not saved.
+        self.owner: object | None = None
         self._requests = 0  # requests numbered so far (`next_request`)
         self._table: np.ndarray | None = None  # `table`, built on first use
         self._lock = threading.Lock()
-
-    @property
-    def acceptance(self) -> AcceptanceModel:
-        """What the drafters sharing this memory learnt about their candidates' acceptance (not saved);
-        made on first use, so a memory only read (a scope's starting records) stays small."""
-        if self._acceptance is None:
-            with self._lock:
-                if self._acceptance is None:
-                    self._acceptance = AcceptanceModel()
-        return self._acceptance
 
     @property
     def table(self) -> np.ndarray:
@@ -185,13 +157,6 @@ class PersistentMemory(Guarded):
             self.concentrations.fill(0.0)
             self.stamps.fill(-1)
             self._table = None
-            self.context2.clear()
-            self.context3.clear()
-        if self._acceptance is not None:
-            self._acceptance.reset()
-        self.backoff.reset()
-        self.continuations.reset()
-        self.suffix_history, self.suffix_request = np.zeros(0, dtype=np.int64), None
 
     # ------------------------------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike, fingerprint: str) -> None:

@@ -13,11 +13,12 @@ vLLM builds the class with its config inside the model runner; the class install
    (`RecapDrafter.propose_chain`);
 3. `finish`: the requests vLLM finished or aborted; their drafters end and are dropped.
 
-One `RecapDrafter` per running request, all on one persistent memory (the 1-token records, the
-acceptance estimates and what the stream keeps of finished requests); each request has its own 2- and
-3-token contextual memories (``context_scope="request"``, the paper's: records conditioned on this
-request's image) unless ``RECAP_VLLM_CONTEXT_SCOPE=stream``. Nothing here imports vLLM: the runner's data
-reaches it as `Pass` and `Row` values, so this logic is tested without vLLM too.
+One `RecapDrafter` per running request, all on one stream (`recap.drafters.recap.stream.StreamMemory`:
+the 1-token records, the acceptance estimates and what the stream keeps of finished requests); each
+request has its own 2- and 3-token contextual memories (``context_scope="request"``, the paper's:
+records conditioned on this request's image) unless ``RECAP_VLLM_CONTEXT_SCOPE=stream``. Nothing here
+imports vLLM: the runner's data reaches it as `Pass` and `Row` values, so this logic is tested without
+vLLM too.
 
 Settings (environment variables, read when vLLM builds the proposer):
 ``RECAP_VLLM_MEMORY``: a saved persistent memory (this project's safetensors file, made for the same
@@ -42,6 +43,7 @@ from recap.drafters.base import Observation, RequestInfo
 from recap.drafters.recap.config import RecapConfig
 from recap.drafters.recap.drafter import RecapDrafter
 from recap.drafters.recap.search import compile_kernels
+from recap.drafters.recap.stream import StreamMemory
 from recap.memory.fingerprint import memory_tag, tokenizer_fingerprint
 from recap.memory.persistent import PersistentMemory
 from recap.models.families import placeholder_ids
@@ -102,7 +104,9 @@ class RecapProposer:
         self.config = RecapConfig(k=RECORD_K, budget=max(budget, self.k), depth=self.k, context_scope=scope)
         hf_config = getattr(model, "hf_config", None)
         self.excluded = placeholder_ids(hf_config)
-        self.persistent = self._start_memory(os.environ.get("RECAP_VLLM_MEMORY"), model)
+        #: What every request's drafter shares (`StreamMemory`: the 1-token memory, ``stream.tokens``, and
+        #: what the stream learnt besides), kept for the proposer's lifetime.
+        self.stream = StreamMemory(self._start_memory(os.environ.get("RECAP_VLLM_MEMORY"), model))
         self.requests: dict[str, Running] = {}
         self.stats = ProposerStats()
         self._passes: dict[str, Pass] = {}
@@ -114,8 +118,13 @@ class RecapProposer:
         logger.info(
             "RECAP proposer: chains of up to %d drafts from %d-node searches, %s contextual memories, "
             "persistent memory of %d tokens",
-            self.k, self.config.budget, scope, len(self.persistent),
+            self.k, self.config.budget, scope, len(self.stream),
         )  # fmt: skip
+
+    @property
+    def persistent(self) -> PersistentMemory:
+        """The stream's 1-token memory (``stream.tokens``)."""
+        return self.stream.tokens
 
     # --------------------------------------------------------------------------- vLLM's custom_class
     def load_model(self, *args: Any, **kwargs: Any) -> None:
@@ -171,7 +180,7 @@ class RecapProposer:
 
     # ------------------------------------------------------------------------------------ helpers
     def _begin(self, row: Row) -> Running:
-        drafter = RecapDrafter(self.config, persistent=self.persistent, explicit_end=True)
+        drafter = RecapDrafter(self.config, persistent=self.stream, explicit_end=True)
         prompt = tuple(int(t) for t in row.context[: row.prompt_length])
         drafter.begin(RequestInfo(prompt, self.excluded, self.vocab_size))
         return Running(drafter)

@@ -38,6 +38,7 @@ from recap.drafters.recap.config import RecapConfig
 from recap.drafters.recap.fusion import EMPTY, MEMORIES, Fused, Lookup, fuse_rows
 from recap.drafters.recap.mirror import RequestMirror
 from recap.drafters.recap.search import Growth, Memories, compile_kernels, grow, select, settings_of
+from recap.drafters.recap.stream import StreamMemory
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
 from recap.memory.context import ContextMemory
 from recap.memory.continuations import fan_ways
@@ -63,12 +64,12 @@ Tail = tuple[int | None, int | None, int | None]
 class RecapDrafter:
     """The RECAP drafter.
 
-    Token-level memory: ``persistent`` if given (e.g. loaded from disk or shared by a studio
-    session, or `recap.runtime.Runtime`'s memory of this model and method), else the drafter's own, created
-    at the first `begin` and kept across requests. With ``context_scope="stream"`` the contextual
-    memories are the persistent memory's too (kept across requests). ``acceptance``: the acceptance
-    model learnt over the stream (`recap.memory.estimates.AcceptanceModel`); by default the one the persistent
-    memory carries, so that whoever shares the memory shares what was learnt about it. ``cost_model``
+    What it keeps across requests is its stream's (`recap.drafters.recap.stream.StreamMemory`, ``stream``):
+    ``persistent`` if given (a stream, e.g. a studio session's, or a bare 1-token memory, e.g. loaded from
+    disk: the stream it belongs to, `StreamMemory.of`), else the drafter's own, created at the first
+    `begin`. With ``context_scope="stream"`` the contextual memories are the stream's too.
+    ``acceptance``: the acceptance model learnt over the stream (`recap.memory.estimates.AcceptanceModel`);
+    by default the stream's, so that whoever shares the memory shares what was learnt about it. ``cost_model``
     drives ``budget="auto"`` (`recap.drafters.recap.budget.Budget`). ``pending`` is the
     number of uncached tokens a verification pass feeds besides the tree nodes (the root).
     ``explicit_end``: each request ends with `end` (an engine running several requests at once on one
@@ -84,7 +85,7 @@ class RecapDrafter:
     def __init__(
         self,
         config: RecapConfig | None = None,
-        persistent: PersistentMemory | None = None,
+        persistent: StreamMemory | PersistentMemory | None = None,
         cost_model: CostModel | None = None,
         name: str = "recap",
         pending: int = 1,
@@ -93,11 +94,14 @@ class RecapDrafter:
     ) -> None:
         compile_kernels()
         self.config = config or RecapConfig()
-        if persistent is not None and persistent.k != self.config.k:
-            raise ValueError(f"persistent memory has k={persistent.k}, config has k={self.config.k}")
+        if isinstance(persistent, PersistentMemory):
+            persistent = StreamMemory.of(persistent)
+        if persistent is not None and persistent.tokens.k != self.config.k:
+            raise ValueError(f"persistent memory has k={persistent.tokens.k}, config has k={self.config.k}")
         self.name = name
         self.record_k = self.config.k
-        self.persistent = persistent
+        #: What this drafter keeps across requests (its 1-token memory is ``stream.tokens``).
+        self.stream: StreamMemory | None = persistent
         self.cost_model = cost_model
         self.pending = pending
         self.explicit_end = explicit_end
@@ -135,18 +139,23 @@ class RecapDrafter:
         return twin
 
     @property
+    def persistent(self) -> PersistentMemory | None:
+        """The 1-token memory (``P1``) of this drafter's stream; None before the first `begin` without one."""
+        return None if self.stream is None else self.stream.tokens
+
+    @property
     def acceptance(self) -> AcceptanceModel:
         """The acceptance model this drafter learns into."""
         if self._acceptance is None:
-            if self.persistent is not None:
-                return self.persistent.acceptance
+            if self.stream is not None:
+                return self.stream.acceptance
             self._acceptance = AcceptanceModel()
         return self._acceptance
 
     # ------------------------------------------------------------------------------------- protocol
     def begin(self, request: RequestInfo) -> None:
-        if self.persistent is None:
-            self.persistent = PersistentMemory(request.vocab_size, self.config.k)
+        if self.stream is None:
+            self.stream = StreamMemory(PersistentMemory(request.vocab_size, self.config.k))
         elif self.persistent.vocab_size < request.vocab_size:
             raise ValueError(
                 f"persistent memory covers {self.persistent.vocab_size} tokens, "
@@ -154,7 +163,7 @@ class RecapDrafter:
             )
         self._request = self.persistent.next_request()
         if self.config.context_scope == "stream":
-            self.ctx2, self.ctx3 = self.persistent.context2, self.persistent.context3
+            self.ctx2, self.ctx3 = self.stream.context2, self.stream.context3
             if self.config.context_consensus > 0:
                 self.ctx2.fold(self._request, self.config.context_consensus)
                 self.ctx3.fold(self._request, self.config.context_consensus)
@@ -166,13 +175,13 @@ class RecapDrafter:
         self._usable = np.ones(request.vocab_size + 1, dtype=bool)
         self._usable[[t for t in self._excluded if 0 <= t < request.vocab_size]] = False
         self._usable[-1] = False
-        continuations = self.persistent.continuations
+        continuations = self.stream.continuations
         if not self.explicit_end:
             continuations.fold_pending(self._usable)  # the request before this one (another image)
         image = np.isin(np.asarray(request.prompt_tokens, dtype=np.int64), self._excluded_array).any()
         self._fans = continuations.arrays() if self.config.fans and image else None
         stream = self.config.suffix_scope == "stream"
-        self._seen.start(self.persistent, stream, register=not self.explicit_end)
+        self._seen.start(self.stream, stream, register=not self.explicit_end)
         self._prompt_length, self._ended = len(request.prompt_tokens), False
         if not self.explicit_end:
             continuations.pending = (self._seen, self._prompt_length)
@@ -182,17 +191,17 @@ class RecapDrafter:
         """End the request now: its tokens join what the stream keeps of finished requests (the suffix
         match's history, the continuations where the search fans), as the next `begin` would do.
         Needed with ``explicit_end``; harmless without (the next `begin` then has nothing to end)."""
-        persistent = self.persistent
-        if persistent is None or self._ended:
+        stream = self.stream
+        if stream is None or self._ended:
             return
         self._ended = True
-        continuations = persistent.continuations
+        continuations = stream.continuations
         if not self.explicit_end:
             if continuations.pending is None or continuations.pending[0] is not self._seen:
                 return  # the next request's `begin` ended this one already
             continuations.pending = None
         if self.config.suffix_scope == "stream":
-            self._seen.close(persistent)
+            self._seen.close(stream)
         continuations.fold(self._seen.request(), self._prompt_length, self._usable)
 
     def propose(self, context: Sequence[int]) -> DraftTree:
@@ -282,7 +291,7 @@ class RecapDrafter:
         else:
             parents, tokens = tree.parents, tree.tokens
         if config.backoff and observation.acceptance is not None:  # the tokens this pass committed
-            self.persistent.backoff.count(observation.acceptance.tokens)
+            self.stream.backoff.count(observation.acceptance.tokens)
         accepted = observation.acceptance.nodes if observation.acceptance is not None else ()
         computed = VerifiedPass(
             observation.context,
@@ -442,9 +451,9 @@ class RecapDrafter:
 
     def _backoff(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The back-off record's ``(ids, probs)`` for the search (`recap.memory.backoff`), None when off."""
-        if not self.config.backoff or self.persistent is None:
+        if not self.config.backoff or self.stream is None:
             return None
-        return self.persistent.backoff.record()
+        return self.stream.backoff.record()
 
     def _template_tree(self, tail: Tail) -> DraftTree:
         """Ablation: TR's static template filled from the fused distribution instead of best-first."""

@@ -6,10 +6,9 @@ reads the root's last three tokens and runs the suffix match without converting 
 With ``suffix_scope="stream"`` the stream's earlier requests come first (their last
 `STREAM_SUFFIX_TOKENS` tokens, each closed by a separator, -1, which no key and no match crosses: the
 search reads it as "before the sequence start"), so the suffix match also continues what earlier
-answers said, as SuffixDecoding's global tree does. They are kept with the persistent memory
-(`recap.memory.persistent.PersistentMemory.suffix_history`), so the drafters that share it (a studio
-session's,
-one per request) share them.
+answers said, as SuffixDecoding's global tree does. They are kept by the stream
+(`recap.drafters.recap.stream.StreamMemory.suffix_history`), so the drafters that share it (a studio
+session's, one per request) share them.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from recap.memory.persistent import PersistentMemory
+from recap.drafters.recap.stream import StreamMemory
 
 #: Earlier requests' tokens the suffix match also searches with ``suffix_scope="stream"`` (the latest).
 STREAM_SUFFIX_TOKENS = 4096
@@ -31,36 +30,36 @@ class RequestMirror:
     def __init__(self) -> None:
         self.tokens, self.offset, self.length = np.zeros(1024, dtype=np.int64), 0, 0
 
-    def start(self, persistent: PersistentMemory | None, stream: bool, register: bool = True) -> None:
+    def start(self, stream_memory: StreamMemory | None, stream: bool, register: bool = True) -> None:
         """A new request: the earlier requests' tokens first when ``stream`` (the previous request's, as
         its drafter mirrored it, are appended to the memory's history here). ``register``: name this
         request as the one in progress, which the next `start` closes; otherwise whoever runs it calls
         `close` when it ends."""
         history = np.zeros(0, dtype=np.int64)
-        if stream and persistent is not None:
-            last = persistent.suffix_request
+        if stream and stream_memory is not None:
+            last = stream_memory.suffix_request
             if last is not None:  # the previous request's mirror, as it was left
-                last.close(persistent)
-            history = persistent.suffix_history
+                last.close(stream_memory)
+            history = stream_memory.suffix_history
         self.offset = len(history)
         self.tokens = np.zeros(self.offset + 1024, dtype=np.int64)
         self.tokens[: self.offset] = history
         self.length = 0
-        if stream and persistent is not None and register:
-            persistent.suffix_request = self  # the next request's mirror appends what this one holds
+        if stream and stream_memory is not None and register:
+            stream_memory.suffix_request = self  # the next request's mirror appends what this one holds
 
     def request(self) -> np.ndarray:
         """This request's tokens (a view)."""
         return self.tokens[self.offset : self.offset + self.length]
 
-    def close(self, persistent: PersistentMemory) -> None:
-        """Append this request's tokens to the stream's history (``persistent.suffix_history``, closed by
-        a separator, the latest `STREAM_SUFFIX_TOKENS` kept); the memory no longer names it as the
-        request in progress."""
-        history = np.concatenate([persistent.suffix_history, self.request(), [-1]])
-        persistent.suffix_history = history[-STREAM_SUFFIX_TOKENS:].astype(np.int64)
-        if persistent.suffix_request is self:
-            persistent.suffix_request = None
+    def close(self, stream: StreamMemory) -> None:
+        """Append this request's tokens to the stream's history (``stream.suffix_history``, closed by a
+        separator, the latest `STREAM_SUFFIX_TOKENS` kept); the stream no longer names it as the request
+        in progress."""
+        history = np.concatenate([stream.suffix_history, self.request(), [-1]])
+        stream.suffix_history = history[-STREAM_SUFFIX_TOKENS:].astype(np.int64)
+        if stream.suffix_request is self:
+            stream.suffix_request = None
 
     def update(self, context: Sequence[int]) -> int:
         """Copy what is new in ``context`` and return the length the search reads (``offset`` + the

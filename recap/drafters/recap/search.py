@@ -26,6 +26,7 @@ from recap.drafters.recap.budget import PATIENCE
 from recap.drafters.recap.config import RecapConfig
 from recap.drafters.recap.fusion import SOURCE_NAMES
 from recap.drafters.recap.kernel import SearchMemories, SearchSettings, StopRule, grow_tree
+from recap.drafters.recap.stream import StreamMemory
 from recap.memory.context import ContextMemory
 from recap.memory.continuations import NO_FANS
 from recap.memory.estimates import BUCKETS, EDGES, KIND_COLUMNS
@@ -232,11 +233,11 @@ def compile_kernels() -> None:
     usable = np.ones(k + 1, dtype=bool)
     usable[-1] = False
     grow(np.array([0, 1, 2, 0, 1, 2]), 6, 4, settings_of(config), usable, Memories(*memories, None, 0, None))
-    persistent = PersistentMemory(k + 1, k)
+    stream = StreamMemory(PersistentMemory(k + 1, k))
     no_nodes, top = np.zeros(0, dtype=np.int64), np.tile(np.arange(k), (3, 1))
     uniform = np.full((3, k), 1 / k, np.float32)
     computed = VerifiedPass([0, 1, 2], np.arange(3), no_nodes, no_nodes, [], top, uniform)
-    recycle(computed, no_nodes, k, 0, persistent, *memories[::-1])
-    persistent.acceptance.update(np.array([0, 1]), np.array([1]))
-    persistent.backoff.count([0])
-    persistent.acceptance.update_greedy(np.array([-1]), np.array([0]), np.array([0]), 1, 1, np.array([0, 0]))
+    recycle(computed, no_nodes, k, 0, stream.tokens, *memories[::-1])
+    stream.acceptance.update(np.array([0, 1]), np.array([1]))
+    stream.backoff.count([0])
+    stream.acceptance.update_greedy(np.array([-1]), np.array([0]), np.array([0]), 1, 1, np.array([0, 0]))
