@@ -59,6 +59,11 @@ class World(Protocol):
         self, qtype: str, scene: Any, generated_text: str, question: str | None = None
     ) -> bool: ...
 
+    def looks_like_scene(self, image: Image.Image) -> bool:
+        """Whether ``image`` looks like one of this world's scenes, from its pixels (`grid.SceneLikeness`):
+        the studio warns that a photo, say, gets a scene-style answer from a model of this world."""
+        ...
+
 
 def load_world(version: int) -> World:
     """The scene world ``version`` (1 or 2); ValueError for any other."""

@@ -4,8 +4,8 @@
 A world brings its vocabulary (kinds, colours, sizes, jitter, image size, how a kind is drawn) and its
 question/answer text; this module holds the rest, once: the shape and scene value objects, sampling a
 scene from a ``numpy.random.Generator``, painting it (an RGB image or a map of shape indices), the
-held-out seed ranges and the held-out example sets, and judging an answer by its facts. Only PIL and
-numpy are used, no torch.
+held-out seed ranges and the held-out example sets, judging an answer by its facts, and telling a scene
+from any other image (`SceneLikeness`). Only PIL and numpy are used, no torch.
 """
 
 from __future__ import annotations
@@ -149,6 +149,66 @@ def paint_index_map(scene: Scene, image_size: int, draw_shape: DrawShape) -> np.
     for i, shape in enumerate(scene.shapes):
         draw_shape(draw, shape, i + 1, 0)
     return np.asarray(img, dtype=np.uint8)
+
+
+# ---------------------------------------------------------------------------------------- likeness
+#: How far (RGB distance) a pixel may lie from a drawing colour and still count as drawn in it: half the
+#: smallest gap between two colours of world v2, so a resized or re-compressed scene keeps its colours.
+COLOUR_TOLERANCE = 35
+#: The least share of a scene's pixels that are drawn colours (the background or a shape's colour); the
+#: rest are the blends a resize or a lossy compression makes at the shapes' edges.
+MIN_DRAWN_SHARE = 0.8
+#: The least share of background in a scene (the largest shapes of a full v2 scene cover under a third).
+MIN_BACKGROUND_SHARE = 0.5
+#: The fewest inner pixels of a colour that count as a shape (a lone pixel is a speck of edge blends).
+MIN_SHAPE_PIXELS = 2
+
+
+@dataclass(frozen=True)
+class SceneLikeness:
+    """What a world's drawing looks like, to tell its scenes from other images (`looks_like`)."""
+
+    image_size: int
+    colours: tuple[tuple[int, int, int], ...]  # the shapes' colours (the background is BACKGROUND)
+    #: The widest a shape is drawn, in px of ``image_size`` (twice the largest radius, plus one).
+    shape_extent: int
+    max_shapes: int
+
+    def looks_like(self, image: Image.Image) -> bool:
+        """Whether ``image`` looks like a scene of this world, decided from its pixels only.
+
+        The image is sampled at the world's size (nearest pixel: a scene keeps its flat colours, however it
+        was resized on the way) and each pixel is given its nearest drawing colour when it lies within
+        `COLOUR_TOLERANCE`. A scene is mostly drawn colours (`MIN_DRAWN_SHARE`), mostly background
+        (`MIN_BACKGROUND_SHARE`), and holds 1 to ``max_shapes`` shape colours, each one shape: its inner
+        pixels (whose four neighbours share its colour: the blends at shapes' edges and specks do not
+        count) fit in a box of ``shape_extent`` (with a pixel of slack). A photo fails the colours; a
+        drawing in one colour across the image (text, a silhouette, a logo) fails the box; a blank image
+        has no shape. A scene shrunk below its drawn size may fail (its edges blend more than they keep).
+        """
+        size = self.image_size
+        pixels = np.asarray(image.convert("RGB").resize((size, size), Image.Resampling.NEAREST), np.int32)
+        palette = np.array([BACKGROUND, *self.colours], dtype=np.int32)
+        distance = ((pixels[:, :, None, :] - palette[None, None]) ** 2).sum(axis=-1)
+        label = np.where(distance.min(axis=-1) <= COLOUR_TOLERANCE**2, distance.argmin(axis=-1), -1)
+        if (label >= 0).mean() < MIN_DRAWN_SHARE or (label == 0).mean() < MIN_BACKGROUND_SHARE:
+            return False
+        inner = label[1:-1, 1:-1]
+        same = (
+            (inner == label[:-2, 1:-1])
+            & (inner == label[2:, 1:-1])
+            & (inner == label[1:-1, :-2])
+            & (inner == label[1:-1, 2:])
+        )
+        shapes = 0
+        for colour in range(1, len(palette)):
+            rows, columns = np.nonzero(same & (inner == colour))
+            if rows.size < MIN_SHAPE_PIXELS:  # none, or a speck of edge blends
+                continue
+            if max(np.ptp(rows), np.ptp(columns)) + 1 > self.shape_extent + 1:
+                return False
+            shapes += 1
+        return 1 <= shapes <= self.max_shapes
 
 
 # ---------------------------------------------------------------------------------------- answers

@@ -193,6 +193,15 @@ def shape_index_map(scene: Scene) -> np.ndarray:
     return grid.paint_index_map(scene, IMAGE_SIZE, _draw)
 
 
+#: How this world's scenes look (its size, colours, largest shape), to tell them from other images.
+LIKENESS = grid.SceneLikeness(IMAGE_SIZE, tuple(COLOURS.values()), 2 * max(_RADIUS.values()) + 1, MAX_SHAPES)
+
+
+def looks_like_scene(image: Image.Image) -> bool:
+    """Whether ``image`` looks like a scene of this world (its pixels only: `grid.SceneLikeness`)."""
+    return LIKENESS.looks_like(image)
+
+
 def _noun_phrase(shape: Shape, with_size: bool = True) -> str:
     size = f"{shape.size} " if with_size else ""
     return f"a {size}{shape.colour} {shape.kind}"

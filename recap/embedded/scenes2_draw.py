@@ -129,3 +129,12 @@ def render_scene(scene: Scene) -> Image.Image:
 def shape_index_map(scene: Scene) -> np.ndarray:
     """(96, 96) uint8 map: 0 for background, i + 1 where ``scene.shapes[i]`` is drawn."""
     return grid.paint_index_map(scene, IMAGE_SIZE, _draw)
+
+
+#: How this world's scenes look (its size, colours, largest shape), to tell them from other images.
+LIKENESS = grid.SceneLikeness(IMAGE_SIZE, tuple(COLOURS.values()), 2 * max(_RADIUS.values()) + 1, MAX_SHAPES)
+
+
+def looks_like_scene(image: Image.Image) -> bool:
+    """Whether ``image`` looks like a scene of this world (its pixels only: `grid.SceneLikeness`)."""
+    return LIKENESS.looks_like(image)
