@@ -34,6 +34,7 @@ from recap.studio.guard.validation import (
 )
 from recap.studio.serving import EMPTIED, Studio, drafter_for
 from recap.studio.ui import figures, render, tables
+from recap.studio.ui.scene_note import scene_note, with_note
 from recap.trace import RunTrace, StepRecord
 
 log = logging.getLogger("recap.studio")
@@ -211,6 +212,10 @@ class RunEvents:
         if run.restarted and isinstance(run.memories.get(settings.model), DrafterState):
             run.memories[settings.model].note = RESTARTED
         run.state["image"] = images[0] if images else None
+        # an embedded model given an image not of its world: said before the first step, kept in each status
+        run.state["note"] = note = scene_note(settings.model, run.state["image"], studio.models)
+        if note:
+            job.put("status", with_note("Generating…", note))
         tokens: list[int] = []
         first, started = True, time.perf_counter()
         steps = studio.stream(
@@ -289,7 +294,8 @@ class RunEvents:
             if due.status is not None:
                 yield {self.ui["status"]: due.status}
             elif not due.final:
-                status, begun = f"Generating… step {steps[due.shown - 1].step}", time.monotonic()
+                status = with_note(f"Generating… step {steps[due.shown - 1].step}", run.state.get("note"))
+                begun = time.monotonic()
                 run.state["shown"] = due.shown  # what Stop keeps
                 view = await asyncio.to_thread(self.update, steps[: due.shown], status, run)
                 self.studio.updates.spent(time.monotonic() - begun)
@@ -312,6 +318,7 @@ class RunEvents:
             )
         if run.restarted:
             done += f" {RESTARTED[0].upper()}{RESTARTED[1:]}."
+        done = with_note(done, run.state.get("note"))
         run.state["ended"] = done  # a Stop from now on has nothing to stop (it shows this status again)
         final = await asyncio.to_thread(self.update, steps, done, run)
         final[self.ui["download"]] = gr.Button(interactive=True)
@@ -335,7 +342,7 @@ class RunEvents:
                 ui["download"]: gr.Button(interactive=True),
             }
         shown = min(int(state.get("shown", 0)), len(state["trace"].steps))
-        out = {ui["status"]: validation.stopped_status(delay_ms, method)}
+        out = {ui["status"]: with_note(validation.stopped_status(delay_ms, method), state.get("note"))}
         if shown:
             trace = state["trace"]
             steps = trace.steps[:shown]
