@@ -116,3 +116,15 @@ def test_a_failed_start_up_warm_up_is_logged_and_the_studio_serves_on(caplog):
     with caplog.at_level("ERROR", logger="recap.studio.ui.compare"):
         compare.prewarm_in_background(demo.studio).join(timeout=30)
     assert "start-up warm-up failed" in caplog.text  # (the thread ended: the server is not affected)
+
+
+def test_a_new_comparison_clears_the_last_ones_table_story_and_strip(embedded):
+    # the previous input's table and story stayed on screen while a new comparison ran
+    studio, handler = studio_of(embedded)
+    image, prompt = examples(studio.page_defaults[0])[0]
+    updates = handler({"path": str(image)}, prompt, *studio.page_defaults, EQUAL)
+    first = next(updates)
+    updates.close()
+    values = list(first.values())
+    assert values[0].startswith("Starting")  # the status, then the cleared panels
+    assert values[1] == [] and values[2] == "" and "recap-strip-empty" in values[3]

@@ -49,6 +49,7 @@ from recap.drafters.suffix_decoding import SuffixConfig
 from recap.embedded import embedded_world
 from recap.inputs import shown
 from recap.studio.environment import offered_methods
+from recap.studio.guard.decode_line import WaitingLine
 from recap.studio.guard.jobs import HEARTBEAT_S, Cancelled
 from recap.studio.guard.validation import refusal, with_settings_api
 from recap.studio.serving import Studio, fresh_drafter
@@ -247,8 +248,8 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
                 request, "compare", job, "This comparison was replaced by a newer one of the same session."
             ):
                 waiting = studio.waiting_line(job)
-                if line := waiting.status():
-                    yield _progress(cmp, compare_state, {}, {}, None, line + note)
+                # the previous input's table, story and strip go at once: nothing on the tab is stale
+                yield _cleared(cmp, (waiting.status() or WaitingLine.STARTING) + note)
                 for update in job.values(HEARTBEAT_S):
                     if update is None:  # a yield, so that gradio can stop the event if its visitor left
                         line = waiting.status()
@@ -390,6 +391,16 @@ def done_status(runs: dict[str, list[StepRecord]], how: str, which: str = "cpu")
         head = f"Done: {', '.join(differ)} answered differently from AR (near ties at this precision)."
     clock = f"Times: the median of {measure.REPEATS} repeats, {measure.CLOCK_WORDS[which]}."
     return f"{head} {clock}\n\n<details><summary>What was timed, and how</summary>\n\n{how}\n\n</details>"
+
+
+def _cleared(cmp: dict, status: str) -> dict:
+    """The tab as a new comparison starts: ``status``, and no table, story or strip of the last one."""
+    return {
+        cmp["status"]: status,
+        cmp["table"]: [],
+        cmp["story"]: "",
+        cmp["strip"]: render.compare_strip_html({}),
+    }
 
 
 def _progress(cmp: dict, compare_state, runs, times, projection, status: str) -> dict:
