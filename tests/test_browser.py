@@ -236,6 +236,44 @@ def test_example_run_shows_answer_tree_and_fused_distribution(studio, tmp_path):
         assert _save(page, tmp_path, "studio_after_run.png").stat().st_size > 10_000
 
 
+def test_a_photo_with_the_embedded_model_shows_the_note_on_the_run_tab(studio, tmp_path):
+    """The issue's first minutes: a cat photo uploaded and asked about with the embedded model (v2, the
+    default). The Run tab says, above the answer, that the model only knows drawn scenes and what to pick
+    for photos, while the run goes on to its end."""
+    studio_url, demo = studio
+    data = pytest.importorskip("skimage.data", reason="scikit-image (requirements-dev.txt) holds the photo")
+    if "embedded-v2" not in demo.studio.models:
+        pytest.skip("the embedded model is not in assets/ yet")
+    from PIL import Image
+
+    photo = tmp_path / "my_cat.png"
+    Image.fromarray(data.chelsea()).save(photo)
+    note = "this image does not look like a drawn scene of coloured shapes"
+    with _page(studio_url, tmp_path) as page:
+        page.set_input_files("#input-image input[type=file]", str(photo))
+        page.wait_for_function(
+            "document.querySelector('#input-image img')?.src.includes('my_cat')", timeout=SHOW_MS
+        )
+        page.locator("#prompt textarea").fill("What animal is in this photo?")
+        page.click("#run-button")
+        page.wait_for_function(
+            f"document.querySelector('#status').innerText.includes({note!r})", timeout=RUN_MS
+        )
+        page.wait_for_function(
+            "document.querySelector('#status').innerText.startsWith('Done')", timeout=RUN_MS
+        )
+        status = page.locator("#status")
+        assert status.is_visible() and note in status.inner_text() and "For photos" in status.inner_text()
+        assert page.locator("#answer .token").count() >= 2  # the answer came all the same
+        # the note is on the Run tab above the answer, in bold
+        above = page.evaluate(
+            "() => document.querySelector('#status').getBoundingClientRect().bottom"
+            " <= document.querySelector('#answer').getBoundingClientRect().top + 1"
+        )
+        assert above and "does not look like" in page.locator("#status strong").inner_text()
+        _save(page, tmp_path, "studio_photo_note.png")
+
+
 def test_stop_during_a_delayed_display_leaves_the_stopped_status_and_no_error(studio, tmp_path):
     # a run paced by a display delay, stopped mid-way: the status must end on the Stopped line (an update
     # of the run still in flight once overwrote it) and show no "Error" badge (a cancelled run left one)
