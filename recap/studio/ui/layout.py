@@ -91,8 +91,9 @@ shape's colour and kind recur), so its answers really depend on the image: every
 training too, except relation questions (0.75-0.85 there). *v1* (`tiny-scenes-llava`, 2.4M parameters),
 kept for the project's earlier results, sees a smaller world: 64x64 scenes of 1-3 shapes in 6 colours
 and 4 kinds, and the first four questions. Each model has its own examples and keeps its own memories.
-Neither knows anything else: a photo or another question gets a scene-style answer. The paper's
-models (on a GPU) are general vision-language models.
+Neither knows anything else: a photo or another question gets a scene-style answer (the Run tab
+says so when the image does not look like a scene). The paper's models (on a GPU) are general
+vision-language models.
 """
 
 
