@@ -23,6 +23,7 @@ from recap.drafters.token_recycling import seed_successors
 from recap.hotstart import shipped_start
 from recap.inputs import check_max_new_tokens, check_prompt, load_image
 from recap.options import add_model_options, add_sampling_options, load_runtime, sampling_settings
+from recap.state import DrafterState
 
 log = logging.getLogger("recap.cli")
 
@@ -95,7 +96,10 @@ def _generate(args: argparse.Namespace) -> int:
     persistent = successors = None
     if memory_file is None and not args.cold_start:
         persistent, successors, memory_note = _shipped(runtime)
-    drafter = runtime.drafter(args.method, budget=budget, persistent=persistent, successors=successors)
+    state = runtime.state  # (its memory loaded from --memory, saved there after)
+    if persistent is not None or successors is not None:
+        state = DrafterState.given(runtime.target.vocab_size, persistent=persistent, successors=successors)
+    drafter = runtime.drafter(args.method, budget=budget, state=state)
     result = generate(
         runtime.target, drafter, prompt, images, args.max_new_tokens, method=args.method, sampling=sampling
     )

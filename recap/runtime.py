@@ -13,19 +13,18 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from recap.drafters import DEFAULT_METHOD, Drafter, make_drafter, shared_state
+from recap.drafters import DEFAULT_METHOD, Drafter
 from recap.drafters.recap.config import RecapConfig
-from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
+from recap.drafters.suffix_decoding import SuffixTreeCache
 from recap.drafters.token_recycling import SuccessorMatrix
 from recap.memory.fingerprint import model_fingerprint
 from recap.memory.persistent import PersistentMemory
 from recap.models import TargetModel
 from recap.models.cost import CostModel, steady_curve
-from recap.state import DrafterState
+from recap.state import DrafterState, build_drafter
 
 log = logging.getLogger(__name__)
 
@@ -167,26 +166,12 @@ class Runtime:
         budget: str | int | None = None,
         config: RecapConfig | None = None,
         state: DrafterState | None = None,
-        suffix_config: SuffixConfig | None = None,
-        persistent: PersistentMemory | None = None,
-        successors: SuccessorMatrix | None = None,
-        suffix_cache: SuffixTreeCache | None = None,
     ) -> Drafter:
-        """Build the drafter ``method`` with the shared state of a scope: ``state`` (a studio session's,
-        a benchmark stream's) or this runtime's own.
-
-        ``budget`` overrides ``config.budget``. ``suffix_config``: SuffixDecoding's per-pass settings (its
-        tree depth and cache size are the cache's, fixed when the cache is built). ``persistent`` /
-        ``successors`` / ``suffix_cache``: one part given directly instead of the scope's (tests, tools).
-        """
+        """Build the drafter ``method`` (`recap.state.build_drafter`) on the parts of a scope: ``state`` (a
+        studio session's, a benchmark stream's, `DrafterState.given` parts a caller holds) or this
+        runtime's own, with this model's cost curve for a cost-aware budget. ``budget`` overrides
+        ``config.budget``."""
         config = config or RecapConfig()
         if budget is not None:
             config = replace(config, budget=budget)
-        scope = state or self.state
-        given = {"persistent": persistent, "successors": successors, "suffix_cache": suffix_cache}
-        needs = shared_state(method, config)  # only what the method declares is created
-        options: dict[str, Any] = {name: part for name, part in given.items() if part is not None}
-        options.update(scope.options(method, config, skip=frozenset(options)))
-        if "cost_model" in needs:
-            options["cost_model"] = self.cost_model()
-        return make_drafter(method, config=config, suffix_config=suffix_config, **options)
+        return build_drafter(method, state or self.state, config, self.cost_model)

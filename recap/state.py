@@ -15,21 +15,26 @@ nothing; or the records of a memory already read, e.g. the benchmark's ``--memor
 persistent memory as a copy of the start's records, the matrix seeded with their ids. `reset` returns
 every part, in place (drafters already built keep working), to that start or to empty.
 
+`build_drafter(method, state, config)` is the one place a drafter is built from a scope: the parts
+``method`` declares (`recap.drafters.shared_state`), nothing else. `DrafterState.given` is a scope made of
+parts a caller already holds (a tool's memory file, a test's shared memory).
+
 Example::
 
     state = DrafterState(vocab_size=500)                  # a cold scope
-    drafter = make_drafter("recap", **state.options("recap", RecapConfig()))
+    drafter = build_drafter("recap", state, RecapConfig(budget=8))
     state.persistent("recap", 8) is drafter.persistent    # True
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from recap.drafters import shared_state
+from recap.drafters import Drafter, make_drafter, shared_state
 from recap.drafters.recap.stream import StreamMemory
 from recap.drafters.token_recycling import SuccessorMatrix, seed_successors
 from recap.hotstart import EMPTY_START, Origin, StartingMemory
@@ -38,6 +43,7 @@ from recap.memory.persistent import PersistentMemory
 if TYPE_CHECKING:
     from recap.drafters.recap.config import RecapConfig
     from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
+    from recap.models.cost import CostModel
 
 
 class DrafterState:
@@ -70,12 +76,33 @@ class DrafterState:
         self._successors: SuccessorMatrix | None = None
         self._suffix_cache: SuffixTreeCache | None = None
         self._start_records = records  # the start's records (read once, when first needed)
+        self._given: StreamMemory | None = None  # (`given`: the stream every RECAP method drafts on)
         self._lock = threading.RLock()
+
+    @classmethod
+    def given(
+        cls,
+        vocab_size: int,
+        persistent: StreamMemory | PersistentMemory | None = None,
+        successors: SuccessorMatrix | None = None,
+        suffix_cache: SuffixTreeCache | None = None,
+        suffix_config: SuffixConfig | None = None,
+    ) -> DrafterState:
+        """A scope of parts the caller holds: ``persistent`` (a stream, or a bare 1-token memory: its
+        stream) for every RECAP method, ``successors`` for TR, ``suffix_cache`` for SuffixDecoding (with
+        ``suffix_config``'s per-pass settings); the parts not given are made on first use, empty."""
+        state = cls(vocab_size, suffix_config=suffix_config)
+        if persistent is not None:
+            state._given = persistent if isinstance(persistent, StreamMemory) else StreamMemory.of(persistent)
+        state._successors, state._suffix_cache = successors, suffix_cache
+        return state
 
     # --------------------------------------------------------------------------------------- parts
     def stream(self, method: str = "recap", k: int = 8) -> StreamMemory:
         """``method``'s stream of width ``k``, its 1-token memory a copy of the start's records when it
         has k."""
+        if self._given is not None:
+            return self._given
         with self._lock:
             self._latest[method] = k
             stream = self._memories.get((method, k))
@@ -140,11 +167,10 @@ class DrafterState:
                 self._suffix_cache = SuffixTreeCache.for_config(self.suffix_config or SuffixConfig())
             return self._suffix_cache
 
-    def options(self, method: str, config: RecapConfig, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
-        """The parts ``method`` needs (`recap.drafters.shared_state`) as `make_drafter` options, less
-        those named in ``skip`` (the cost model, a property of the device rather than of the scope, is
-        never among them)."""
-        needs = shared_state(method, config) - skip
+    def options(self, method: str, config: RecapConfig) -> dict[str, Any]:
+        """The parts ``method`` needs (`recap.drafters.shared_state`) as `make_drafter` options (the
+        cost model, a property of the device rather than of the scope, is never among them)."""
+        needs = shared_state(method, config)
         options: dict[str, Any] = {}
         if "persistent" in needs:
             options["persistent"] = self.stream(method, config.k)
@@ -192,3 +218,15 @@ def copy_records(source: PersistentMemory, memory: PersistentMemory) -> int:
     keys = np.flatnonzero(source.filled)
     memory.write_many(keys, source.ids[keys], source.probs[keys])
     return len(keys)
+
+
+def build_drafter(
+    method: str, state: DrafterState, config: RecapConfig, cost_model: Callable[[], CostModel] | None = None
+) -> Drafter:
+    """The drafter ``method`` with ``config`` on ``state``'s parts (only those it declares, created on
+    first use) and ``state``'s SuffixDecoding settings; ``cost_model()`` gives the device's tree-cost curve
+    when the budget is ``"auto"`` (None: none, the budget's fallback)."""
+    options = state.options(method, config)
+    if cost_model is not None and "cost_model" in shared_state(method, config):
+        options["cost_model"] = cost_model()
+    return make_drafter(method, config=config, suffix_config=state.suffix_config, **options)

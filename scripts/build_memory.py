@@ -36,6 +36,7 @@ from recap.hotstart import (
 from recap.memory.fingerprint import model_fingerprint
 from recap.memory.persistent import PersistentMemory
 from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, EMBEDDED_MODEL_V2, Runtime
+from recap.state import DrafterState
 
 #: Defaults: 200 requests (50 per question type of v1, 33-34 of v2's six); the build's tree budget.
 REQUESTS = 200
@@ -75,7 +76,8 @@ def build(
     out = Path(out) if out is not None else SHIPPED_MEMORY_DIR / f"{folder.resolve().name}.safetensors"
     vocab = runtime.target.vocab_size
     config = RecapConfig(budget=budget, k=SHIPPED_K)  # RECAP only makes the build fast
-    drafter = runtime.drafter("recap", config=config, persistent=PersistentMemory(vocab, SHIPPED_K))
+    memory = DrafterState.given(vocab, persistent=PersistentMemory(vocab, SHIPPED_K))
+    drafter = runtime.drafter("recap", config=config, state=memory)
     averaged = AveragedRecords(drafter, vocab)
     report = warm_up(runtime.target, averaged, training_requests(world, requests), max_new_tokens)
     memory = averaged.memory()

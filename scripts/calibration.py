@@ -97,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from recap.memory.persistent import PersistentMemory
     from recap.options import add_model_options, add_sampling_options, load_runtime, sampling_settings
     from recap.runtime import EMBEDDED_MODEL, parse_budget
+    from recap.state import DrafterState
 
     parser = argparse.ArgumentParser(prog="python -m scripts.calibration", description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", default=None, help="default: the model's own scenes (as the benchmark)")
@@ -118,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime = load_runtime(args)
     samples = load_dataset(args.dataset, limit=args.limit)
     persistent = PersistentMemory(runtime.target.vocab_size)
-    drafter = runtime.drafter(args.method, budget=parse_budget(args.budget), persistent=persistent)
+    given = DrafterState.given(runtime.target.vocab_size, persistent=persistent)
+    drafter = runtime.drafter(args.method, budget=parse_budget(args.budget), state=given)
     if args.greedy_labels:
         _hide_sampling_labels(drafter)
     runs, tokens, passes = [], 0, 0

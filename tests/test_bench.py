@@ -31,6 +31,7 @@ from recap.memory.persistent import PersistentMemory
 from recap.models.cost import COST_SIZES
 from recap.runtime import EMBEDDED_MODEL_V1, Runtime
 from recap.sampling import SamplingSettings
+from recap.state import DrafterState
 
 METHOD_FIELDS = {
     "mat",
@@ -183,7 +184,9 @@ def test_warm_up_requests_never_touch_the_measured_memories():
 def _saved_memory(target, prompt: str, path, fingerprint: str | None = None) -> PersistentMemory:
     """A persistent memory that decoded ``prompt`` once, saved to ``path`` (tagged for ``target``)."""
     memory = PersistentMemory(target.vocab_size, 8)
-    drafter = Runtime(target).drafter("recap", config=RecapConfig(budget=8), persistent=memory)
+    drafter = Runtime(target).drafter(
+        "recap", config=RecapConfig(budget=8), state=DrafterState.given(target.vocab_size, memory)
+    )
     generate(target, drafter, prompt, [], 12)
     memory.save(path, fingerprint or model_fingerprint(target))
     return memory

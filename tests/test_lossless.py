@@ -17,6 +17,7 @@ from recap.drafters import METHODS
 from recap.drafters.token_recycling import SuccessorMatrix
 from recap.memory.persistent import PersistentMemory
 from recap.runtime import Runtime
+from recap.state import DrafterState
 
 REQUESTS = [("the cat is black and the dog is", 0), ("describe the image. what colour is the square?", 1)]
 
@@ -42,7 +43,7 @@ def test_every_drafter_is_lossless(arch, method):
     persistent, successors = PersistentMemory(vocab), SuccessorMatrix(vocab)
     for prompt, seed in REQUESTS:
         images = [] if rt.target.family == "text" else [noise_image(seed)]
-        drafter = rt.drafter(method, persistent=persistent, successors=successors)
+        drafter = rt.drafter(method, state=DrafterState.given(rt.target.vocab_size, persistent, successors))
         result = generate(rt.target, drafter, prompt, images, 32)
         assert tuple(result.tokens) == truth(arch, prompt, seed), (arch, method, prompt)
 
@@ -57,7 +58,13 @@ def test_sliding_window_without_layer_types(arch, method):
     prompt = "the cat sat on the mat and looked at the dog"
     expected = reference_greedy(rt.target, prompt, [], 40)
     result = generate(
-        rt.target, rt.drafter(method, persistent=PersistentMemory(rt.target.vocab_size)), prompt, [], 40
+        rt.target,
+        rt.drafter(
+            method, state=DrafterState.given(rt.target.vocab_size, PersistentMemory(rt.target.vocab_size))
+        ),
+        prompt,
+        [],
+        40,
     )
     assert result.tokens == expected
 
@@ -71,7 +78,9 @@ def test_prompt_is_used_exactly_as_given(arch, prompt, method):
     images = [] if rt.target.family == "text" else [noise_image(0)]
     expected = reference_greedy(rt.target, prompt, images, 16)
     assert expected != reference_greedy(rt.target, prompt.strip(), images, 16)
-    drafter = rt.drafter(method, persistent=PersistentMemory(rt.target.vocab_size))
+    drafter = rt.drafter(
+        method, state=DrafterState.given(rt.target.vocab_size, PersistentMemory(rt.target.vocab_size))
+    )
     assert generate(rt.target, drafter, prompt, images, 16).tokens == expected
 
 
@@ -113,7 +122,9 @@ def test_device_map_auto_is_lossless(arch, placement, tmp_path_factory):
     expected = reference_greedy(tiny(arch), prompt, images, 32)
     rt = Runtime(target)
     for method in ("ar", "pld", "tr", "recap"):
-        drafter = rt.drafter(method, persistent=PersistentMemory(target.vocab_size))
+        drafter = rt.drafter(
+            method, state=DrafterState.given(target.vocab_size, PersistentMemory(target.vocab_size))
+        )
         assert generate(target, drafter, prompt, images, 32).tokens == expected, method
     check_tree_logits(target, prompt, images)
 

@@ -22,6 +22,7 @@ from recap.drafters import METHODS
 from recap.drafters.token_recycling import SuccessorMatrix
 from recap.memory.persistent import PersistentMemory
 from recap.runtime import Runtime
+from recap.state import DrafterState
 
 FAST_SEEDS = (0, 1)
 SLOW_SEEDS = (2, 3, 4)
@@ -54,7 +55,9 @@ def test_every_drafter_equals_generate(arch, seed):
         # Fresh shared state per method, carried across the two requests.
         persistent, successors = PersistentMemory(target.vocab_size), SuccessorMatrix(target.vocab_size)
         for index, (request, truth) in enumerate(zip(case.requests, truths)):
-            drafter = runtime.drafter(method, persistent=persistent, successors=successors)
+            drafter = runtime.drafter(
+                method, state=DrafterState.given(runtime.target.vocab_size, persistent, successors)
+            )
             tokens = generate(target, drafter, request.prompt, request.images, request.max_new_tokens).tokens
             if tokens != truth:
                 first = next((i for i, (a, b) in enumerate(zip(tokens, truth)) if a != b), len(truth))
@@ -90,6 +93,9 @@ def test_the_draws_cover_what_they_promise():
     # The drafters really draft: the recap runs propose trees (it is not AR in disguise).
     case, runtime = _case("mistral", 0)
     request = case.requests[1]
-    drafter = runtime.drafter("recap", persistent=PersistentMemory(runtime.target.vocab_size))
+    drafter = runtime.drafter(
+        "recap",
+        state=DrafterState.given(runtime.target.vocab_size, PersistentMemory(runtime.target.vocab_size)),
+    )
     steps = generate(runtime.target, drafter, request.prompt, request.images, request.max_new_tokens).steps
     assert sum(len(s.nodes) for s in steps) > 0

@@ -21,6 +21,7 @@ from recap.decode import generate
 from recap.memory.persistent import PersistentMemory
 from recap.runtime import Runtime
 from recap.sampling import SamplingSettings, accept_sampled, choose_among, processed_probs
+from recap.state import DrafterState
 from recap.tree import DraftTree
 
 
@@ -211,7 +212,12 @@ def test_speculative_sampling_draws_the_first_tokens_like_generate():
     for seed in range(n):
         run = SamplingSettings(settings.temperature, settings.top_k, settings.top_p, seed=seed)
         result = generate(
-            target, runtime.drafter("recap", budget=8, persistent=persistent), prompt, [], 2, sampling=run
+            target,
+            runtime.drafter("recap", budget=8, state=DrafterState.given(target.vocab_size, persistent)),
+            prompt,
+            [],
+            2,
+            sampling=run,
         )
         ours[tuple(result.tokens)] += 1
         drafted += sum(s.accepted_len for s in result.steps)
@@ -239,7 +245,7 @@ def test_a_seed_gives_every_drafter_the_same_tokens_as_autoregressive_sampling(m
     persistent = PersistentMemory(target.vocab_size)
     for seed, prompt in [(3, "the cat is"), (4, "the cat is"), (5, "the dog and the cat")]:
         sampling = SamplingSettings(temperature=0.8, top_p=0.9, seed=seed)
-        drafter = runtime.drafter(method, persistent=persistent)
+        drafter = runtime.drafter(method, state=DrafterState.given(runtime.target.vocab_size, persistent))
         ours = generate(target, drafter, prompt, [], 24, sampling=sampling).tokens
         assert ours == generate(target, runtime.drafter("ar"), prompt, [], 24, sampling=sampling).tokens
 

@@ -35,6 +35,7 @@ from recap.memory.fingerprint import model_fingerprint
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import PredictionRecord
 from recap.runtime import EMBEDDED_MODEL, EMBEDDED_MODEL_V1, Runtime
+from recap.state import DrafterState
 from recap.studio.environment import SESSION_SCOPE, SHARED_SCOPE, MemoryPlan, memory_plan
 from recap.studio.serving import RuntimeCache, Studio, session_memories
 from recap.studio.ui import render, story
@@ -56,7 +57,9 @@ def tiny_memory_file(tmp_path_factory) -> Path:
     """A memory of the tiny LLaVA warmed on three requests, saved with its fingerprint."""
     target = tiny("llava")
     memory = PersistentMemory(target.vocab_size, SHIPPED_K)
-    drafter = Runtime(target).drafter("recap", config=RecapConfig(budget=8), persistent=memory)
+    drafter = Runtime(target).drafter(
+        "recap", config=RecapConfig(budget=8), state=DrafterState.given(target.vocab_size, memory)
+    )
     for seed, prompt in enumerate(("the cat is", "a red square", "the cat is black")):
         generate(target, drafter, prompt, [noise_image(seed)], 12)
     path = tmp_path_factory.mktemp("memory") / "tiny.safetensors"
@@ -229,7 +232,9 @@ def test_tr_matrix_after_the_same_passes_holds_the_ids_of_recaps_records():
     # the claim seed_successors rests on: one stream of passes seen by RECAP and by TR
     target = tiny("llava")
     memory = PersistentMemory(target.vocab_size, 8)
-    recap = Runtime(target).drafter("recap", config=RecapConfig(budget=8), persistent=memory)
+    recap = Runtime(target).drafter(
+        "recap", config=RecapConfig(budget=8), state=DrafterState.given(target.vocab_size, memory)
+    )
     watched = TokenRecyclingDrafter(successors=SuccessorMatrix(target.vocab_size))
 
     class Both:

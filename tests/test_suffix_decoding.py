@@ -31,6 +31,7 @@ from recap.drafters.suffix_decoding import (
     draft_tree,
 )
 from recap.runtime import Runtime
+from recap.state import DrafterState
 from recap.tree import DraftTree
 from recap.verify import accept_greedy, truncate
 
@@ -312,8 +313,20 @@ def test_second_identical_request_is_drafted_and_stays_lossless(arch):
     images = [] if runtime.target.family == "text" else [noise_image(3)]
     truth = reference_greedy(runtime.target, PROMPT, images, 32)
     cache = SuffixTreeCache()
-    first = generate(runtime.target, runtime.drafter("suffix", suffix_cache=cache), PROMPT, images, 32)
-    second = generate(runtime.target, runtime.drafter("suffix", suffix_cache=cache), PROMPT, images, 32)
+    first = generate(
+        runtime.target,
+        runtime.drafter("suffix", state=DrafterState.given(runtime.target.vocab_size, suffix_cache=cache)),
+        PROMPT,
+        images,
+        32,
+    )
+    second = generate(
+        runtime.target,
+        runtime.drafter("suffix", state=DrafterState.given(runtime.target.vocab_size, suffix_cache=cache)),
+        PROMPT,
+        images,
+        32,
+    )
     assert first.tokens == second.tokens == truth
     # the global tree holds the first answer: the second one is mostly drafted
     drafted = sum(s.accepted_len for s in second.steps)
@@ -326,7 +339,9 @@ def test_second_identical_request_is_drafted_and_stays_lossless(arch):
 def test_a_cancelled_stream_is_stopped_and_the_next_request_is_lossless():
     runtime = Runtime(tiny("llava"))
     cache = SuffixTreeCache()
-    drafter = runtime.drafter("suffix", suffix_cache=cache)
+    drafter = runtime.drafter(
+        "suffix", state=DrafterState.given(runtime.target.vocab_size, suffix_cache=cache)
+    )
     stream = generate_steps(runtime.target, drafter, PROMPT, [noise_image(1)], 32)
     next(stream), next(stream)
     stream.close()  # the visitor pressed Stop
@@ -344,4 +359,12 @@ def test_runtime_shares_one_cache_per_model():
     runtime = Runtime(tiny("llama"))
     assert runtime.drafter("suffix").cache is runtime.drafter("suffix").cache is runtime.suffix_cache()
     config = SuffixConfig(max_spec_tokens=4)
-    assert runtime.drafter("suffix", suffix_config=config).config.max_spec_tokens == 4
+    assert (
+        runtime.drafter(
+            "suffix",
+            state=DrafterState.given(
+                runtime.target.vocab_size, suffix_cache=runtime.suffix_cache(), suffix_config=config
+            ),
+        ).config.max_spec_tokens
+        == 4
+    )

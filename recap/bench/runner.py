@@ -106,7 +106,7 @@ def _fresh_stream(
 ) -> _Stream:
     vocab = runtime.target.vocab_size
     state = DrafterState(vocab, start if start is not None else EMPTY_START, suffix_config)
-    drafter = runtime.drafter(method, budget=budget, config=config, state=state, suffix_config=suffix_config)
+    drafter = runtime.drafter(method, budget=budget, config=config, state=state)
     return _Stream(drafter, state)
 
 

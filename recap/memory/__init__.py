@@ -10,8 +10,10 @@
 - `estimates`: online acceptance estimates of drafted candidates, by kind.
 - `continuations`: the contexts earlier answers continued in different ways (where RECAP fans).
 
-Only RECAP (`recap.drafters.recap`) reads `context`, `backoff`, `continuations` and `estimates`, yet
-they live here: `persistent.PersistentMemory` carries them as the stream's shared state, and
-`recycling.recycle` writes the contextual memories and counts the acceptance labels in its compiled
-call. Beside the method they would be imported upwards, from this layer into the drafters.
+Only RECAP (`recap.drafters.recap`) reads `context`, `backoff`, `continuations` and `estimates`; what a
+RECAP stream keeps of them is owned beside the method (`recap.drafters.recap.stream.StreamMemory`, whose
+field ``tokens`` is the `persistent.PersistentMemory`). They still live here because
+`recycling.recycle` (RECAP's compiled write of P1, C2 and C3 plus its count of the acceptance labels)
+imports `context` and `estimates`, and `recycling.recycling_keys` serves Token Recycling and the hot
+start too: moving the four modules first needs `recycle` split from `recycling` into the method.
 """

@@ -219,12 +219,11 @@ def fresh_drafter(
 ):
     """A drafter with fresh, empty memories of its own (the Compare tab warms them itself, then copies it:
     SuffixDecoding's cache is replayable); ``suffix_config``: its settings (its tree's depth and size too)."""
-    state = DrafterState(runtime.target.vocab_size)  # (SuffixDecoding gets its own cache below)
     try:
         suffix = suffix_config or SuffixConfig()
         own = SuffixTreeCache.for_config(suffix, replayable=True) if method == "suffix" else None
-        options = {"config": config, "state": state, "suffix_config": suffix_config, "suffix_cache": own}
-        return runtime.drafter(method, **options)
+        state = DrafterState.given(runtime.target.vocab_size, suffix_cache=own, suffix_config=suffix_config)
+        return runtime.drafter(method, config=config, state=state)
     except ValueError as error:
         raise refusal(str(error)) from None
 
@@ -357,7 +356,7 @@ class Studio:
         ``RECAP_MEMORY`` file, else the shipped memory of its folder, else a warm-up of
         ``RECAP_WARMUP_S`` seconds on the examples, else empty. A file that does not load is logged and
         gives an empty start."""
-        target = runtime.target
+        target, vocab = runtime.target, runtime.target.vocab_size
         if model_id in self.plan.files:
             return starting_memory(target, self.plan.files[model_id], "file")
         shipped = shipped_start(target)
@@ -367,7 +366,7 @@ class Studio:
             log.info("warming %s's memory on the examples for up to %.0f s", model_id, self.plan.warmup_s)
             return warm_start(
                 target,
-                lambda memory: runtime.drafter("recap", persistent=memory),
+                lambda memory: runtime.drafter("recap", state=DrafterState.given(vocab, persistent=memory)),
                 self.warmup_requests(runtime),
                 self.plan.warmup_s,
             )

@@ -5,6 +5,7 @@
 - `fusion`: entropy-confidence weighting of the memories' records.
 - `search`: the best-first tree search (Python side); `kernel`: its compiled body.
 - `budget`: the cost-aware budget rule the search applies as it grows.
+- `stream`: `StreamMemory`, everything a stream keeps across requests (its 1-token memory one field).
 - `mirror`: the request's tokens (and the stream's earlier ones) for the suffix match.
 """
 
