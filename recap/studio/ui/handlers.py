@@ -23,7 +23,7 @@ from recap.inputs import check_integer, shown
 from recap.state import DrafterState
 from recap.studio.environment import REPLAY_EVENTS, SESSION_SCOPE, SHARED_SCOPE, model_label
 from recap.studio.guard import validation
-from recap.studio.guard.jobs import HEARTBEAT_S, paced
+from recap.studio.guard.jobs import HEARTBEAT_S, Cancelled, paced
 from recap.studio.guard.validation import (
     RunSettings,
     display_delay_s,
@@ -267,11 +267,15 @@ class RunEvents:
             with self.studio.awaiting(request, "run", job, replaced):
                 async for shown in self.display(job, run, delay_s if slowed else 0.0):
                     yield shown
+        except Cancelled as stop:  # Stop (`stop` below) cancelled the job: this run says so, last
+            if stop.args[:1] != ("stopped",):
+                raise
         finally:
             if slowed:
                 self.studio.displays.give(job.client)
         run.trace.text = job.result or ""
-        if job.stopped.is_set():  # a Stop before the end: its status stays
+        if job.stopped.is_set():  # a Stop before the end: its status, after every update of the run
+            yield self.after_stop(delay_ms, run.settings.method, run.state)
             return
         yield await self.final(run, hurried=delay_s > 0 and not slowed)
 
@@ -353,17 +357,20 @@ class RunEvents:
         return out
 
     def stop(self, request: gr.Request):
-        """Stop marks the session's run in flight (if any) before its event is cancelled: from then on
-        the run yields no update that could land over the Stopped status."""
+        """Stop marks the session's run in flight (if any) and cancels its job (its worker stops at its
+        next pass, or it leaves the line): the run's handler then shows the Stopped status as its last
+        update. Its event is not cancelled: on a busy server a cancelled event's last update could
+        reach the page after the Stopped status and overwrite it."""
         if (job := self.studio.in_flight(request, "run")) is not None:
             job.stopped.set()
+            job.cancel("stopped")
 
     def wire(self, setting_inputs: list) -> None:
         """Register Run and Stop on the page's components."""
         ui = self.ui
 
         run = with_settings_api(self.run, ("delay_ms", 0), ("memories", None))
-        event = ui["run"].click(
+        ui["run"].click(
             run,
             [ui["image"], ui["prompt"], *setting_inputs, ui["delay_ms"], self.session],
             self.outputs,
@@ -374,9 +381,9 @@ class RunEvents:
             # progress and a refusal show on the status line (and its toast), not as an "Error" on every panel
             show_progress_on=[ui["status"]],
         )
-        # the status after the cancel: set at once, an update of the run still in flight could overwrite it
+        # the status after Stop, set at once (the run's own last update says the same)
         private = {"queue": False, "api_visibility": "private"}
-        stopped = ui["stop"].click(self.stop, None, None, cancels=[event], **private)
+        stopped = ui["stop"].click(self.stop, None, None, **private)
         stopped.then(
             self.after_stop, [ui["delay_ms"], ui["method"], self.run_state],
             [ui["status"], self.run_state, ui["step"], ui["download"]], **private,
