@@ -52,26 +52,19 @@ def projected(table) -> dict[str, float]:
     return found
 
 
-def bench_projection(
-    runs: Mapping[str, Sequence], projection: measure.Projection, cpu: bool = False
-) -> dict[str, float]:
+def bench_projection(runs: Mapping[str, Sequence], projection: measure.Projection) -> dict[str, float]:
     """Method label -> the projected speedup `python -m recap.bench --cost-curve` computes for these runs
-    (its own code: `SampleRun.from_steps`, then `aggregate` with the curve), AR's runs the reference.
-    ``cpu``: with each run's drafting in the CPU time it recorded (``draft_cpu_ms``) in place of the
-    wall-clock time the benchmark adds (``draft_ms``)."""
+    (its own code: `SampleRun.from_steps`, then `aggregate` with the curve, drafting in CPU time), AR's
+    runs the reference."""
     from recap.bench.metrics import SampleRun, aggregate
     from recap.studio.ui.render import method_label
 
-    def sample(steps: Sequence) -> SampleRun:
-        run = SampleRun.from_steps("input", steps, 0.0)
-        if cpu:
-            run.draft_ms = list(run.draft_cpu_ms)
-        return run
-
-    ar = [sample(runs["ar"])]
+    ar = [SampleRun.from_steps("input", runs["ar"], 0.0)]
     found = {}
     for method, steps in runs.items():
-        result = aggregate(method, [sample(steps)], ar, None, projection=projection.curve)
+        result = aggregate(
+            method, [SampleRun.from_steps("input", steps, 0.0)], ar, None, projection=projection.curve
+        )
         if result.projected_speedup is not None:
             found[method_label(method)] = result.projected_speedup
     return found
@@ -214,25 +207,20 @@ def _measure(args: argparse.Namespace) -> int:
         return 0
     tab: dict[str, list[float]] = {}
     bench: dict[str, list[float]] = {}
-    bench_cpu: dict[str, list[float]] = {}
     for table, state in finals:
         for method, value in projected(table).items():
             tab.setdefault(method, []).append(value)
         for method, value in bench_projection(state["runs"], projection).items():
             bench.setdefault(method, []).append(value)
-        for method, value in bench_projection(state["runs"], projection, cpu=True).items():
-            bench_cpu.setdefault(method, []).append(value)
     print(
-        f"projected speedups on {projection.label}, per click: the tab's / the benchmark's on the same "
-        "passes (drafting in wall-clock time, as it adds it) / the benchmark's with the drafting's CPU time"
+        f"projected speedups on {projection.label}, per click: the tab's / the benchmark's on the same passes"
     )
     for method, values in tab.items():
-        wall, cpu = bench.get(method, []), bench_cpu.get(method, [])
-        triples = ", ".join(f"{a:.2f}/{b:.2f}/{c:.2f}x" for a, b, c in zip(values, wall, cpu))
+        theirs = bench.get(method, [])
+        pairs = ", ".join(f"{a:.2f}/{b:.2f}x" for a, b in zip(values, theirs))
         print(
-            f"{method}: {triples}; the tab's at most {deviation(values):.1f}% off their median, "
-            f"{max(map(gap, values, wall), default=0.0):.1f}% from the benchmark's, "
-            f"{max(map(gap, values, cpu), default=0.0):.1f}% from it with CPU time"
+            f"{method}: {pairs}; the tab's at most {deviation(values):.1f}% off their median, "
+            f"{max(map(gap, values, theirs), default=0.0):.1f}% from the benchmark's"
         )
     return 0
 

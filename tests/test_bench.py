@@ -527,3 +527,23 @@ def test_without_plotly_the_tables_are_still_written(tmp_path, monkeypatch, capl
     assert [p.name for p in paths] == ["results.json", "results.md"]
     assert not list((tmp_path / "out").glob("*.html"))
     assert "plotly is not installed" in caplog.text
+
+
+def test_the_projection_adds_drafting_in_cpu_time_not_wall_clock():
+    # a busy machine stretches the wall clock of drafting (a 1.444 s TR projection on a loaded CPU):
+    # the projection adds the decoding thread's CPU time, and wall-clock time only for old records
+    from recap.bench.metrics import SampleRun, aggregate
+    from recap.models.cost import CostModel
+
+    flat = CostModel([(1, 0.003), (128, 0.003)])
+
+    def run(draft_ms, draft_cpu_ms):
+        return SampleRun(
+            "s", [1, 2, 3], ["target"] * 3, [1, 0], draft_ms, 0.0, 1.0, 2, draft_cpu_ms, nodes_per_pass=[1, 1]
+        )
+
+    ar = [run([0.0, 0.0], [0.0, 0.0])]
+    busy = aggregate("tr", [run([500.0, 500.0], [1.0, 1.0])], ar, None, projection=flat)
+    assert busy.projected_seconds == pytest.approx(2 * 0.003 + 0.002)
+    old = aggregate("tr", [run([5.0, 5.0], [])], ar, None, projection=flat)  # no CPU times recorded
+    assert old.projected_seconds == pytest.approx(2 * 0.003 + 0.010)

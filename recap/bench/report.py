@@ -47,7 +47,7 @@ def markdown_table(result: BenchmarkResult) -> str:
         curve = result.settings.get("cost_curve_file", "the recorded cost curve")
         rows += (
             f"\nProjected on the device of {curve} (decoding passes priced on its curve, plus the "
-            "drafting measured here): "
+            "drafting measured here in CPU time): "
             + ", ".join(
                 f"{r.method} {r.projected_seconds:.3f} s ({_num(r.projected_speedup, 'x')})"
                 for r in result.methods.values()
