@@ -1,6 +1,7 @@
-"""Traces a stranger could upload to the studio's Replay, each as costly as the bounds of `recap.trace`
-allow for its kind (and one beyond them): what `scripts.space_attack` sends to a running studio, and
-what `tests/test_drawing.py` and `tests/test_space_limits.py` read and draw.
+"""Traces a stranger could upload to the studio's Replay, each as costly as the bounds of
+`recap.studio.guard.trace_files` allow for its kind (and one beyond them): what `scripts.space_attack`
+sends to a running studio, and what `tests/test_drawing.py` and `tests/test_space_limits.py` read and
+draw.
 
     from scripts.hostile_traces import SHAPES, crafted
     crafted(Path("/tmp/wide.json"), "wide")
@@ -12,7 +13,7 @@ import json
 from pathlib import Path
 
 #: The crafted traces: ``largest`` is over the values bound (refused before parsing); the others are just
-#: within every bound of `recap.trace`, each the costliest of its kind to read or to draw.
+#: within every bound of `recap.studio.guard.trace_files`, each the costliest of its kind to read or to draw.
 SHAPES = ("largest", "strings", "tokens", "nodes", "sources", "wide", "long", "draws")
 
 

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recap.studio.guard.tickets import Tickets
+from recap.studio.guard.trace_files import read_trace
 from recap.studio.ui import drawing, figures, render, tables
 from recap.studio.ui.drawing import (
     MAX_SERIES,
@@ -29,7 +30,6 @@ from recap.studio.ui.drawing import (
     tree_subset,
     work_units,
 )
-from recap.studio.ui.traces import read_trace
 from recap.trace import NodeRecord, StepRecord
 from scripts.hostile_traces import SHAPES, crafted
 

@@ -150,8 +150,9 @@ def test_explain_says_which_nodes_a_fan_offered():
 
 
 def test_a_trace_keeps_each_nodes_fan_and_the_tooltip_says_it():
+    from recap.studio.guard.trace_files import check_trace_data
     from recap.studio.ui.figures import _node_hover
-    from recap.trace import NodeRecord, RunTrace, StepRecord, check_trace_data
+    from recap.trace import NodeRecord, RunTrace, StepRecord
 
     node = NodeRecord(0, -1, 11, "blue", 1, 0.3, ["ctx2"], {"ctx2": 0.3}, False, fan=3)
     assert "in a fan: earlier answers went on 3 ways here" in _node_hover(node)

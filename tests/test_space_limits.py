@@ -280,7 +280,7 @@ def test_the_issues_crafted_replay_is_refused_before_it_is_parsed(space, tmp_pat
     # the text, before any is parsed.
     from gradio_client import handle_file
 
-    from recap.trace import MAX_TRACE_VALUES
+    from recap.studio.guard.trace_files import MAX_TRACE_VALUES
 
     path = _issue_trace(tmp_path / "crafted.json")
     assert path.stat().st_size > 15 << 20
@@ -296,7 +296,7 @@ def test_the_issues_crafted_replay_is_refused_before_it_is_parsed(space, tmp_pat
 
 @pytest.mark.parametrize("shape", ["strings", "tokens", "nodes", "sources", "wide", "long", "draws"])
 def test_the_worst_replays_within_the_limits_are_cheap_and_freed(space, tmp_path, shape, monkeypatch):
-    from recap.trace import check_trace_data
+    from recap.studio.guard.trace_files import check_trace_data
 
     # two replays back to back from one client: without the rest a client's costly replays earn
     monkeypatch.setattr(space.studio.replays, "share", None)
@@ -428,7 +428,7 @@ def test_step_views_from_one_session_are_drawn_one_at_a_time(space, tmp_path, mo
     ],
 )
 def test_work_limits_across_steps(shape, message):
-    from recap.trace import check_trace_data
+    from recap.studio.guard.trace_files import check_trace_data
 
     def step(i, **fields):
         return {"step": i, "committed_len": i, "method": "recap", **fields}
@@ -487,7 +487,7 @@ def test_the_ledger_counts_what_the_worst_replays_keep(tmp_path, shape):
     # client's replays in fresh sessions fill the server while the ledger reads them as small (the
     # `strings` trace keeps ~50 MB: 8000 source names a node, each a string of its own).
     from recap.studio.guard.sessions import footprint
-    from recap.studio.ui.traces import read_trace
+    from recap.studio.guard.trace_files import read_trace
 
     path = _worst_trace(tmp_path / f"{shape}.json", shape)
     tracemalloc.start()

@@ -6,8 +6,8 @@
 - `recap.studio.guard`, the public Space's guard: who a request comes from (`clients`), the decode line
   and its waiting line (`decode_line`), jobs and their paced display (`jobs`), tickets for displays and
   drawings (`tickets`), sessions kept within a memory budget (`sessions`), untrusted values checked
-  (`validation`) and request bodies bounded (`bodylimit`). The teaching does not depend on it to draw;
-  the handlers call it where a request is admitted.
+  (`validation`), request bodies bounded (`bodylimit`) and uploaded traces checked (`trace_files`).
+  The teaching does not depend on it to draw; the handlers call it where a request is admitted.
 
 Beside them: `environment` (what the operator sets), `serving` (`Studio`: the model cache, each
 visitor's memories, and the guard's objects every request shares) and `demo` (`build_demo`: the Blocks

@@ -216,7 +216,7 @@ def proxy_hops() -> int:
     return _in_range("RECAP_PROXY_HOPS", raw, int, 0, MAX_PROXY_HOPS, "a whole number of proxies")
 
 
-#: Replays read at once (each is bounded by `recap.trace`'s limits: a few seconds, under 100 MB), at
+#: Replays read at once (each is bounded by `guard.trace_files`' limits: a few seconds, under 100 MB), at
 #: most one per client (`recap.studio.serving.Studio.replays`); more are refused.
 REPLAY_CONCURRENCY = 2
 #: The share of the server's time one client's replays may take back to back (a replay that took t s to

@@ -8,7 +8,8 @@
 - `tickets`: how many paced displays and drawings from traces run at once, with a rest per client;
 - `sessions`: what the sessions keep, within a memory budget;
 - `validation`: every value a request carries, checked against the UI's bounds; refusals in one line;
-- `bodylimit`: request bodies bounded before gradio reads them.
+- `bodylimit`: request bodies bounded before gradio reads them;
+- `trace_files`: an uploaded trace, bounded by size and work and checked in full before it is read.
 
 docs/reliability.md lists every bound with the test that shows it.
 """

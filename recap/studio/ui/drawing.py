@@ -1,6 +1,6 @@
 """The bound on what the studio draws from a trace (a run's, a replayed file's, a step's view).
 
-A trace within `recap.trace`'s bounds can still name a source of its own for each of 4096 tokens, hold
+A trace within `guard.trace_files`' bounds can still name a source of its own for each of 4096 tokens, hold
 8192-node trees with 1000-character texts, or sampling draws that try ~90,000 tokens; drawn as they
 are, one plotly trace per source and a label and a hover per node, such a trace took minutes of the
 server's CPU and a gigabyte. So every panel draws a bounded amount, decided from the trace before
@@ -19,7 +19,7 @@ anything is drawn (`SourceSeries`, `tree_subset`), and aggregates beyond it:
 
 `work_units` counts what the panels of one step (and the answer and chart of all steps) will hold
 under these bounds, computed before drawing; `MAX_WORK_UNITS` is its bound for any trace within
-`recap.trace`'s (`tests/test_drawing.py` checks both, and what drawing the worst traces costs).
+`guard.trace_files`' (`tests/test_drawing.py` checks both, and what drawing the worst traces costs).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ _KNOWN = [s.name for s in SOURCE_TABLE]
 #: Characters one drawn node carries at most: its label, and a hover of its text, `MAX_NAMES` sources
 #: and `MAX_NAMES` shares, with their markup.
 NODE_CHARS = LABEL_CHARS + TEXT_CHARS + 2 * MAX_NAMES * (NAME_CHARS + 16) + 400
-#: What `work_units` never exceeds for a trace within `recap.trace`'s bounds (4096 tokens of at most
+#: What `work_units` never exceeds for a trace within `guard.trace_files`' bounds (4096 tokens of at most
 #: 200,000 characters of text, and the panels of one step, each bounded as above).
 MAX_WORK_UNITS = 2 * 4096 + 200_000 + MAX_SERIES * MAX_BARS + MAX_TREE_NODES * (3 + NODE_CHARS) + 200_000
 

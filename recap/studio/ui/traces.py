@@ -3,7 +3,7 @@ trace file dropped on *Replay a run* fills the answer and the step panel again, 
 
 A trace holds the visitor's prompt, so it is written only when Download is clicked (`TraceExports`),
 in an unguessable folder of that session, and removed when the session ends. An uploaded trace is
-read and checked in full (`read_trace`, `recap.trace`'s bounds) before anything shows it; what is drawn
+read and checked in full (`recap.studio.guard.trace_files.read_trace`) before anything shows it; what is drawn
 from it is bounded by `recap.studio.ui.drawing`. Wired like `recap.studio.ui.handlers`' events, whose
 panels they fill.
 """
@@ -25,6 +25,7 @@ import gradio as gr
 
 from recap.studio.environment import REPLAY_CONCURRENCY, REPLAY_EVENTS, model_label
 from recap.studio.guard.sessions import release_memory
+from recap.studio.guard.trace_files import read_trace
 from recap.studio.guard.validation import refusal
 from recap.studio.serving import Studio
 from recap.studio.ui import render
@@ -99,19 +100,6 @@ class TraceExports:
         """The folder of ``session``'s exports, if it has any."""
         with self._lock:
             return self._folders[session][0] if session in self._folders else None
-
-
-def read_trace(path: str | Path) -> RunTrace:
-    """An uploaded trace, or a ``ValueError`` saying why it cannot be replayed (no server path in it)."""
-    try:
-        trace = RunTrace.load(path)
-    except UnicodeDecodeError:
-        raise ValueError("it is not UTF-8 text") from None
-    except OSError:
-        raise ValueError("it cannot be read") from None
-    if not trace.steps:
-        raise ValueError("it has no steps")
-    return trace
 
 
 #: Run in the browser after the Download click's handler: fetch the file it wrote, as a download.
