@@ -1,7 +1,10 @@
 """The decode loop, written once: draft, verify in one target pass, accept greedily, commit, recycle.
 
-`generate_steps` yields one `StepRecord` per target pass (the prefill pass first); `generate` is the
-non-streaming wrapper. The autoregressive baseline is this same loop with the empty drafter.
+`decode` yields one `StepRecord` per target pass (the prefill pass first) for a `Generation`;
+`generate_steps` takes the generation's fields as arguments and `generate` is the non-streaming wrapper.
+The autoregressive baseline is this same loop with the empty drafter. Display and diagnostics (token
+texts, the drafter's explanation, the benchmark's coverage probe) are `StepObserver`s the loop calls
+outside its timed phases; with none, a record holds what decoding computed and nothing more.
 
 What this module does not know: how a drafter proposes (it only sees `DraftTree`s) and how a model
 computes (it only calls the `TargetModel` verbs).
@@ -11,15 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
 
-from recap.drafters.base import Drafter, Observation, RequestInfo
+from recap.drafters.base import Drafter, Explains, Observation, RequestInfo
 from recap.inputs import check_max_new_tokens, check_positions, check_prompt, max_positions
 from recap.models import TargetModel
 from recap.sampling import (
@@ -50,6 +52,63 @@ class GenerationResult:
         return RunTrace(settings=dict(settings or {}), steps=self.steps, text=self.text)
 
 
+@dataclass(frozen=True)
+class Generation:
+    """What one generation asks for: the prompt and its images, at most how many new tokens, the method's
+    name in the records (None: the drafter's) and how tokens are chosen."""
+
+    prompt: str
+    images: Sequence[Image.Image] = ()
+    max_new_tokens: int = 128
+    method: str | None = None
+    sampling: SamplingSettings = GREEDY
+
+
+class StepObserver:
+    """Watches a generation from outside its timed phases; the base watches nothing.
+
+    The loop calls `verified` after every verification pass, before the drafter learns from it (so the
+    drafter's memories are as they were when it proposed the pass's tree), and `recorded` with every
+    step record (the prefill's first) just before yielding it. An observer never changes what is
+    decoded: it reads the drafter and the pass, and may fill a record's display-only fields.
+    """
+
+    def verified(self, drafter: Drafter, observation: Observation, root_logits: torch.Tensor) -> None:
+        """One verification pass: what the drafter is about to learn, and the target's logits at the root."""
+
+    def recorded(self, record: StepRecord) -> None:
+        """One step's record, complete but for what observers fill, before it is yielded."""
+
+
+class Details(StepObserver):
+    """Fills the records' display-only fields: what a drafter that `Explains` says about its tree (the
+    fused distribution at the root, each node's memories), token texts, and the target's probability
+    at the root where the pass computed no top-k. The studio's observer; the benchmark runs without."""
+
+    def __init__(self, target: TargetModel) -> None:
+        self.target = target
+        self._root_logits: torch.Tensor | None = None
+
+    def verified(self, drafter: Drafter, observation: Observation, root_logits: torch.Tensor) -> None:
+        if isinstance(drafter, Explains):  # before `observe` changes the memories
+            drafter.explain(observation.tree)
+        self._root_logits = root_logits
+
+    def recorded(self, record: StepRecord) -> None:
+        text = self.target.token_text
+        record.new_texts = text(record.new_tokens)
+        if record.nodes:
+            for node, node_text in zip(record.nodes, text([n.token for n in record.nodes])):
+                node.text = node_text
+        if record.fused_at_root:
+            for fused, fused_text in zip(record.fused_at_root, text([f.token for f in record.fused_at_root])):
+                fused.text = fused_text
+        if record.target_prob is None and self._root_logits is not None:
+            probs = torch.softmax(self._root_logits.float(), -1)
+            record.target_prob = float(probs[record.target_token])
+        self._root_logits = None
+
+
 def generate_steps(
     target: TargetModel,
     drafter: Drafter,
@@ -58,8 +117,15 @@ def generate_steps(
     max_new_tokens: int = 128,
     method: str | None = None,
     sampling: SamplingSettings = GREEDY,
-    details: bool = True,
-    probe: Callable[[Observation], None] | None = None,
+    observers: Sequence[StepObserver] = (),
+) -> Iterator[StepRecord]:
+    """`decode` with the generation's fields as arguments; records carry no display work unless an
+    observer (`Details`) fills it."""
+    return decode(target, drafter, Generation(prompt, images, max_new_tokens, method, sampling), observers)
+
+
+def decode(
+    target: TargetModel, drafter: Drafter, generation: Generation, observers: Sequence[StepObserver] = ()
 ) -> Iterator[StepRecord]:
     """Generation with tree verification; yields a `StepRecord` after every target pass.
 
@@ -69,16 +135,17 @@ def generate_steps(
     token is distributed exactly as ``generate(do_sample=True)`` with the same temperature, top-k and
     top-p would draw it (`recap.sampling.accept_sampled`); a seeded run is reproducible.
 
-    Args:
-        details: fill the records' display-only fields (token texts, the fused distribution and node
-            contributions of a drafter with ``explain(tree)``, the target's probability at the root),
-            outside the timed phases; the benchmark passes False.
-        probe: called with each verification pass's observation before the drafter observes it (its
-            memories as they were when it proposed), outside the timed phases (`recap.bench.coverage`).
+    ``observers`` (`StepObserver`) watch every pass and record outside the timed draft, verify and
+    update phases: the studio's `Details`, the benchmark's coverage probe.
     """
-    prompt = check_prompt(prompt)
+    prompt, images, max_new_tokens, sampling = (
+        check_prompt(generation.prompt),
+        generation.images,
+        generation.max_new_tokens,
+        generation.sampling,
+    )
     check_max_new_tokens(max_new_tokens)
-    method = method or drafter.name
+    method = generation.method or drafter.name
     k = drafter.record_k
 
     # 1. Prefill: logits at every prompt text position (recycled), the last one gives token 1.
@@ -105,13 +172,13 @@ def generate_steps(
     prefill_cpu_ms = (time.thread_time() - cpu) * 1000.0
     context = [*prompt_ids, first]
     finished = first in target.eos_ids or max_new_tokens == 1
-    yield StepRecord(
+    record = StepRecord(
         step=0,
         committed_len=len(prompt_ids),
         method=method,
         bonus_token=first,
         new_tokens=[first],
-        new_texts=target.token_text([first]) if details else [],
+        new_texts=[],
         new_sources=["target"],
         target_token=first,
         timing={"draft_ms": 0.0, "verify_ms": verify_ms, "update_ms": _ms_since(start)},
@@ -119,6 +186,9 @@ def generate_steps(
         finish_reason=_reason(first, target) if finished else None,
         cpu_ms=prefill_cpu_ms,
     )
+    for observer in observers:
+        observer.recorded(record)
+    yield record
     generated = 1
     pending = [first]
 
@@ -131,9 +201,6 @@ def generate_steps(
         draft_ms = _ms_since(start)
         draft_cpu = time.thread_time() - cpu
         _check_order(tree, drafter)
-        explain = getattr(drafter, "explain", None) if details else None
-        if explain is not None:  # display only, untimed; before `observe` changes the memories
-            explain(tree)
 
         # 3. Verify: one pass over pending + nodes; greedy tokens at the root and at every node.
         verify_cpu, start = time.thread_time(), time.perf_counter()
@@ -158,14 +225,12 @@ def generate_steps(
         verify_cpu = time.thread_time() - verify_cpu
         if root_prob is None and topk_probs is not None:
             root_prob = float(topk_probs[len(pending) - 1, 0])  # the greedy token's probability, computed
-        elif root_prob is None and details:
-            root_prob = float(torch.softmax(tree_logits[0].float(), -1)[root_token])
 
         # 4. Recycle: the drafter learns from every computed position, rejected nodes included.
         positions = np.arange(len(context) - len(pending), len(context))
         observation = Observation(context, positions, tree, topk_ids, topk_probs, acceptance, commit_probs)
-        if probe is not None:  # untimed, before the memories learn from this pass
-            probe(observation)
+        for observer in observers:  # untimed, before the memories learn from this pass
+            observer.verified(drafter, observation, tree_logits[0])
         cpu, start = time.thread_time(), time.perf_counter()
         drafter.observe(observation)
         update_ms = _ms_since(start)
@@ -173,7 +238,6 @@ def generate_steps(
 
         # 5. Commit and report.
         record = _step_record(
-            target,
             step,
             len(context),
             method,
@@ -182,7 +246,6 @@ def generate_steps(
             root_token,
             root_prob,
             {"draft_ms": draft_ms, "verify_ms": verify_ms, "update_ms": update_ms},
-            details,
         )
         context.extend(acceptance.tokens)
         generated += len(acceptance.tokens)
@@ -193,17 +256,26 @@ def generate_steps(
         if finished:
             record.finished = True
             record.finish_reason = _reason(acceptance.tokens[-1], target)
+        for observer in observers:
+            observer.recorded(record)
         yield record
 
 
-def generate(target: TargetModel, *args: Any, **kwargs: Any) -> GenerationResult:
-    """Run `generate_steps` to the end and collect the result.
-
-    Takes exactly `generate_steps`' arguments (``drafter, prompt, images=(), max_new_tokens=128,
-    method=None, sampling=GREEDY, details=True``), positionally or by name, and binds them the same way:
-    a wrong one raises TypeError at the call.
-    """
-    steps = list(generate_steps(target, *args, **kwargs))
+def generate(
+    target: TargetModel,
+    drafter: Drafter,
+    prompt: str,
+    images: Sequence[Image.Image] = (),
+    max_new_tokens: int = 128,
+    method: str | None = None,
+    sampling: SamplingSettings = GREEDY,
+    details: bool = True,
+    observers: Sequence[StepObserver] = (),
+) -> GenerationResult:
+    """Run `generate_steps` to the end and collect the result; ``details``: with `Details` first among
+    the observers (token texts, the drafter's explanation; the benchmark passes False)."""
+    observers = (Details(target), *observers) if details else tuple(observers)
+    steps = list(generate_steps(target, drafter, prompt, images, max_new_tokens, method, sampling, observers))
     tokens = [t for s in steps for t in s.new_tokens]
     return GenerationResult(tokens, target.decode(tokens), steps, summarize(steps))
 
@@ -268,7 +340,6 @@ def _topk(logits: torch.Tensor, k: int) -> tuple[np.ndarray | None, np.ndarray |
 
 
 def _step_record(
-    target: TargetModel,
     step: int,
     committed_len: int,
     method: str,
@@ -277,17 +348,16 @@ def _step_record(
     root_token: int,
     root_prob: float | None,
     timing: dict[str, float],
-    details: bool = True,
 ) -> StepRecord:
+    """One verification pass's record, texts left empty (`Details` fills them)."""
     accepted = set(acceptance.nodes)
     depths = tree.depths
-    texts = target.token_text(tree.tokens) if details else [""] * len(tree)
     nodes = [
         NodeRecord(
             id=i,
             parent=tree.parents[i],
             token=tree.tokens[i],
-            text=texts[i],
+            text="",
             depth=int(depths[i]),
             score=tree.scores[i],
             sources=list(tree.sources[i]),
@@ -298,11 +368,9 @@ def _step_record(
         )
         for i in range(len(tree))
     ]
-    believed = tree.root_candidates
-    fused_texts = target.token_text([c.token for c in believed]) if believed else []
     fused = [
-        FusedRecord(token=c.token, text=text, prob=float(c.prob), contributions=dict(c.contributions))
-        for c, text in zip(believed, fused_texts)
+        FusedRecord(token=c.token, text="", prob=float(c.prob), contributions=dict(c.contributions))
+        for c in tree.root_candidates
     ]
     sources = [main_source(tree.sources[n], tree.contributions[n]) for n in acceptance.nodes]
     sources += ["target"] * (len(acceptance.tokens) - len(sources))
@@ -315,7 +383,7 @@ def _step_record(
         accepted_ids=list(acceptance.nodes),
         bonus_token=acceptance.tokens[-1] if has_bonus else None,
         new_tokens=list(acceptance.tokens),
-        new_texts=target.token_text(acceptance.tokens) if details else [],
+        new_texts=[],
         new_sources=sources,
         fused_at_root=fused,
         target_token=root_token,

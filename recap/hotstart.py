@@ -105,9 +105,7 @@ def warm_up(
         if seconds is not None and clock() - start >= seconds:
             break
         started += 1
-        steps = generate_steps(
-            target, drafter, request.prompt, list(request.images), max_new_tokens, details=False
-        )
+        steps = generate_steps(target, drafter, request.prompt, list(request.images), max_new_tokens)
         for step in steps:
             tokens += len(step.new_tokens)
             if step.finished:

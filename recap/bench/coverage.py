@@ -31,8 +31,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
-from recap.drafters.base import Observation
+from recap.decode import StepObserver
+from recap.drafters.base import Covers, Drafter, Observation
 
 #: The breakdown's groups: image-sensitive or not, first or later mention.
 GROUPS = ("sensitive-first", "sensitive-later", "insensitive-first", "insensitive-later")
@@ -102,18 +104,21 @@ class PositionCoverage:
     depth: int = 0
 
 
-class CoverageProbe:
-    """A `recap.decode.generate_steps` probe that records `PositionCoverage` for every token committed
-    by a verification pass (one probe per request). Drafters without a ``coverage`` method (AR, PLD,
-    SuffixDecoding) get ``sources=()``: their coverage is not known."""
+class CoverageProbe(StepObserver):
+    """Records `PositionCoverage` for every token committed by a verification pass (one probe per
+    request): a `recap.decode.StepObserver`, or called with each pass's observation. ``coverage`` is
+    None for a drafter that does not `Covers` (AR, PLD, SuffixDecoding): its coverage is not known."""
 
     def __init__(self, drafter: object) -> None:
-        self.coverage = getattr(drafter, "coverage", None)
+        self.coverage = drafter.coverage if isinstance(drafter, Covers) else None
         self.positions: list[PositionCoverage] = []
         self._pairs: set[tuple[int, int]] = set()
         self._seen = 0  # committed tokens whose pairs are in `_pairs`
         #: Wall-clock seconds spent probing (the benchmark takes them out of a run's time).
         self.seconds = 0.0
+
+    def verified(self, drafter: Drafter, observation: Observation, root_logits: torch.Tensor) -> None:
+        self(observation)
 
     def __call__(self, observation: Observation) -> None:
         start = time.perf_counter()

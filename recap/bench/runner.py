@@ -237,7 +237,7 @@ def _run_one(
     sampling: SamplingSettings = GREEDY,
     coverage: bool = True,
 ) -> SampleRun:
-    # The coverage probe looks at the drafter's memories outside the timed phases (`generate_steps`).
+    # The coverage probe looks at the drafter's memories outside the timed phases (`recap.decode`).
     probe = CoverageProbe(drafter if coverage else None)
     start = time.perf_counter()
     # details=False: no display-only work (token texts, the drafter's root distribution) in the timing.
@@ -250,7 +250,7 @@ def _run_one(
         method=method,
         sampling=sampling,
         details=False,
-        probe=probe if probe.coverage is not None else None,
+        observers=(probe,) if probe.coverage is not None else (),
     )
     seconds = time.perf_counter() - start - probe.seconds
     run = SampleRun.from_steps(sample.id, result.steps, seconds, probe.positions)

@@ -5,6 +5,11 @@ it for a `DraftTree` whose root is the last committed token, runs the target ove
 hands back an `Observation`: the target's top-k predictions at every position the pass computed
 (pending committed tokens and every tree node, accepted or rejected). That is all a recycling
 drafter learns from.
+
+Two optional capabilities, declared here and looked up with ``isinstance``: a drafter that `Explains`
+fills a proposed tree's display-only fields (the studio's "what the drafter believed"), one that
+`Covers` says what its memories hold at given states (the benchmark's coverage probe). Both are
+asked between `propose` and `observe`, outside the timed phases, and never change what is drafted.
 """
 
 from __future__ import annotations
@@ -73,3 +78,22 @@ class Drafter(Protocol):
 
     def observe(self, observation: Observation) -> None:
         """Learn from a verification (or prefill) pass."""
+
+
+@runtime_checkable
+class Explains(Protocol):
+    """A drafter that can explain its last proposed tree (display only)."""
+
+    def explain(self, tree: DraftTree) -> None:
+        """Fill ``tree``'s display-only fields (``root_candidates``, node ``contributions``,
+        ``this_request``, ``fans``); called after `propose` and before `observe`."""
+
+
+@runtime_checkable
+class Covers(Protocol):
+    """A drafter that can say whether its memories hold a token at a state (a diagnostic)."""
+
+    def coverage(self, tails: np.ndarray, tokens: np.ndarray) -> list[tuple[tuple[str, ...], bool]]:
+        """For each state (``tails[i]``: its last three tokens, -1 before the start): the memories
+        holding ``tokens[i]`` there, and whether a record of this request does; called after `propose`
+        and before `observe`."""

@@ -21,10 +21,10 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from recap.decode import generate_steps
+from recap.decode import Details, Generation, StepObserver, decode
 from recap.drafters.recap.config import RecapConfig
 from recap.drafters.suffix_decoding import SuffixConfig, SuffixTreeCache
 from recap.embedded import embedded_world, training_requests
@@ -37,7 +37,6 @@ from recap.hotstart import (
 )
 from recap.inputs import check_prompt, shown
 from recap.runtime import Runtime
-from recap.sampling import GREEDY, SamplingSettings
 from recap.state import DrafterState
 from recap.studio.environment import (
     REPLAY_CONCURRENCY,
@@ -145,21 +144,10 @@ except ImportError:  # pragma: no cover - depends on the host
 
 
 @_gpu
-def decode_steps(
-    runtime: Runtime,
-    drafter,
-    prompt: str,
-    images: list,
-    max_new_tokens: int,
-    method: str,
-    sampling: SamplingSettings = GREEDY,
-    probe=None,
-):
-    """The GPU-bound generator: `generate_steps` on ``runtime``'s model (yields picklable StepRecords);
-    ``probe``: `generate_steps`' untimed look at the drafter after each pass (the Compare tab's)."""
-    yield from generate_steps(
-        runtime.target, drafter, prompt, images, max_new_tokens, method, sampling, probe=probe
-    )
+def decode_steps(runtime: Runtime, drafter, generation: Generation, observers: Sequence[StepObserver] = ()):
+    """The GPU-bound generator: `recap.decode.decode` on ``runtime``'s model with `Details` (the display
+    fields) and then ``observers`` (the Compare tab's probe); yields picklable StepRecords."""
+    yield from decode(runtime.target, drafter, generation, (Details(runtime.target), *observers))
 
 
 #: What a session holds for a model whose memories the visitor emptied before the model was loaded.
@@ -396,16 +384,13 @@ class Studio:
         runtime: Runtime,
         model_id: str,
         drafter,
-        prompt: str,
-        images: list,
-        max_new: int,
-        method: str,
-        sampling: SamplingSettings = GREEDY,
-        probe=None,
+        generation: Generation,
+        observers: Sequence[StepObserver] = (),
     ) -> Iterator[StepRecord]:
-        """Steps of one generation; the model's pass lock is held during each pass only (interleaving)."""
+        """Steps of one generation (`decode_steps`); the model's pass lock is held during each pass only
+        (interleaving)."""
         lock = self.cache.pass_lock(model_id)
-        steps = decode_steps(runtime, drafter, prompt, images, max_new, method, sampling, probe)
+        steps = decode_steps(runtime, drafter, generation, observers)
         while True:
             with lock:
                 try:
