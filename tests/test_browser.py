@@ -610,6 +610,12 @@ def test_every_tab_after_runs_of_each_method_shows_no_entity_and_fits(studio, tm
             # the answer's legend names the sources this method drafts from, no other (studio.css)
             legend = set(page.evaluate(_LEGEND_SHOWN))
             assert "target (bonus)" in legend and legend <= _LEGEND_OF[label], f"{label}: {legend}"
+            if label == "Token Recycling":  # its 80-node tree (1400 px) scrolls in a panel of bounded height
+                heights = page.evaluate(
+                    "(() => { const p = document.querySelector('#tree-plot');"
+                    " return [p.clientHeight, p.scrollHeight, p.scrollTop]; })()"
+                )
+                assert heights[0] <= 660 < heights[1] and heights[2] > 0, heights  # opened on its middle
         assert page.locator("#step-words").inner_text().startswith("Step ")
         # scrubbing updates the words beside the tree
         number = page.locator("#step-slider input[type=number]")

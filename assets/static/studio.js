@@ -10,6 +10,11 @@
       plot.style.minWidth = width;
       window.dispatchEvent(new Event("resize"));  // plotly's responsive handler re-measures the plot
     }
+    // a tree taller than its panel (studio.css bounds it) opens on its middle rows, where the root is
+    const panel = plot.closest("#tree-plot");
+    if (panel && panel.scrollHeight > panel.clientHeight) {
+      panel.scrollTop = (panel.scrollHeight - panel.clientHeight) / 2;
+    }
   };
   const watch = () => {
     const plot = document.querySelector("#tree-plot .js-plotly-plot");
