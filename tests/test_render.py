@@ -177,20 +177,33 @@ def test_fused_figure_stacks_sources_and_marks_the_target_token():
     assert bars[render.source_label("persistent")] == pytest.approx([0.1, 0.0])
     assert bars[render.source_label("suffix")] == pytest.approx([0.0, 0.2])
     star = _trace(figure, "target's next token")
-    assert list(star.y) == ["a [7]"] and star.x[0] == pytest.approx(0.4)
-    assert "target chose a [7]" in figure.layout.title.text
+    rows = list(figure.layout.yaxis.ticktext)
+    assert rows[star.y[0]] == "a" and star.x[0] == pytest.approx(0.4)
+    assert list(star.customdata) == ["a (id 7)"]  # the id in the hover, not on the axis
+    assert "target chose «a»" in figure.layout.title.text and "[" not in "".join(rows)
     # the chance in the title is the target's, not the fused bar's (which may read near 0)
     step = replace(_steps()[1], target_prob=0.97)
-    assert "target chose a [7] (target's own p=0.97)" in figures.fused_figure(step).layout.title.text
+    assert "target chose «a» (target's own p=0.97)" in figures.fused_figure(step).layout.title.text
+
+
+def test_fused_rows_read_as_the_tokens_read_and_keep_a_row_each():
+    # " a" and "a" read alike on the axis: each keeps its row; the space marker is in the hover
+    step = _steps()[1]
+    step.fused_at_root = [FusedRecord(7, "a", 0.4, {"ctx3": 0.4}), FusedRecord(8, " a", 0.3, {"ctx2": 0.3})]
+    figure = figures.fused_figure(step)
+    assert list(figure.layout.yaxis.ticktext) == ["a", "a"]
+    hovers = {h for t in figure.data if t.type == "bar" for h in t.customdata}
+    assert hovers == {"a (id 7)", "␣a (id 8)"}
 
 
 def test_fused_figure_fades_the_tokens_not_drafted_under_the_root():
     step = _steps()[1]
     step.fused_at_root.append(FusedRecord(12, "f", 0.3, {"ctx2": 0.3}))  # likelier than «c», not drafted
     figure = figures.fused_figure(step)
+    rows = list(figure.layout.yaxis.ticktext)
     for bar in (t for t in figure.data if t.type == "bar"):
-        opacity = dict(zip(bar.y, bar.marker.opacity))
-        assert opacity["a [7]"] == opacity["c [9]"] == 1.0 and opacity["f [12]"] < 1.0
+        opacity = {rows[y]: o for y, o in zip(bar.y, bar.marker.opacity)}
+        assert opacity["a"] == opacity["c"] == 1.0 and opacity["f"] < 1.0
     assert "faded: not drafted" in figure.layout.title.text
 
 
@@ -200,8 +213,9 @@ def test_fused_figure_adds_a_row_when_the_drafter_missed_the_target_token():
     step.new_texts[0] = "q"
     figure = figures.fused_figure(step)
     star = _trace(figure, "target's next token")
-    assert list(star.y) == ["q [42]"] and star.x[0] == 0.0
-    assert "q [42]" in figure.layout.yaxis.categoryarray
+    rows = list(figure.layout.yaxis.ticktext)
+    assert rows[star.y[0]] == "q" and star.x[0] == 0.0 and list(star.customdata) == ["q (id 42)"]
+    assert star.y[0] == len(rows) - 1  # a row of its own, below the drafter's
 
 
 def test_contributions_are_scaled_to_the_fused_probability():
@@ -358,7 +372,7 @@ def test_steps_without_a_fused_distribution_name_the_target_token():
     figure = figures.fused_figure(step)
     assert not [t for t in figure.data if t.type == "bar"]
     assert "Token Recycling drafts without probabilities" in figure.layout.title.text
-    assert "the target chose a [7]" in figure.layout.annotations[0].text
+    assert "the target chose «a»" in figure.layout.annotations[0].text
 
 
 def test_plot_labels_escape_tags():

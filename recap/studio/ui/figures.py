@@ -328,17 +328,25 @@ def fused_figure(step: StepRecord, top: int = 10, target_text: str | None = None
     """The drafter's fused distribution at the root: horizontal bars, stacked by source contribution.
 
     Each bar's segments are the sources' contributions (scaled to sum to the token's fused probability,
-    whatever scale the record uses). The target's actual next token is marked with a star (placed at 0
-    when the drafter did not have it among its top tokens) and named in the title.
+    whatever scale the record uses). A row reads as its token's text; the token id and its spaces (a
+    leading space matters) are in the row's hover. The target's actual next token is marked with a star
+    (in a row of its own at 0 when the drafter did not have it among its top tokens) and named in the
+    title.
     """
     fused = sorted(step.fused_at_root, key=lambda f: -f.prob)[:top]
-    figure = go.Figure()
-    labels = [_bar_label(f.text, f.token) for f in fused]
-    target_label = None
+    rows = [_bar_label(f.text) for f in fused]
+    hovers = [_bar_hover(f.text, f.token) for f in fused]
+    target_row = None
     if step.target_token is not None:
-        known = [lbl for f, lbl in zip(fused, labels) if f.token == step.target_token]
-        text = target_text if target_text is not None else _text_of(step, step.target_token)
-        target_label = known[0] if known else _bar_label(text, step.target_token)
+        target_row = next((i for i, f in enumerate(fused) if f.token == step.target_token), None)
+        if target_row is None:
+            text = target_text if target_text is not None else _text_of(step, step.target_token)
+            target_row = len(rows)
+            rows.append(_bar_label(text))
+            hovers.append(_bar_hover(text, step.target_token))
+    target_label = rows[target_row] if target_row is not None else None
+    if not fused:
+        return _no_fused_figure(step, target_label)
     first = {n.token for n in step.nodes if n.parent == -1}
     faded = [1.0 if f.token in first else 0.35 for f in fused]  # not drafted under the root
     series = SourceSeries(Counter(s for f in fused for s in f.contributions))
@@ -348,41 +356,41 @@ def fused_figure(step: StepRecord, top: int = 10, target_text: str | None = None
         for source, share in _scaled(f.prob, f.contributions).items():
             folded[series.series(source)] = folded.get(series.series(source), 0.0) + share
         shares.append(folded)
+    figure = go.Figure()
     for source in series.order:
-        values = [share.get(source, 0.0) for share in shares]
         figure.add_bar(
-            y=labels,
-            x=values,
+            y=list(range(len(fused))),
+            x=[share.get(source, 0.0) for share in shares],
             orientation="h",
             name=plot_name(source_label(source)),
             marker={"color": source_color(source), "opacity": faded},
-            hovertemplate="%{y}: %{x:.3f} from " + plot_name(source) + "<extra></extra>",
+            customdata=hovers[: len(fused)],
+            hovertemplate="%{customdata}: %{x:.3f} from " + plot_name(source) + "<extra></extra>",
         )
-    order = list(labels)
-    if not fused:
-        return _no_fused_figure(step, target_label)
-    if target_label is not None:
-        if target_label not in order:
-            order.append(target_label)
-        prob_here = next((f.prob for f, lbl in zip(fused, labels) if lbl == target_label), 0.0)
+    if target_row is not None:
+        prob_here = fused[target_row].prob if target_row < len(fused) else 0.0
         figure.add_scatter(
-            y=[target_label],
+            y=[target_row],
             x=[prob_here],
             mode="markers",
             name="target's next token",
             marker={"symbol": "star", "size": 16, "color": "#111", "line": {"color": "white", "width": 1}},
-            hovertemplate="the target chose %{y}<extra></extra>",
+            customdata=[hovers[target_row]],
+            hovertemplate="the target chose %{customdata}<extra></extra>",
         )
     figure.update_layout(
         barmode="stack",
-        title={"text": _fused_title(step, target_label, bool(fused), min(faded) < 1), "font": {"size": 13}},
-        height=max(256, 30 * len(order) + 126),
+        title={"text": _fused_title(step, target_label, True, min(faded) < 1), "font": {"size": 13}},
+        height=max(256, 30 * len(rows) + 126),
         margin={"l": 10, "r": 10, "t": 56, "b": 30},  # two title lines: they wrap nowhere on a phone
         xaxis={"title": "fused probability", "rangemode": "tozero"},
-        yaxis={"categoryorder": "array", "categoryarray": order[::-1], "automargin": True},
+        # one row a token, the likeliest on top; rows are numbers, so two tokens that read alike
+        # (" a" and "a") keep a row each
+        yaxis={"tickmode": "array", "tickvals": list(range(len(rows))), "ticktext": rows,
+               "autorange": "reversed", "automargin": True},
         legend={"orientation": "h", "y": -0.25, "font": {"size": 10}},
         plot_bgcolor="white",
-    )
+    )  # fmt: skip
     return figure
 
 
@@ -391,7 +399,7 @@ def _no_fused_figure(step: StepRecord, target_label: str | None) -> go.Figure:
     figure = go.Figure()
     if target_label is not None and step.step > 0:
         figure.add_annotation(
-            text=f"★ the target chose {target_label}",  # already escaped (a plot label)
+            text=f"★ the target chose «{target_label}»",  # already escaped (a plot label)
             showarrow=False,
             x=0.5,
             y=0.5,
@@ -417,8 +425,16 @@ def _scaled(prob: float, contributions: Mapping[str, float]) -> dict[str, float]
     return {s: prob * v / total for s, v in contributions.items()}
 
 
-def _bar_label(text: str, token: int) -> str:
-    return f"{plot_text(cut(text, LABEL_CHARS))} [{token}]"
+def _bar_label(text: str) -> str:
+    """A token as a row of the distribution reads it: its text without the space markers (a token of
+    spaces only shows them), cut short; the id and the spaces are in its hover (`_bar_hover`)."""
+    shown = cut(text, LABEL_CHARS).strip()
+    return plot_text(shown if shown else cut(text, LABEL_CHARS))
+
+
+def _bar_hover(text: str, token: int) -> str:
+    """A token's row hover: its text with its spaces shown, and its id."""
+    return f"{plot_text(cut(text, TEXT_CHARS))} (id {token})"
 
 
 def _text_of(step: StepRecord, token: int) -> str:
@@ -439,8 +455,8 @@ def _fused_title(step: StepRecord, target_label: str | None, has_bars: bool, fad
             return "no fused distribution at the root:<br>the memories held nothing for this context yet"
         drafter = plot_name(method_label(step.method))
         return f"no fused distribution at the root:<br>{drafter} drafts without probabilities"
-    title = "fused distribution at the root" + (" (faded: not drafted)" if faded else " (token [id])")
+    title = "fused distribution at the root" + (" (faded: not drafted)" if faded else "")
     if target_label is not None:
         chance = f" (target's own p={step.target_prob:.2f})" if step.target_prob is not None else ""
-        title += f"<br>★ target chose {target_label}{chance}"
+        title += f"<br>★ target chose «{target_label}»{chance}"
     return title
