@@ -87,6 +87,9 @@ class DraftTree:
     scores: list[float] = field(default_factory=list)
     sources: list[tuple[str, ...]] = field(default_factory=list)
     contributions: list[dict[str, float]] = field(default_factory=list)
+    # The display-only fields below stay on the tree: a drafter that `Explains` writes them on the tree
+    # it proposed (between `propose` and `observe`), SuffixDecoding's draft comes with its root
+    # candidates, and the loop copies them into the step record (`recap.decode`); drafting never reads them.
     #: What the drafter believed at the root (for display); empty when it has no distribution.
     root_candidates: list[FusedCandidate] = field(default_factory=list)
     #: For display: per node, whether a record this request wrote (under its image) proposed it; empty

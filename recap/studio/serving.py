@@ -37,6 +37,7 @@ from recap.hotstart import (
 )
 from recap.inputs import check_prompt, shown
 from recap.runtime import Runtime
+from recap.sampling import GREEDY, SamplingSettings
 from recap.state import DrafterState
 from recap.studio.environment import (
     REPLAY_CONCURRENCY,
@@ -384,11 +385,16 @@ class Studio:
         runtime: Runtime,
         model_id: str,
         drafter,
-        generation: Generation,
+        prompt: str,
+        images: list,
+        max_new: int,
+        method: str,
+        sampling: SamplingSettings = GREEDY,
         observers: Sequence[StepObserver] = (),
     ) -> Iterator[StepRecord]:
         """Steps of one generation (`decode_steps`); the model's pass lock is held during each pass only
         (interleaving)."""
+        generation = Generation(prompt, images, max_new, method, sampling)
         lock = self.cache.pass_lock(model_id)
         steps = decode_steps(runtime, drafter, generation, observers)
         while True:

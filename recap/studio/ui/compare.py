@@ -44,7 +44,6 @@ import torch
 
 from recap.bench.coverage import CoverageProbe
 from recap.bench.sensitivity import sensitive_flags, token_ids
-from recap.decode import Generation
 from recap.drafters import is_recap_method, shared_state
 from recap.drafters.suffix_decoding import SuffixConfig
 from recap.embedded import embedded_world
@@ -133,9 +132,7 @@ def warmed(studio: Studio, runtime, model: str, method: str, config, suffix_conf
             drafter = fresh_drafter(runtime, method, config, suffix_config)
             for request in warmup:
                 images = list(request.images)
-                for _ in studio.stream(
-                    runtime, model, drafter, Generation(request.prompt, images, max_new, method)
-                ):
+                for _ in studio.stream(runtime, model, drafter, request.prompt, images, max_new, method):
                     check()
             keep_warm(runtime, key, drafter)  # it never runs a visitor's input: every run is a copy
             return drafter
@@ -167,9 +164,7 @@ def prewarm(studio: Studio, values: list) -> int:
     for request in warmup[:1]:
         first = fresh_drafter(runtime, settings.method, settings.config())
         images, method = list(request.images), settings.method
-        for _ in studio.stream(
-            runtime, settings.model, first, Generation(request.prompt, images, 16, method)
-        ):
+        for _ in studio.stream(runtime, settings.model, first, request.prompt, images, 16, method):
             pass
     config, suffix_config = budgets(measure.EQUAL, settings.config())
     max_new = min(settings.max_new_tokens, WARMUP_MAX_NEW)
@@ -311,7 +306,7 @@ def _clocks(runtime) -> tuple:
 def _first_pass(studio: Studio, job, runtime, model, prompt, images, max_new, config) -> None:
     """A short untimed AR run before the timed ones: the model's first passes warm up in no method."""
     first = fresh_drafter(runtime, "ar", config)
-    for _ in studio.stream(runtime, model, first, Generation(prompt, images, max_new, "ar")):
+    for _ in studio.stream(runtime, model, first, prompt, images, max_new, "ar"):
         job.check()
 
 
@@ -348,8 +343,10 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
             status = f"Running {label} {where}…{note}"
             yield _progress(cmp, compare_state, runs, times, projection, status)
             probe = CoverageProbe(drafter) if repeat == 0 else None  # untimed: outside the phases
-            steps, generation = [], Generation(prompt, images, max_new, method)
-            for step in studio.stream(runtime, model, drafter, generation, (probe,) if probe else ()):
+            steps, observers = [], (probe,) if probe is not None else ()
+            for step in studio.stream(
+                runtime, model, drafter, prompt, images, max_new, method, observers=observers
+            ):
                 job.check()
                 steps.append(step)
                 # between two passes: the slot may go to another client (each pass times its own phases)

@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass
 import gradio as gr
 
 from recap.bench.sensitivity import token_texts
-from recap.decode import Generation
 from recap.inputs import check_integer, shown
 from recap.state import DrafterState
 from recap.studio.environment import REPLAY_EVENTS, SESSION_SCOPE, SHARED_SCOPE, model_label
@@ -219,8 +218,10 @@ class RunEvents:
             job.put("status", with_note("Generating…", note))
         tokens: list[int] = []
         first, started = True, time.perf_counter()
-        generation = Generation(prompt, images, settings.max_new_tokens, settings.method, settings.sampling())
-        steps = studio.stream(runtime, settings.model, drafter, generation)
+        steps = studio.stream(
+            runtime, settings.model, drafter, prompt, images, settings.max_new_tokens, settings.method,
+            settings.sampling(),
+        )  # fmt: skip
         with contextlib.closing(steps):
             for record in steps:
                 job.check()  # replaced or stopped: the slot is given back at once
