@@ -83,6 +83,15 @@ class StepRecord:
     cpu_ms: float = 0.0
 
     @property
+    def drafting_ms(self) -> float:
+        """Draft + update (the drafter's propose and observe) in the decoding thread's CPU time, which a
+        busy machine does not stretch; the wall-clock time for a record that holds no CPU times
+        (``cpu_ms`` 0: saved before they were recorded)."""
+        if self.cpu_ms > 0:
+            return self.drafter_cpu_ms
+        return self.timing.get("draft_ms", 0.0) + self.timing.get("update_ms", 0.0)
+
+    @property
     def accepted_len(self) -> int:
         """Drafted tokens accepted in this pass (bonus excluded)."""
         return len(self.accepted_ids)

@@ -534,16 +534,21 @@ def test_the_projection_adds_drafting_in_cpu_time_not_wall_clock():
     # the projection adds the decoding thread's CPU time, and wall-clock time only for old records
     from recap.bench.metrics import SampleRun, aggregate
     from recap.models.cost import CostModel
+    from recap.trace import StepRecord
 
     flat = CostModel([(1, 0.003), (128, 0.003)])
 
-    def run(draft_ms, draft_cpu_ms):
-        return SampleRun(
-            "s", [1, 2, 3], ["target"] * 3, [1, 0], draft_ms, 0.0, 1.0, 2, draft_cpu_ms, nodes_per_pass=[1, 1]
-        )
+    def run(wall_ms, cpu_ms, recorded_cpu=True):
+        steps = [StepRecord(step=0, committed_len=5, method="tr", new_tokens=[1])]
+        for i in (1, 2):
+            step = StepRecord(step=i, committed_len=5 + i, method="tr", new_tokens=[i + 1])
+            step.timing = {"draft_ms": wall_ms, "update_ms": 0.0}
+            step.drafter_cpu_ms, step.cpu_ms = cpu_ms, (cpu_ms + 9.0 if recorded_cpu else 0.0)
+            steps.append(step)
+        return SampleRun.from_steps("s", steps, 1.0)
 
-    ar = [run([0.0, 0.0], [0.0, 0.0])]
-    busy = aggregate("tr", [run([500.0, 500.0], [1.0, 1.0])], ar, None, projection=flat)
+    ar = [run(0.0, 0.0)]
+    busy = aggregate("tr", [run(500.0, 1.0)], ar, None, projection=flat)
     assert busy.projected_seconds == pytest.approx(2 * 0.003 + 0.002)
-    old = aggregate("tr", [run([5.0, 5.0], [])], ar, None, projection=flat)  # no CPU times recorded
+    old = aggregate("tr", [run(5.0, 0.0, recorded_cpu=False)], ar, None, projection=flat)  # saved before
     assert old.projected_seconds == pytest.approx(2 * 0.003 + 0.010)

@@ -55,6 +55,8 @@ class SampleRun:
     draft_cpu_ms: list[float] = field(default_factory=list)
     #: Tree nodes of each decoding pass (what a recorded cost curve prices: `recap.models.cost`).
     nodes_per_pass: list[int] = field(default_factory=list)
+    #: Each decoding pass's drafting as a projection adds it (`StepRecord.drafting_ms`: CPU time).
+    drafting_ms: list[float] = field(default_factory=list)
     #: Per generated token, what the drafter's memories held there (`recap.bench.coverage`); None for
     #: the first token (the prefill's) and for runs made without a probe.
     coverage: list[PositionCoverage | None] = field(default_factory=list)
@@ -83,14 +85,9 @@ class SampleRun:
             nodes=sum(len(s.nodes) for s in decoding),
             nodes_per_pass=[len(s.nodes) for s in decoding],
             draft_cpu_ms=[s.drafter_cpu_ms for s in decoding],
+            drafting_ms=[s.drafting_ms for s in decoding],
             coverage=[None, *coverage] if coverage else [],
         )
-
-    @property
-    def drafting_ms(self) -> list[float]:
-        """Each decoding pass's draft + update time for a projection: the decoding thread's CPU time,
-        which other processes' load does not stretch (wall-clock time for records that have none)."""
-        return self.draft_cpu_ms if any(self.draft_cpu_ms) else self.draft_ms
 
 
 @dataclass

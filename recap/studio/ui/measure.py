@@ -131,9 +131,7 @@ def drafting_ms(step: StepRecord) -> float:
     """A pass's draft + update (the drafter's propose and observe) in the decoding thread's CPU time
     (``drafter_cpu_ms``); its wall-clock time only for a record that holds no CPU times (``cpu_ms``
     0: a trace saved before they were recorded)."""
-    if step.cpu_ms > 0:
-        return step.drafter_cpu_ms
-    return step.timing.get("draft_ms", 0.0) + step.timing.get("update_ms", 0.0)
+    return step.drafting_ms
 
 
 def pass_seconds(steps: Sequence[StepRecord], which: str) -> list[float]:
