@@ -78,7 +78,7 @@ def test_the_projection_is_the_benchmarks_formula_on_the_same_passes_with_drafti
         step.timing["draft_ms"] = 50.0  # a busy machine's wall clock: left out
     in_cpu_time = projected_seconds(FLAT.curve, [80, 12, 0], [0.4] * 3)
     assert measure.projected(timed, FLAT) == pytest.approx(in_cpu_time)
-    assert [measure.drafting_ms(s) for s in timed[1:]] == [0.4] * 3
+    assert [s.drafting_ms for s in timed[1:]] == [0.4] * 3
 
 
 def test_no_projection_on_a_gpu_or_without_a_recorded_curve():

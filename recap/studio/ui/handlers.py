@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 import gradio as gr
 
@@ -38,6 +40,8 @@ from recap.studio.ui.scene_note import scene_note, with_note
 from recap.trace import RunTrace, StepRecord
 
 log = logging.getLogger("recap.studio")
+
+T = TypeVar("T")
 
 #: Minimum seconds between two streamed UI updates (all runs together also share `Studio.updates`).
 MIN_UPDATE_INTERVAL = 0.1
@@ -406,6 +410,26 @@ VIEW_REFUSED = {
 }
 
 
+async def drawn(studio: Studio, request, work: Callable[[], T]) -> T:
+    """``work()`` (drawing or writing from a stored trace) under a drawing ticket of ``request``'s
+    client (`Studio.replays`: it waits up to `VIEW_PATIENCE_S` for it, else a refusal saying why), in a
+    thread, after any running decode (`Studio.give_way`); the client then rests as long as it took."""
+    client = studio.client(request)
+    refused = await studio.replays.wait_take(client, VIEW_PATIENCE_S)
+    if refused is not None:
+        raise refusal(VIEW_REFUSED[refused])
+
+    def ticketed() -> T:
+        start = time.monotonic()
+        try:
+            studio.give_way()
+            return work()
+        finally:  # (here, not in the handler: a cancelled call's thread works on to its end)
+            studio.replays.give(client, time.monotonic() - start)
+
+    return await asyncio.to_thread(ticketed)
+
+
 def wire_scrub(studio: Studio, ui: dict, run_state) -> None:
     """Moving the step slider shows that step in the step panel: drawn under a drawing ticket of its
     client (`Studio.replays`, the one replays take: a few at once, one per client, each client resting
@@ -419,21 +443,11 @@ def wire_scrub(studio: Studio, ui: dict, run_state) -> None:
             index = check_integer("step", index, 0, len(state["trace"].steps) - 1)
         except ValueError as error:
             raise refusal(str(error)) from None
-        client = studio.client(request)
-        refused = await studio.replays.wait_take(client, VIEW_PATIENCE_S)
-        if refused is not None:
-            raise refusal(VIEW_REFUSED[refused])
 
         def draw() -> tuple:
-            start = time.monotonic()
-            try:
-                studio.give_way()
-                values = serialized(dict(zip(outputs, step_view(state["trace"].steps, index))))
-                return tuple(values.values())
-            finally:  # (here, not in the handler: a cancelled call's thread draws on to its end)
-                studio.replays.give(client, time.monotonic() - start)
+            return tuple(serialized(dict(zip(outputs, step_view(state["trace"].steps, index)))).values())
 
-        return await asyncio.to_thread(draw)
+        return await drawn(studio, request, draw)
 
     # the drawing tickets answer a flood at once: the step's gradio concurrency is the replays' (above them)
     common = {

@@ -17,9 +17,9 @@ benchmark's held-out picture beside the one input.
   authors' default). Nodes per pass is a column.
 - **Projected on an H200**: each run's decoding passes priced on a cost curve recorded there
   (`recap.models.cost.projected_seconds`, the formula of the benchmark's ``--cost-curve`` projection),
-  plus the drafting measured here in the decoding thread's CPU time (`drafting_ms`: never wall-clock
-  time, which a busy machine stretches); only for models with a recorded curve, and hidden on a GPU,
-  where the measured column is the real one.
+  plus the drafting measured here in the decoding thread's CPU time (`StepRecord.drafting_ms`: never
+  wall-clock time, which a busy machine stretches); only for models with a recorded curve, and hidden
+  on a GPU, where the measured column is the real one.
 - **The held-out picture**: one line from the benchmark summary that ships for the model
   (``assets/summaries/<model folder>.json``, built by ``python -m scripts.compare_summary``), naming
   only the methods this server offers (SuffixDecoding's recorded figures only where it is installed).
@@ -127,20 +127,14 @@ def _wall_ms(step: StepRecord) -> float:
     return sum(step.timing.values())
 
 
-def drafting_ms(step: StepRecord) -> float:
-    """A pass's draft + update (the drafter's propose and observe) in the decoding thread's CPU time
-    (``drafter_cpu_ms``); its wall-clock time only for a record that holds no CPU times (``cpu_ms``
-    0: a trace saved before they were recorded)."""
-    return step.drafting_ms
-
-
 def pass_seconds(steps: Sequence[StepRecord], which: str) -> list[float]:
     """Each pass's timed phases (the prefill's first), phase by phase in the ``which`` clock (`clock`).
 
     ``"cpu"``: the whole pass in the decoding thread's CPU time (``cpu_ms``: the drafter's share plus the
-    target's pass). ``"mixed"``: a decoding pass's drafting in CPU time (`drafting_ms`) plus its target
-    pass in wall-clock time (``timing["verify_ms"]``); the prefill in wall-clock time (its drafter work,
-    reading the prompt, has no CPU time of its own). A record without CPU times counts in wall-clock time.
+    target's pass). ``"mixed"``: a decoding pass's drafting in CPU time (`StepRecord.drafting_ms`) plus
+    its target pass in wall-clock time (``timing["verify_ms"]``); the prefill in wall-clock time (its
+    drafter work, reading the prompt, has no CPU time of its own). A record without CPU times counts in
+    wall-clock time.
     """
     seconds = []
     for index, step in enumerate(steps):
@@ -170,9 +164,9 @@ def median_total(repeats: Sequence[Sequence[float]]) -> float:
 
 def projected(steps: Sequence[StepRecord], projection: Projection) -> float:
     """A run's decoding passes on the projection's device (`recap.models.cost.projected_seconds`), plus
-    their drafting measured here in CPU time (`drafting_ms`)."""
+    their drafting measured here in CPU time (`StepRecord.drafting_ms`)."""
     decoding = steps[1:]
-    drafting = [drafting_ms(s) for s in decoding]
+    drafting = [s.drafting_ms for s in decoding]
     return projected_seconds(projection.curve, [len(s.nodes) for s in decoding], drafting)
 
 

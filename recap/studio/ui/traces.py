@@ -10,7 +10,6 @@ panels they fill.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 import secrets
@@ -32,8 +31,7 @@ from recap.studio.ui import render
 from recap.studio.ui.handlers import (
     NO_RUN_YET,
     RESULT_OUTPUTS,
-    VIEW_PATIENCE_S,
-    VIEW_REFUSED,
+    drawn,
     panels,
     serialized,
 )
@@ -129,19 +127,8 @@ def wire_download(studio: Studio, ui: dict, run_state, exports: TraceExports) ->
         if not isinstance(state, dict) or not state["trace"].steps:
             raise refusal(NO_RUN_YET)
         session = request.session_hash or "no-session"
-        client = studio.client(request)
-        refused = await studio.replays.wait_take(client, VIEW_PATIENCE_S)
-        if refused is not None:
-            raise refusal(VIEW_REFUSED[refused])
-
-        def write() -> str:
-            start = time.monotonic()
-            try:
-                return str(exports.write(session, state["trace"]))
-            finally:
-                studio.replays.give(client, time.monotonic() - start)
-
-        return await asyncio.to_thread(write), session
+        path = await drawn(studio, request, lambda: str(exports.write(session, state["trace"])))
+        return path, session
 
     ui["download"].click(
         download,
