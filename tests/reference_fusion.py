@@ -12,10 +12,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from recap.drafters.recap.estimates import BUCKETS, CODES, EDGES
 from recap.drafters.recap.fusion import Lookup
-from recap.memory.estimates import BUCKETS, CODES, EDGES
 
-#: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.memory.estimates.coarse_kind`).
+#: Place values of the ctx3, ctx2, persistent codes in a coarse kind
+#: (`recap.drafters.recap.estimates.coarse_kind`).
 _CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.int64)
 
 
@@ -53,9 +54,9 @@ def candidates(found: Lookup, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
     Returns ``tokens`` ``(B, n)``, fused probabilities ``q`` (-1 where the column is a repeat or
     empty), coarse acceptance kinds as ordinary candidates (what each memory says about the token:
-    no record; fresh or not, its rank or absent; `recap.memory.estimates.coarse_kind`) and each memory's
-    contribution ``(B, n, 3)``. Sums over the records' columns are matrix products with small constant
-    matrices, and per-memory codes come from small tables: small arrays make numpy's per-call cost
+    no record; fresh or not, its rank or absent; `recap.drafters.recap.estimates.coarse_kind`) and each
+    memory's contribution ``(B, n, 3)``. Sums over the records' columns are matrix products with small
+    constant matrices, and per-memory codes come from small tables: small arrays make numpy's per-call cost
     dominate, so the work is a few calls over whole arrays.
     """
     ids, values = found.ids, found.values

@@ -18,12 +18,11 @@ from test_drafters import IMAGE, PATTERN, VOCAB, Target, cycle_rule, seeded, sim
 from recap.decode import generate
 from recap.drafters import make_drafter
 from recap.drafters.base import RequestInfo
+from recap.drafters.recap.backoff import BackoffRecord
 from recap.drafters.recap.config import RecapConfig
+from recap.drafters.recap.context import ContextMemory
 from recap.drafters.recap.drafter import RecapDrafter
-from recap.drafters.recap.fusion import fuse, fuse_rows
-from recap.memory.backoff import BackoffRecord
-from recap.memory.context import ContextMemory
-from recap.memory.estimates import (
+from recap.drafters.recap.estimates import (
     BUCKETS,
     CODES,
     FINE_KINDS,
@@ -37,6 +36,7 @@ from recap.memory.estimates import (
     fine_kind,
     source_code,
 )
+from recap.drafters.recap.fusion import fuse, fuse_rows
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import PredictionRecord, pack_keys
 from recap.models.cost import MAX_TREE, CostModel, load_curve

@@ -1,4 +1,5 @@
-"""Fans where the image decides: the open contexts (`recap.memory.continuations`) and the search's fans."""
+"""Fans where the image decides: the open contexts (`recap.drafters.recap.continuations`) and the search's
+fans."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from test_drafters import IMAGE, VOCAB, seeded
 
 from recap.drafters.base import RequestInfo
 from recap.drafters.recap.config import RecapConfig
+from recap.drafters.recap.continuations import MAX_DISTINCT, Continuations
 from recap.drafters.recap.drafter import RecapDrafter
-from recap.memory.continuations import MAX_DISTINCT, Continuations
 from recap.memory.records import KEY_BITS
 from recap.tree import ROOT
 
@@ -177,7 +178,7 @@ def test_a_request_without_an_image_gets_no_fans():
 
 
 def test_a_full_memory_stays_a_few_megabytes_and_the_session_ledger_counts_it():
-    from recap.memory.continuations import CAPACITY
+    from recap.drafters.recap.continuations import CAPACITY
     from recap.studio.guard.sessions import footprint
 
     memory = Continuations()

@@ -133,6 +133,23 @@ def test_the_package_holds_few_top_level_modules_and_the_method_in_one_place():
     }
 
 
+#: What only RECAP learns: beside the method, not in the memories RECAP shares with Token Recycling.
+RECAP_ONLY_MEMORIES = ("context", "backoff", "continuations", "estimates", "recycle", "stream")
+
+
+def test_the_shared_memories_import_no_drafter_and_recaps_own_live_beside_the_method():
+    """`recap.memory` holds what RECAP and Token Recycling share (records, the 1-token memory, the
+    recycling keys) and imports no drafter; the memories only RECAP reads live in `recap.drafters.recap`."""
+    upward = {
+        path.name: sorted(m for m in imports_of(path) if m.startswith("recap.drafters"))
+        for path in modules_under("recap/memory")
+    }
+    assert {name: found for name, found in upward.items() if found} == {}
+    shared = {p.stem for p in (ROOT / "recap" / "memory").glob("*.py")}
+    method = {p.stem for p in (ROOT / "recap" / "drafters" / "recap").glob("*.py")}
+    assert set(RECAP_ONLY_MEMORIES) <= method and not set(RECAP_ONLY_MEMORIES) & shared
+
+
 def test_importing_the_runtime_imports_no_scene_world():
     upper = "('recap.embedded', 'recap.bench', 'recap.studio')"
     loaded = f"sorted(m for m in sys.modules if m.startswith({upper}))"

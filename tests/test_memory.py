@@ -1,4 +1,4 @@
-"""Prediction records, the persistent and contextual memories, their file format, recycling keys."""
+"""Prediction records, the persistent memory and its file format, recycling keys, guarded memories."""
 
 from __future__ import annotations
 
@@ -13,11 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from recap.memory.context import ContextMemory, has_room
-from recap.memory.estimates import BUCKETS, HITS, SEEN, A, AcceptanceModel, B
+from recap.drafters.recap.context import ContextMemory
+from recap.drafters.recap.estimates import AcceptanceModel
 from recap.memory.persistent import ORPHAN_AGE_S, PersistentMemory, remove_orphans
 from recap.memory.records import (
     PredictionRecord,
@@ -28,9 +26,7 @@ from recap.memory.records import (
     record_rows,
     record_table,
 )
-from recap.memory.recycling import GreedyLabels, VerifiedPass, recycle, recycling_keys, write_recycled
-
-NONE = np.zeros(0, dtype=np.int64)
+from recap.memory.recycling import recycling_keys
 
 
 @pytest.mark.parametrize(
@@ -79,111 +75,6 @@ def test_persistent_write_lookup_overwrite():
     assert memory.lookup(99) is None and len(memory) == 2  # out of vocabulary: no record
     memory.reset()
     assert len(memory) == 0 and memory.lookup(3) is None
-
-
-def test_context_memory_overwrite_and_clear():
-    memory = ContextMemory(2)
-    memory.write((1, 2), PredictionRecord([5], [0.5], 1.0))
-    memory.write((1, 2), PredictionRecord([6], [0.5], 1.0))
-    assert memory.lookup((1, 2)).ids == [6] and len(memory) == 1  # latest wins
-    memory.clear()
-    assert memory.lookup((1, 2)) is None  # request-local: gone after clear
-
-
-def test_fold_blends_earlier_requests_and_this_request_replaces():
-    memory = ContextMemory(3)
-    memory.write((1, 2, 3), PredictionRecord([7, 8], [0.6, 0.4], 0.0, 0))
-    memory.fold(1, 1.0)
-    assert memory.lookup((1, 2, 3)).ids == [7, 8]  # a first record is its own consensus
-    memory.write((1, 2, 3), PredictionRecord([8, 9], [0.8, 0.2], 0.0, 1))
-    assert memory.lookup((1, 2, 3)).ids == [8, 9]  # the request's own write wins within it
-    memory.fold(2, 1.0)
-    folded = memory.lookup((1, 2, 3))
-    assert folded.ids == [8, 7] and folded.probs == pytest.approx([0.6, 0.3])  # (0.4 + 0.8) / 2, 0.6 / 2
-    assert folded.request == 1 and folded.concentration == pytest.approx(float(concentration([0.6, 0.3])))
-    memory.fold(3, 1.0)  # nothing new since request 2: the consensus still weighs two records
-    memory.write((1, 2, 3), PredictionRecord([9, 8], [1.0, 0.0], 0.0, 3))
-    memory.fold(4, 1.0)
-    assert memory.lookup((1, 2, 3)).probs == pytest.approx([0.4, 1 / 3])  # 8: 0.6 * 2 / 3, 9: 1 / 3
-    memory.clear()
-    memory.write((1, 2, 3), PredictionRecord([5, 6], [0.5, 0.5], 0.0, 4))
-    memory.fold(5, 1.0)
-    assert memory.lookup((1, 2, 3)).ids == [5, 6]  # clear forgets the consensus too
-    with pytest.raises(ValueError, match="decay"):
-        memory.fold(6, 0.0)
-
-
-def _reference_fold(history: list[tuple[int, int, dict[int, float]]], k: int, decay: float) -> dict:
-    """Each key's expected record from ``(request, key, record)`` writes, folded at every request start."""
-    consensus: dict[int, tuple[dict[int, float], float]] = {}
-    latest: dict[int, dict[int, float]] = {}
-    for request in [*sorted({r for r, _, _ in history}), None]:
-        for key, record in latest.items():  # what the earlier requests left, folded as this one starts
-            old, weight = consensus.get(key, ({}, 0.0))
-            scores = {t: p for t, p in record.items()}
-            for t, p in old.items():
-                scores[t] = scores.get(t, 0.0) + decay * weight * p
-            norm = decay * weight + 1.0
-            top = sorted(scores.items(), key=lambda item: -item[1])[:k]
-            consensus[key] = ({t: p / norm for t, p in top}, norm)
-        latest = {}
-        for r, key, record in history:
-            if r == request:
-                latest[key] = record
-    return {key: record for key, (record, _) in consensus.items()}
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.integers(0, 3),
-            st.dictionaries(st.integers(0, 9), st.floats(0.05, 0.9), min_size=1, max_size=3),
-        ),
-        min_size=1, max_size=24,
-    ),
-    st.sampled_from([1.0, 0.9, 0.5]),
-)  # fmt: skip
-def test_fold_matches_a_reference_mean(writes, decay):
-    """Requests of a few writes each, folded as each starts: every key holds the decayed mean of the
-    records the requests left there (each request's last write), cut to the top k."""
-    k, memory, history = 3, ContextMemory(2), []
-    for request in range(0, len(writes), 3):
-        memory.fold(request, decay)
-        for key, dist in writes[request : request + 3]:
-            ids, probs = zip(*sorted(dist.items(), key=lambda item: -item[1]))
-            padded = list(ids) + [90, 91][: k - len(ids)], list(probs) + [0.0] * (k - len(ids))
-            memory.write((key, key), PredictionRecord(*padded, 0.0, request))
-            history.append((request, key, dict(zip(ids, probs))))
-    memory.fold(len(writes) + 3, decay)
-    for key, expected in _reference_fold(history, k, decay).items():
-        record = memory.lookup((key, key))
-        got = {t: p for t, p in zip(record.ids, record.probs) if p > 0}
-        assert sorted(got.values()) == pytest.approx(sorted(expected.values()), rel=1e-5)
-        ties = len(set(np.round(list(expected.values()), 5))) < len(expected)
-        assert ties or got.keys() == expected.keys()  # the same tokens, unless a tie at the cut
-
-
-def test_fold_keeps_the_consensus_when_the_table_grows_between_folds():
-    memory = ContextMemory(2)
-    memory.write((1, 1), PredictionRecord([5, 6], [0.9, 0.1], 0.0, 0))
-    memory.fold(1, 1.0)
-    rows = len(memory.table)
-    for key in range(2, 3000):  # request 1 writes enough keys for the table to grow
-        memory.write((key, key), PredictionRecord([5, 6], [0.5, 0.5], 0.0, 1))
-    memory.write((1, 1), PredictionRecord([6, 5], [0.9, 0.1], 0.0, 1))
-    assert len(memory.table) > rows
-    memory.fold(2, 1.0)
-    assert memory.lookup((1, 1)).probs == pytest.approx([0.5, 0.5])  # (0.9 + 0.1) / 2 each
-
-
-def test_fold_starts_afresh_where_a_bounded_memory_reused_the_row():
-    memory = ContextMemory(2, capacity=1)
-    memory.write((1, 1), PredictionRecord([5, 6], [0.9, 0.1], 0.0, 0))
-    memory.fold(1, 1.0)
-    memory.write((2, 2), PredictionRecord([7, 8], [0.8, 0.2], 0.0, 1))  # takes the only row
-    memory.fold(2, 1.0)
-    assert memory.lookup((1, 1)) is None and memory.lookup((2, 2)).probs == pytest.approx([0.8, 0.2])
 
 
 # ---------------------------------------------------------------------------------------------- files
@@ -384,158 +275,9 @@ def test_record_rows_equal_the_numpy_composition_on_many_random_rows():
     assert np.array_equal(record_rows(ids, probs, 8, 3), expected)
 
 
-def _memories(vocab: int, k: int) -> tuple[PersistentMemory, ContextMemory, ContextMemory]:
-    return PersistentMemory(vocab, k), ContextMemory(2, capacity=6), ContextMemory(3, capacity=6)
-
-
-def _contents(memories) -> list:
-    persistent, ctx2, ctx3 = memories
-    contextual = [(m.keys(), m.index.items()[1].tolist(), m.table.tolist()) for m in (ctx2, ctx3)]
-    return [persistent.table.tolist(), *contextual]
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_recycle_equals_keys_records_and_writes_called_apart(seed):
-    """`recycle` (one compiled call) leaves the memories exactly as `recycling_keys`, `record_rows` and
-    `write_recycled` do, over several passes (bounded contextual memories: reuse of the oldest rows)."""
-    rng = np.random.default_rng(seed)
-    vocab, k = 12, 4
-    apart, fused = _memories(vocab, k), _memories(vocab, k)
-    context = rng.integers(0, vocab, 6).tolist()
-    excluded = np.array([3], dtype=np.int64)
-    for stamp in range(5):
-        size = int(rng.integers(0, 7))
-        parents = [int(rng.integers(-1, i)) for i in range(size)]
-        tokens = rng.integers(0, vocab + 2, size).tolist()  # some outside the persistent vocabulary
-        positions = np.arange(len(context) - int(rng.integers(1, 3)), len(context))
-        accepted = [i for i in range(size) if rng.random() < 0.4]
-        ids = rng.integers(0, vocab, (len(positions) + size, 5))
-        probs = rng.dirichlet(np.ones(5), len(ids)).astype(np.float32)
-        rows, keys, lengths = recycling_keys(context, positions, parents, tokens, accepted, excluded)
-        write_recycled(rows, keys, lengths, record_rows(ids, probs, k, stamp), *apart)
-        computed = VerifiedPass(context, positions, parents, tokens, accepted, ids, probs)
-        recycle(computed, excluded, k, stamp, *fused)
-        assert _contents(fused) == _contents(apart)
-        context += rng.integers(0, vocab, 2).tolist()
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_recycle_counts_greedy_labels_as_update_greedy_does(seed):
-    """With ``labels``, `recycle` counts a pass's greedy labels in its own call: the acceptance model and
-    the memories end exactly as `update_greedy` then `recycle` without labels leave them (stream-scope
-    memories: room is made in the call's retry)."""
-    rng = np.random.default_rng(seed)
-    vocab, k = 12, 4
-    apart, fused = _memories(vocab, k), _memories(vocab, k)
-    models = [AcceptanceModel(strength=2.0, memory=30.0, decay=0.9) for _ in range(2)]
-    context = rng.integers(0, vocab, 6).tolist()
-    for stamp in range(8):
-        size = int(rng.integers(1, 7))
-        parents = [int(rng.integers(-1, i)) for i in range(size)]
-        tokens = rng.integers(0, vocab, size).tolist()
-        positions = np.arange(len(context) - 1, len(context))
-        accepted = [0] if rng.random() < 0.5 else []
-        ids = rng.integers(0, vocab, (len(positions) + size, k))
-        probs = rng.dirichlet(np.ones(k), len(ids)).astype(np.float32)
-        count = int(rng.integers(0, 40))
-        nodes, label_tokens = rng.integers(-1, size, count), rng.integers(0, vocab, count)
-        kinds, kept = rng.integers(0, 3 * BUCKETS, count), int(rng.integers(0, size + 1))
-        models[0].update_greedy(nodes, label_tokens, kinds, kept, len(positions), ids[:, 0])
-        computed = VerifiedPass(context, positions, parents, tokens, accepted, ids, probs)
-        recycle(computed, NONE, k, stamp, *apart)
-        labels = GreedyLabels(models[1], nodes, label_tokens, kinds, kept)
-        recycle(computed, NONE, k, stamp, *fused, labels)
-        assert _contents(fused) == _contents(apart)
-        context += rng.integers(0, vocab, 2).tolist()
-    for ours, theirs in zip(models[1].levels(), models[0].levels()):
-        assert np.array_equal(ours[:, [SEEN, HITS, A, B]], theirs[:, [SEEN, HITS, A, B]])
-    assert len(models[1]) == len(models[0]) > 0
-
-
-def test_recycle_refuses_bad_labels_before_writing_or_counting():
-    persistent, model = PersistentMemory(12, 4), AcceptanceModel()
-    before = persistent.table.copy()
-    ids, probs = np.tile(np.arange(4), (2, 1)), np.full((2, 4), 0.25, np.float32)
-    labels = GreedyLabels(model, np.array([3]), np.array([5]), np.array([0]), 9)  # greedy row 4 of 2
-    with pytest.raises(ValueError, match="greedy row 4"):
-        recycle(
-            VerifiedPass([1, 2, 3], np.array([2]), [-1], [4], [0], ids, probs),
-            NONE,
-            4,
-            0,
-            persistent,
-            None,
-            None,
-            labels,
-        )
-    assert np.array_equal(persistent.table, before) and len(model) == 0
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.integers(0, 40), min_size=1, max_size=60), st.integers(1, 30), st.sampled_from([None, 5, 40])
-)
-def test_has_room_exactly_when_reserve_changes_nothing(writes, count, capacity):
-    """The compiled writers' room check (`has_room`) says yes exactly when `ContextMemory.reserve` would
-    rebuild or grow nothing, and always after it, through growth, reuse of rows (bounded) and clearing."""
-    memory = ContextMemory(2, capacity=capacity)
-    memory.write_table(np.array([1]), record_table(np.zeros((1, 2)), np.zeros((1, 2)), [0.0], [0]))
-    for step, key in enumerate(writes):
-        if step % 17 == 16:
-            memory.clear()
-        index = memory.index
-        before = (index.keys, index.owner, memory.table, len(index.keys), len(index.owner), len(memory.table))
-        room = has_room(index.keys, index.owner, index.state, memory.table, count)
-        memory.reserve(count, 2)
-        after = (index.keys, index.owner, memory.table, len(index.keys), len(index.owner), len(memory.table))
-        assert room == all(a is b if isinstance(a, np.ndarray) else a == b for a, b in zip(before, after))
-        assert has_room(index.keys, index.owner, index.state, memory.table, count)  # `reserve` made room
-        memory.write_table(np.array([key]), record_table(np.zeros((1, 2)), np.zeros((1, 2)), [0.0], [0]))
-
-
-@pytest.mark.parametrize(
-    ("rows", "parents", "accepted", "memory_k", "message"),
-    [
-        (2, [-1], [0], 4, "2 top-k rows for 2 positions and 1 nodes"),  # one row short
-        (3, [-1], [1], 4, r"accepted nodes \[1\] outside a tree of 1 nodes"),
-        (3, [-1], [0], 2, "records of width 4 for a persistent memory of k=2"),
-    ],
-)
-def test_recycle_refuses_inconsistent_input_before_writing(rows, parents, accepted, memory_k, message):
-    persistent = PersistentMemory(12, memory_k)
-    before = persistent.table.copy()
-    ids, probs = np.tile(np.arange(5), (rows, 1)), np.full((rows, 5), 0.2, np.float32)
-    with pytest.raises(ValueError, match=message):
-        recycle(
-            VerifiedPass([1, 2, 3], np.array([1, 2]), parents, [4], accepted, ids, probs),
-            NONE,
-            4,
-            0,
-            persistent,
-            None,
-            None,
-        )
-    assert np.array_equal(persistent.table, before)
-
-
-def test_recycle_refuses_zero_width_top_k_rows():
-    persistent = PersistentMemory(12, 4)
-    ids, probs = np.zeros((3, 0), dtype=np.int64), np.zeros((3, 0), dtype=np.float32)
-    with pytest.raises(ValueError, match="top-k rows are empty"):
-        recycle(
-            VerifiedPass([1, 2, 3], np.array([1, 2]), [-1], [4], [0], ids, probs),
-            NONE,
-            4,
-            0,
-            persistent,
-            None,
-            None,
-        )
-
-
 def _guarded_memories():
+    from recap.drafters.recap.backoff import BackoffRecord
     from recap.drafters.token_recycling import SuccessorMatrix
-    from recap.memory.backoff import BackoffRecord
 
     context = ContextMemory(order=2)
     context.write((5, 6), PredictionRecord([1, 2], [0.6, 0.4], 0.5, request=3))

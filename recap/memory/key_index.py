@@ -1,6 +1,6 @@
 """`KeyIndex`: packed context keys -> table rows, in two numpy arrays that compiled code reads directly.
 
-The contextual memories (`recap.memory.context.ContextMemory`) map a packed 2- or 3-token key
+The contextual memories (`recap.drafters.recap.context.ContextMemory`) map a packed 2- or 3-token key
 (`recap.memory.records.pack_keys`) to a row of their record table. A Python dict would do for Python code,
 but RECAP's tree growth runs compiled (`recap.drafters.recap.kernel`) and looks keys up itself, so
 the map is an open-addressing hash table (linear probing, tombstones for removed keys) held in

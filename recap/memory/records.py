@@ -8,7 +8,7 @@ renormalised), which fusion turns into a confidence weight (`recap.drafters.reca
 - `fit_topk`, `concentration`: rows of top-k as the memories store them;
 - `record_table`: rows ``[ids, probs, concentration, stamp]`` in one float32 array, what a drafter
   gathers in one indexing operation (`recap.memory.persistent.PersistentMemory.table`,
-  `recap.memory.context.ContextMemory.table`);
+  `recap.drafters.recap.context.ContextMemory.table`);
 - `pack_keys`: a 2- or 3-token context key packed into one int64;
 - `last_occurrence`, `last_rows`: overwrite-with-latest for a bulk write.
 """
@@ -138,8 +138,8 @@ def record_rows(ids: np.ndarray, probs: np.ndarray, k: int, stamp: int) -> np.nd
 
 @numba.njit(cache=True, nogil=True)
 def record_rows_compiled(ids, probs, k, stamp):
-    """`record_rows` for compiled callers (`recap.memory.recycling.recycle`): ``ids`` int64 and ``probs``
-    float32 ``(R, width)`` rows, C-contiguous."""
+    """`record_rows` for compiled callers (`recap.drafters.recap.recycle.recycle`): ``ids`` int64 and
+    ``probs`` float32 ``(R, width)`` rows, C-contiguous."""
     count, width = ids.shape
     rows = np.zeros((count, 2 * k + 2), dtype=np.float32)
     order = np.empty(width, dtype=np.int64)
@@ -165,7 +165,7 @@ def record_rows_compiled(ids, probs, k, stamp):
 @numba.njit(cache=True, nogil=True)
 def row_concentration(row, k):
     """`concentration` of one `record_table` row's ``k`` probabilities (``row[k:2k]``), for compiled
-    writers (`record_rows_compiled`, `recap.memory.context.ContextMemory.fold`)."""
+    writers (`record_rows_compiled`, `recap.drafters.recap.context.ContextMemory.fold`)."""
     if k <= 1:
         return 1.0
     total = 0.0

@@ -6,7 +6,7 @@ i.e. the last committed token, is one), a pass yields ``E(T) = 1 + sum(scores)``
 ``c(T + pending)`` seconds. Best-first search offers candidates in decreasing score order, and the tree
 keeps the prefix of them that maximises expected tokens per second, ``E(T) / c(T + pending)``. The
 search gives up once ``PATIENCE`` candidates in a row have not raised the best ratio (or at the cap;
-the nodes of a fan, queued ahead of their own score, `recap.memory.continuations`, are not counted):
+the nodes of a fan, queued ahead of their own score, `recap.drafters.recap.continuations`, are not counted):
 a measured cost curve is rarely convex (a step where a new kernel tile starts, then flat again), so
 stopping at the first candidate that does not pay for itself would miss the cheap region behind the
 step. A steep cost curve keeps the tree small.

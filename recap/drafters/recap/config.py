@@ -38,20 +38,20 @@ class RecapConfig:
     Token Recycling template filled from the fused distribution.
 
     Ours, beyond the paper (docs/method.md, "The paper's method and ours"): ``calibrate``: order growth
-    and count expected tokens by acceptance estimates learnt online (`recap.memory.estimates`) instead
+    and count expected tokens by acceptance estimates learnt online (`recap.drafters.recap.estimates`) instead
     of raw fused probabilities; ``suffix_prior``: the cold-start estimate of a suffix-matched token the
     memories do not back; ``context_scope``: ``"request"`` clears the contextual memories per request
     (the paper), ``"stream"`` keeps the earlier requests' records as a fallback that this request's
     writes replace (the acceptance estimates tell the two apart); ``context_consensus``: with
     ``"stream"``, the decay of the consensus a key keeps of the earlier requests' records
-    (`recap.memory.context.ContextMemory.fold`: a key this request has not written offers the decayed
+    (`recap.drafters.recap.context.ContextMemory.fold`: a key this request has not written offers the decayed
     mean of what earlier requests predicted there), 0 keeps the latest request's record only;
     ``fans``: in a request with an image, where earlier answers (other images) continued a context in
-    different ways (`recap.memory.continuations`), queue its best candidate and every candidate that
+    different ways (`recap.drafters.recap.continuations`), queue its best candidate and every candidate that
     is one of those continuations at the context's own priority, so the tree offers the alternatives
     where the image decides;
     ``backoff``: where no memory has a record, draft the stream's most often committed tokens
-    (`recap.memory.backoff`) instead of nothing; ``suffix_scope``: ``"stream"`` lets the suffix match
+    (`recap.drafters.recap.backoff`) instead of nothing; ``suffix_scope``: ``"stream"`` lets the suffix match
     also continue the stream's earlier requests (their last `recap.drafters.recap.mirror.STREAM_SUFFIX_TOKENS`
     tokens), ``"request"`` only this request's.
     """

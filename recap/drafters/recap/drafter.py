@@ -4,19 +4,19 @@ Per pass (docs/method.md, "The paper's method and ours", says which steps are th
 each step lives:
 1. **Lookup** (`RecapDrafter._lookup`): the records keyed by the last 3, 2 and 1 tokens of a context
    (``C3``, ``C2``: this request's, or the stream's with ``context_scope="stream"``; ``P1``: persistent;
-   `recap.memory.persistent`, `recap.memory.context`). Keys containing an image placeholder are never
+   `recap.memory.persistent`, `recap.drafters.recap.context`). Keys containing an image placeholder are never
    looked up.
 2. **Fuse** (`recap.drafters.recap.fusion`): entropy-confidence weights; every candidate of many
    contexts at once, with its coarse acceptance kind.
-3. **Estimate** (ours, `recap.memory.estimates`): each candidate's chance of being the target's greedy token,
-   learnt online from its kind (which memories spoke and whether this request wrote them, its rank,
-   its fused probability, whether it continues the suffix match); uncalibrated, it is the fused
+3. **Estimate** (ours, `recap.drafters.recap.estimates`): each candidate's chance of being the target's
+   greedy token, learnt online from its kind (which memories spoke and whether this request wrote them, its
+   rank, its fused probability, whether it continues the suffix match); uncalibrated, it is the fused
    probability.
 4. **Grow** (`recap.drafters.recap.search`): the tree best-first on path estimates (products along the
    path), a whole depth at a time; the suffix-matched continuation from the request's own tokens is one
    more candidate per context along its path. The budget is fixed or cost-aware (`recap.models.cost`),
    counting the drafter's own time per pass.
-5. **Recycle** (`RecapDrafter.observe`, keys from `recap.memory.recycling`): every computed position (pending
+5. **Recycle** (`RecapDrafter.observe`, `recap.drafters.recap.recycle`): every computed position (pending
    tokens, every tree node accepted or not, the prefill's prompt positions) writes its top-k under the
    1/2/3-token keys ending there, and every candidate of every expanded context is labelled for the
    acceptance model.
@@ -35,17 +35,17 @@ from recap.drafters.base import Observation, RequestInfo
 from recap.drafters.recap.budget import Budget
 from recap.drafters.recap.chain import best_chain, restrict, worth_verifying
 from recap.drafters.recap.config import RecapConfig
+from recap.drafters.recap.context import ContextMemory
+from recap.drafters.recap.continuations import fan_ways
+from recap.drafters.recap.estimates import AcceptanceModel
 from recap.drafters.recap.fusion import EMPTY, MEMORIES, Fused, Lookup, fuse_rows
 from recap.drafters.recap.mirror import RequestMirror
+from recap.drafters.recap.recycle import GreedyLabels, VerifiedPass, recycle
 from recap.drafters.recap.search import Growth, Memories, compile_kernels, grow, select, settings_of
 from recap.drafters.recap.stream import StreamMemory
 from recap.drafters.token_recycling import TR_TEMPLATE, Candidate, fill_template
-from recap.memory.context import ContextMemory
-from recap.memory.continuations import fan_ways
-from recap.memory.estimates import AcceptanceModel
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import KEY_BITS, PredictionRecord, record_table
-from recap.memory.recycling import GreedyLabels, VerifiedPass, recycle
 from recap.models.cost import CostModel
 from recap.tree import ROOT, DraftTree, FusedCandidate
 
@@ -68,12 +68,12 @@ class RecapDrafter:
     ``persistent`` if given (a stream, e.g. a studio session's, or a bare 1-token memory, e.g. loaded from
     disk: the stream it belongs to, `StreamMemory.of`), else the drafter's own, created at the first
     `begin`. With ``context_scope="stream"`` the contextual memories are the stream's too.
-    ``acceptance``: the acceptance model learnt over the stream (`recap.memory.estimates.AcceptanceModel`);
-    by default the stream's, so that whoever shares the memory shares what was learnt about it. ``cost_model``
-    drives ``budget="auto"`` (`recap.drafters.recap.budget.Budget`). ``pending`` is the
-    number of uncached tokens a verification pass feeds besides the tree nodes (the root).
-    ``explicit_end``: each request ends with `end` (an engine running several requests at once on one
-    memory); otherwise the next `begin` ends the previous request.
+    ``acceptance``: the acceptance model learnt over the stream
+    (`recap.drafters.recap.estimates.AcceptanceModel`); by default the stream's, so that whoever shares the
+    memory shares what was learnt about it. ``cost_model`` drives ``budget="auto"``
+    (`recap.drafters.recap.budget.Budget`). ``pending`` is the number of uncached tokens a verification pass
+    feeds besides the tree nodes (the root). ``explicit_end``: each request ends with `end` (an engine running
+    several requests at once on one memory); otherwise the next `begin` ends the previous request.
 
     Example (persistent memory only, uncalibrated: after 1 the target said ``2 (0.6), 3 (0.3)``, after 2
     ``5 (0.9)``)::
@@ -450,7 +450,8 @@ class RecapDrafter:
         return tails
 
     def _backoff(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The back-off record's ``(ids, probs)`` for the search (`recap.memory.backoff`), None when off."""
+        """The back-off record's ``(ids, probs)`` for the search (`recap.drafters.recap.backoff`), or None
+        when off."""
         if not self.config.backoff or self.stream is None:
             return None
         return self.stream.backoff.record()

@@ -123,7 +123,7 @@ _LOWER: dict[int, np.ndarray] = {}
 
 def _source_names() -> tuple[tuple[str, ...], ...]:
     """`SOURCE_NAMES`, by code ``((first * 9 + second * 3 + third) * 8 + present bits) * 2 + suffix``;
-    ``27 * 16 + suffix``: the back-off record (`recap.memory.backoff`)."""
+    ``27 * 16 + suffix``: the back-off record (`recap.drafters.recap.backoff`)."""
     table: list[tuple[str, ...]] = [()] * (27 * 16 + 2)
     for first in range(3):
         for second in range(3):

@@ -13,7 +13,7 @@ The search: a heap of candidate nodes ordered by (path estimate descending, dept
 context is expanded first, then the best node is popped (it joins the tree: path estimates never grow
 along a path, so nothing later can precede it) and its context expanded, until ``cap`` nodes are
 popped. Every popped node above the depth limit is expanded, so every node of the tree has its
-candidates labelled for the acceptance model. A *fan* (`recap.memory.continuations`: a context earlier
+candidates labelled for the acceptance model. A *fan* (`recap.drafters.recap.continuations`: a context earlier
 answers continued in several ways) queues the context's best candidate and every other candidate that
 is one of those continuations, even beyond the ``width`` best, at the context's own path estimate
 instead of their own; their scores, and their descendants', stay their own, and a parent is still
@@ -28,13 +28,14 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from recap.drafters.recap.continuations import continued, fan_row
+from recap.drafters.recap.estimates import CODES, A, B
 from recap.drafters.recap.suffix_match import suffix_chain
-from recap.memory.continuations import continued, fan_row
-from recap.memory.estimates import CODES, A, B
 from recap.memory.key_index import find_row
 from recap.memory.records import KEY_BITS
 
-#: Place values of the ctx3, ctx2, persistent codes in a coarse kind (`recap.memory.estimates.coarse_kind`).
+#: Place values of the ctx3, ctx2, persistent codes in a coarse kind
+#: (`recap.drafters.recap.estimates.coarse_kind`).
 CODE_WEIGHTS = np.array([CODES * CODES, CODES, 1], dtype=np.int64)
 #: The `recap.drafters.recap.fusion.SOURCE_NAMES` code of a node the back-off record proposed (+ 1: and
 #: the suffix matched it too).
@@ -95,10 +96,10 @@ class SearchMemories(NamedTuple):
     ``C3``/``C2``: an on flag, hash slots and rows (`recap.memory.key_index.KeyIndex`) and the record
     table; ``P1``: an on flag and its table (`recap.memory.persistent.PersistentMemory.table`); a memory
     that is off reads as empty. ``request``: this request's stamp (fresh records). ``calibrate`` and the
-    acceptance model's shrinkage levels (`recap.memory.estimates.AcceptanceModel.levels`). The back-off
-    record (`recap.memory.backoff`): on flag, ids ``(k,)``, probabilities ``(k,)``. The open contexts
-    (`recap.memory.continuations.Continuations.arrays`): packed 2-token keys, sorted, and the tokens that
-    followed each (empty: no fans).
+    acceptance model's shrinkage levels (`recap.drafters.recap.estimates.AcceptanceModel.levels`). The
+    back-off record (`recap.drafters.recap.backoff`): on flag, ids ``(k,)``, probabilities ``(k,)``. The
+    open contexts (`recap.drafters.recap.continuations.Continuations.arrays`): packed 2-token keys,
+    sorted, and the tokens that followed each (empty: no fans).
     """
 
     c3_on: bool
@@ -132,7 +133,8 @@ class SearchSettings(NamedTuple):
     ``suffix_num``, the suffix-matched continuation's shortest suffix and tokens (`suffix_chain`; 0:
     none); ``memory_priors`` (the config's, as an array: ctx3, ctx2, persistent,
     `recap.drafters.recap.fusion.MEMORIES` order); ``edges`` and ``buckets`` of the fused probability
-    (`recap.memory.estimates`); ``patience``: the budget rule's (`recap.drafters.recap.budget.PATIENCE`).
+    (`recap.drafters.recap.estimates`); ``patience``: the budget rule's
+    (`recap.drafters.recap.budget.PATIENCE`).
     """
 
     suffix_max_len: int
@@ -327,7 +329,7 @@ def grow_tree(tokens, length, cap, usable, memories, settings, stop):
                 c_token[n], c_q[n], c_coarse[n] = wanted, 0.0, absent
                 c_parts[n, :] = 0.0
             c_coarse[chain_column] += 1  # the suffix flag
-        # ---- acceptance estimates (`recap.memory.estimates`, clipped) and labels
+        # ---- acceptance estimates (`recap.drafters.recap.estimates`, clipped) and labels
         for column in range(columns):
             q = c_q[column]
             prior = max(q, settings.suffix_prior) if column == chain_column else q

@@ -1,13 +1,13 @@
 """RECAP's tree: the ``cap`` best candidates by path estimate, found by best-first search.
 
-A node's *path estimate* is its own acceptance estimate (`recap.memory.estimates`) times its parent's path
-estimate (the root's is 1), so it never grows along a path and best-first search pops parents before
-children. At each context every fused candidate is estimated and the ``config.branching`` best (above
+A node's *path estimate* is its own acceptance estimate (`recap.drafters.recap.estimates`) times its
+parent's path estimate (the root's is 1), so it never grows along a path and best-first search pops parents
+before children. At each context every fused candidate is estimated and the ``config.branching`` best (above
 ``config.score_floor``) become nodes; the suffix-matched continuation (the context's longest suffix
 seen earlier in it, what followed: `recap.drafters.recap.suffix_match.suffix_chain`, as
 `recap.drafters.prompt_lookup.find_continuation` finds it) enters as one more candidate of each context
 along its path, with the suffix flag in its acceptance kind; where no memory has a record, the
-back-off record's tokens (`recap.memory.backoff`) are the candidates. The search itself runs compiled
+back-off record's tokens (`recap.drafters.recap.backoff`) are the candidates. The search itself runs compiled
 (`recap.drafters.recap.kernel.grow_tree`); `grow` hands it the memories' arrays, and `select` makes
 what it found a `DraftTree` (ties: shallower, then earlier in depth-at-a-time order).
 """
@@ -24,15 +24,15 @@ import numpy as np
 
 from recap.drafters.recap.budget import PATIENCE
 from recap.drafters.recap.config import RecapConfig
+from recap.drafters.recap.context import ContextMemory
+from recap.drafters.recap.continuations import NO_FANS
+from recap.drafters.recap.estimates import BUCKETS, EDGES, KIND_COLUMNS
 from recap.drafters.recap.fusion import SOURCE_NAMES
 from recap.drafters.recap.kernel import SearchMemories, SearchSettings, StopRule, grow_tree
+from recap.drafters.recap.recycle import VerifiedPass, recycle
 from recap.drafters.recap.stream import StreamMemory
-from recap.memory.context import ContextMemory
-from recap.memory.continuations import NO_FANS
-from recap.memory.estimates import BUCKETS, EDGES, KIND_COLUMNS
 from recap.memory.persistent import PersistentMemory
 from recap.memory.records import pack_keys, record_table
-from recap.memory.recycling import VerifiedPass, recycle
 from recap.tree import DraftTree
 
 _EDGES = np.array(EDGES, dtype=np.float64)
@@ -55,7 +55,7 @@ class Growth(NamedTuple):
     in depth-at-a-time order): ``tokens``, ``parents`` (node ids, -1 the root), ``scores`` (path
     estimates), ``parts`` (each memory's contribution to a node's fused probability ``(N, 3)``, display
     only), ``codes`` (sources, `recap.drafters.recap.fusion.SOURCE_NAMES`), ``fanned`` (queued in a fan,
-    `recap.memory.continuations`). The labels of every candidate offered at every context expanded:
+    `recap.drafters.recap.continuations`). The labels of every candidate offered at every context expanded:
     ``label_nodes`` (the context's node id, -1 the root), ``label_tokens``, ``label_kinds`` (fine
     acceptance kinds). ``kept``: how many of the best nodes the cost-aware budget keeps (the budget
     rule, `recap.drafters.recap.budget`, applied by the search; all of them without a stop rule)."""
@@ -76,11 +76,11 @@ class Memories(NamedTuple):
     """What one search reads besides the context, as the drafter holds it (`SearchMemories` is its
     compiled form): the memories ``ctx3``, ``ctx2``, ``persistent`` (None: off); ``request``, this
     request's stamp (its records are fresh); ``levels``, the acceptance model's shrinkage levels
-    (`recap.memory.estimates.AcceptanceModel.levels`; None: uncalibrated, the estimate is the fused
+    (`recap.drafters.recap.estimates.AcceptanceModel.levels`; None: uncalibrated, the estimate is the fused
     probability itself); ``backoff``, the back-off record's ``(ids, probs)``
-    (`recap.memory.backoff.BackoffRecord.record`), offered where no memory has a record (None: off);
+    (`recap.drafters.recap.backoff.BackoffRecord.record`), offered where no memory has a record (None: off);
     ``fans``, the open contexts' sorted packed keys and the tokens that followed each
-    (`recap.memory.continuations.Continuations.arrays`; None: no fans)."""
+    (`recap.drafters.recap.continuations.Continuations.arrays`; None: no fans)."""
 
     ctx3: ContextMemory | None
     ctx2: ContextMemory | None
@@ -141,7 +141,7 @@ def grow(
         ids, probs = (np.ascontiguousarray(a, dtype=t) for a, t in zip(backoff, (np.int64, np.float32)))
         backoff_arrays = (True, ids, probs)
     # The contextual memories are frozen (a write may reallocate their tables), in the order writers
-    # take them (`recap.memory.recycling.recycle`: persistent, ctx2, ctx3). The persistent table is read
+    # take them (`recap.drafters.recap.recycle.recycle`: persistent, ctx2, ctx3). The persistent table is read
     # unlocked: a concurrent write can only make a record newer (drafting, never the output, changes).
     locks = [m.frozen() for m in (ctx2, ctx3) if m is not None]
     for lock in locks:

@@ -7,12 +7,12 @@ its requests). It keeps:
 - ``tokens``: ``P1``, the 1-token memory (`recap.memory.persistent.PersistentMemory`), the only part
   saved to and loaded from files;
 - ``context2`` / ``context3``: the contextual memories kept across requests (``context_scope="stream"``;
-  `recap.memory.context.ContextMemory`, bounded);
-- ``backoff``: the most often committed tokens (`recap.memory.backoff.BackoffRecord`);
+  `recap.drafters.recap.context.ContextMemory`, bounded);
+- ``backoff``: the most often committed tokens (`recap.drafters.recap.backoff.BackoffRecord`);
 - ``continuations``: the contexts earlier answers continued in different ways, where the search fans
-  (`recap.memory.continuations.Continuations`);
+  (`recap.drafters.recap.continuations.Continuations`);
 - ``acceptance``: what the stream's drafters learnt about their candidates' acceptance
-  (`recap.memory.estimates.AcceptanceModel`, made on first use);
+  (`recap.drafters.recap.estimates.AcceptanceModel`, made on first use);
 - ``suffix_history`` / ``suffix_request``: the earlier requests' tokens the suffix match also searches
   (``suffix_scope="stream"``) and the request in progress (its `recap.drafters.recap.mirror.RequestMirror`),
   which the next request appends. Requests run at once on one stream may each miss the other's
@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from recap.memory.backoff import BackoffRecord
-from recap.memory.context import ContextMemory
-from recap.memory.continuations import Continuations
-from recap.memory.estimates import AcceptanceModel
+from recap.drafters.recap.backoff import BackoffRecord
+from recap.drafters.recap.context import ContextMemory
+from recap.drafters.recap.continuations import Continuations
+from recap.drafters.recap.estimates import AcceptanceModel
 from recap.memory.guarded import Guarded
 from recap.memory.persistent import PersistentMemory
 

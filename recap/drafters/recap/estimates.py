@@ -225,7 +225,7 @@ class AcceptanceModel(Guarded):
 
     def counting(self) -> Counting:
         """The tables the compiled counting (`count_greedy`) writes. The caller holds `frozen` while it
-        counts (as `recap.memory.recycling.recycle` does, counting a pass's labels in its own compiled
+        counts (as `recap.drafters.recap.recycle.recycle` does, counting a pass's labels in its own compiled
         call)."""
         return Counting(
             self._fine, self._coarse, self._updates, self.memory, self.decay, self.strength, BUCKETS

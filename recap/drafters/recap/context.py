@@ -1,13 +1,13 @@
 """``C2``/``C3``: the contextual memories, ``(t-1, t) -> record`` and ``(t-2, t-1, t) -> record``.
 
 Request-local in the paper (the drafter clears them at every request); kept for the whole stream
-with ``context_scope="stream"`` (`recap.memory.persistent.PersistentMemory.context2` / ``context3``, bounded).
+with ``context_scope="stream"`` (`recap.drafters.recap.stream.StreamMemory.context2` / ``context3``, bounded).
 Overwrite-with-latest within a request. Across requests a stream memory can instead keep a
 *consensus* (`ContextMemory.fold`, ``RecapConfig.context_consensus``): at a request's start every
 record the earlier requests wrote since the last fold is blended into the decayed mean of the records
 earlier requests left under its key, so a key this request has not written yet offers what most
 earlier requests (images) predicted there, not only the latest one. Which keys are written is the
-drafter's business (`recap.memory.recycling`).
+drafter's business (`recap.drafters.recap.recycle`).
 
 Example::
 
