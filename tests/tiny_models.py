@@ -380,3 +380,140 @@ BUILDERS = {
     "idefics3": _idefics3("idefics3"),
     "smolvlm": _idefics3("smolvlm"),
 }
+
+
+# ------------------------------------------------------------------------------- SmolVLM's twin
+#: The hub model the studio offers on a CPU, and what its twin keeps of it.
+SMOLVLM_ID = "HuggingFaceTB/SmolVLM-256M-Instruct"
+#: SmolVLM-256M-Instruct's chat template as published (roles capitalised, ``Assistant:`` to answer).
+SMOLVLM_CHAT_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}"
+    "{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}"
+    "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
+    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n"
+    "{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+)
+#: The published configuration's values the twin keeps (architecture, image layout, rope), and the
+#: sizes it shrinks: text hidden 576 / 30 layers / 9 heads (3 KV) -> 48 / 2 / 6 (2 KV); vision hidden
+#: 768 / 12 layers, 512-pixel tiles -> 32 / 1, 128-pixel tiles (patches of 16 and the 4x pixel shuffle
+#: kept, so a tile is 4 image tokens instead of 64).
+SMOLVLM_TWIN = {
+    "tile": 128,
+    "patch": 16,
+    "scale_factor": 4,
+    "text": dict(
+        hidden_size=48,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=8,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=8192,
+        rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+        tie_word_embeddings=False,
+    ),
+}
+
+
+def _smolvlm_tokenizer() -> PreTrainedTokenizerFast:
+    """The byte-level BPE with SmolVLM's special tokens: ``<|im_start|>`` begins, ``<end_of_utterance>``
+    ends a turn (the eos), ``<|im_end|>`` pads; the tile markers ``<row_r_col_c>`` are single tokens."""
+    tiles = [f"<row_{r}_col_{c}>" for r in range(1, 5) for c in range(1, 5)]
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<end_of_utterance>", "<image>",
+                "<fake_token_around_image>", "<global-img>", *tiles]  # fmt: skip
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=train_byte_level_bpe(CORPUS * 5, 340, specials),
+        bos_token="<|im_start|>",
+        eos_token="<end_of_utterance>",
+        pad_token="<|im_end|>",
+        extra_special_tokens={
+            "image_token": "<image>",
+            "fake_image_token": "<fake_token_around_image>",
+            "global_image_token": "<global-img>",
+        },
+    )
+    tokenizer.chat_template = SMOLVLM_CHAT_TEMPLATE
+    return tokenizer
+
+
+def save_smolvlm_twin(folder, seed: int = 0):
+    """Save a tiny random twin of SmolVLM-256M-Instruct to ``folder``, laid out as its hub repository is:
+    ``config.json`` (``Idefics3ForConditionalGeneration``), the weights, the tokenizer, the image
+    processor (``Idefics3ImageProcessor``: images resized to 4 tiles on their longest edge, then split
+    into tiles) and the processor (``Idefics3Processor``, its ``image_seq_len``, the chat template).
+
+    Returns:
+        The folder, for ``Runtime.load`` (the path a hub id resolves to once downloaded).
+    """
+    from pathlib import Path
+
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3Processor
+    from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+    folder = Path(folder)
+    torch.manual_seed(seed)
+    tokenizer = _smolvlm_tokenizer()
+    tile, patch, scale = SMOLVLM_TWIN["tile"], SMOLVLM_TWIN["patch"], SMOLVLM_TWIN["scale_factor"]
+    ids = tokenizer.convert_tokens_to_ids
+    config = Idefics3Config(
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=tile,
+            patch_size=patch,
+            layer_norm_eps=1e-6,
+        ),
+        text_config=dict(
+            model_type="llama",
+            vocab_size=len(tokenizer),
+            bos_token_id=ids("<|im_start|>"),
+            eos_token_id=ids("<end_of_utterance>"),
+            pad_token_id=ids("<|im_end|>"),
+            **SMOLVLM_TWIN["text"],
+        ),
+        image_token_id=ids("<image>"),
+        scale_factor=scale,
+        tie_word_embeddings=False,
+        pad_token_id=ids("<|im_end|>"),
+    )
+    model = Idefics3ForConditionalGeneration(config).eval()
+    image_processor = Idefics3ImageProcessorPil(
+        do_image_splitting=True,
+        size={"longest_edge": 4 * tile},
+        max_image_size={"longest_edge": tile},
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+    )
+    processor = Idefics3Processor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_len=(tile // patch // scale) ** 2,
+        chat_template=SMOLVLM_CHAT_TEMPLATE,
+    )
+    model.save_pretrained(folder)
+    model.generation_config.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    _hub_layout(folder)
+    return folder
+
+
+def _hub_layout(folder) -> None:
+    """Rewrite the processor's files as the hub repository has them: ``preprocessor_config.json`` (the
+    image processor, named without a backend: torchvision's where installed, else PIL's),
+    ``processor_config.json`` (``image_seq_len``) and ``chat_template.json``."""
+    import json
+
+    nested = json.loads((folder / "processor_config.json").read_text(encoding="utf-8"))
+    image = {**nested.pop("image_processor"), "image_processor_type": "Idefics3ImageProcessor"}
+    image["processor_class"] = nested["processor_class"]
+    files = {
+        "preprocessor_config.json": image,
+        "processor_config.json": {k: v for k, v in nested.items() if k != "chat_template"},
+        "chat_template.json": {"chat_template": (folder / "chat_template.jinja").read_text(encoding="utf-8")},
+    }
+    for name, values in files.items():
+        (folder / name).write_text(json.dumps(values, indent=2), encoding="utf-8")
+    (folder / "chat_template.jinja").unlink()

@@ -134,6 +134,7 @@ class TargetModel:
         device_map: str | None = None,
         max_memory: dict[int | str, int | str] | None = None,
         offload_folder: str | None = None,
+        processor_options: dict[str, Any] | None = None,
     ) -> TargetModel:
         """Load by hub id or local directory. Raises ``ValueError`` with a readable reason on failure.
 
@@ -142,6 +143,8 @@ class TargetModel:
         rest offloaded to CPU memory (and to ``offload_folder`` on disk if that is short too);
         ``max_memory`` caps each device (``{0: "20GiB", "cpu": "60GiB"}``, e.g. to leave room for
         the KV cache). Inputs then go to the input embedding's device (`input_device`).
+        ``processor_options`` override a vision model's processor settings as it loads (e.g.
+        ``{"do_image_splitting": False}``: an Idefics3 image is one tile instead of up to 17).
         """
         import transformers
         from transformers import AutoConfig
@@ -158,6 +161,7 @@ class TargetModel:
         device = device or default_device()
         torch_dtype = parse_dtype(dtype, device)
         extra = {"gguf_file": gguf_file} if gguf_file else {}
+        processor_options = processor_options or {}
         placement = (
             {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
             if device_map
@@ -182,7 +186,7 @@ class TargetModel:
             if not device_map:
                 model = model.to(device)
             if vision:
-                processor = transformers.AutoProcessor.from_pretrained(name_or_path)
+                processor = transformers.AutoProcessor.from_pretrained(name_or_path, **processor_options)
             else:
                 processor = transformers.AutoTokenizer.from_pretrained(name_or_path, **extra)
         except (OSError, ValueError) as error:

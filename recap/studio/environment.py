@@ -7,6 +7,13 @@ Read here and nowhere else in the studio:
   offered; ``embedded`` names the default, v2);
 - ``RECAP_MODELS``: comma-separated extra hub ids / local directories to offer (the paper's models are
   offered anyway when a GPU is present);
+- ``RECAP_CPU_HUB_MODEL``: the real VLM offered after the embedded models on a server without a GPU
+  that reaches the hub (default `CPU_HUB_MODEL`, SmolVLM-256M-Instruct; a hub id or a local folder;
+  ``off``: none). Whether the hub is reachable is judged once, at start (`hub_reachable`): never under
+  ``RECAP_OFFLINE`` / ``HF_HUB_OFFLINE`` unless the model is in the local hub cache; always on a
+  Hugging Face Space (``SPACE_ID`` set) and for a local folder; elsewhere by one HEAD request to the
+  hub's API with a `HUB_PROBE_S`-second timeout. It loads with images as one 512-pixel tile (no
+  image splitting: a tile costs the vision encoder a few seconds on 2 CPU cores, a split photo 17);
 - ``RECAP_OFFLINE``: if set, never contact the Hugging Face hub (``HF_HUB_OFFLINE=1``), so an unknown
   id fails at once with a clear message instead of waiting on the network;
 - ``RECAP_DTYPE``: model dtype (float32/bfloat16/float16; default bf16 on GPU, fp32 on CPU);
@@ -30,16 +37,21 @@ Read here and nowhere else in the studio:
 - ``RECAP_MEMORY``: a persistent-memory file (``python -m recap generate --memory FILE`` or
   ``python -m scripts.build_memory --model ... --out FILE`` make one) that the default model's memories
   start from, instead of its shipped memory; a file made for another model is not loaded (logged);
-- ``RECAP_WARMUP_S``: seconds of warm-up on the examples when a model with no shipped memory and no
-  ``RECAP_MEMORY`` file loads (default 60 on a GPU, 0 = off on a CPU); every scope starts from it;
+- ``RECAP_WARMUP_S``: seconds of warm-up on the examples (the photos first) when a model with no
+  shipped memory and no ``RECAP_MEMORY`` file loads (default 60 on a GPU and on a CPU that offers the
+  CPU hub model, else 0 = off); every scope starts from it. The warm-up's RECAP drafter measures the
+  model's tree-cost curve, so the curve is measured at load too;
 - ``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT``: where to listen (default 127.0.0.1:7860).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
+import threading
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +85,15 @@ PAPER_MODELS = (
     "Qwen/Qwen2.5-VL-3B-Instruct",
     "llava-hf/llava-v1.6-vicuna-7b-hf",
 )
+#: The real VLM a server without a GPU offers when it reaches the hub (``RECAP_CPU_HUB_MODEL``): the
+#: smallest SmolVLM, 256M parameters (about 1 GB in float32). SmolVLM-500M-Instruct, the same family, also
+#: fits a 2-vCPU, 16 GB Space's memory; its speed there was not measured.
+CPU_HUB_MODEL = "HuggingFaceTB/SmolVLM-256M-Instruct"
+#: Seconds the start waits for the hub's answer to `hub_reachable`'s HEAD request.
+HUB_PROBE_S = 3.0
+#: The CPU hub model's processor settings: an image is one tile (see ``RECAP_CPU_HUB_MODEL``).
+CPU_HUB_PROCESSOR = {"do_image_splitting": False}
+HUB_LABELS = {CPU_HUB_MODEL: "SmolVLM-256M (real photos, CPU)"}
 SESSION_SCOPE, SHARED_SCOPE = "per session", "process-wide"
 
 
@@ -99,15 +120,66 @@ def configure_environment() -> None:
 
 def offered_models() -> list[str]:
     """Model ids for the dropdown: the embedded models (v2, the default, first), the paper's models on
-    a GPU, ``RECAP_MODELS``; ``RECAP_MODEL`` (if set; `MODEL_ALIASES` resolved) first, as the default."""
+    a GPU or else the CPU hub model where the hub is reachable (`cpu_hub_model`), ``RECAP_MODELS``;
+    ``RECAP_MODEL`` (if set; `MODEL_ALIASES` resolved) first, as the default."""
     models = list(EMBEDDED_FOLDERS)
     if torch.cuda.is_available():
         models += PAPER_MODELS
+    elif (hub_model := cpu_hub_model()) is not None and hub_reachable(hub_model):
+        models.append(hub_model)
     models += [resolve_alias(m.strip()) for m in os.environ.get("RECAP_MODELS", "").split(",") if m.strip()]
     default = os.environ.get("RECAP_MODEL", "").strip()
     if default:
         models.insert(0, resolve_alias(default))
     return list(dict.fromkeys(models))
+
+
+def cpu_hub_model() -> str | None:
+    """The model ``RECAP_CPU_HUB_MODEL`` names (default `CPU_HUB_MODEL`), or None for ``off``."""
+    raw = os.environ.get("RECAP_CPU_HUB_MODEL", "").strip()
+    if raw.lower() in ("off", "none", "0"):
+        return None
+    return raw or CPU_HUB_MODEL
+
+
+def hub_reachable(model_id: str) -> bool:
+    """Whether ``model_id`` can be loaded from here: a local folder, a model in the local hub cache, or
+    (not offline) on a Space or where the hub answers a HEAD request for it (`HUB_PROBE_S` seconds at
+    most, asked once per process). Logged, with how it was judged."""
+    if Path(model_id).expanduser().is_dir():
+        return True
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(model_id, "config.json"), str):
+        reason, reachable = "in the local hub cache", True
+    elif os.environ.get("RECAP_OFFLINE") or constants.HF_HUB_OFFLINE:
+        reason, reachable = "offline (RECAP_OFFLINE or HF_HUB_OFFLINE)", False
+    elif os.environ.get("SPACE_ID"):
+        reason, reachable = "on a Hugging Face Space", True
+    else:
+        reachable = _hub_answers(f"{constants.ENDPOINT}/api/models/{model_id}")
+        reason = "the hub answered" if reachable else f"no answer from the hub within {HUB_PROBE_S:g} s"
+    log.info("%s %s: %s", "offering" if reachable else "not offering", model_id, reason)
+    return reachable
+
+
+@functools.cache
+def _hub_answers(url: str) -> bool:
+    """Whether a HEAD request to ``url`` succeeds within `HUB_PROBE_S` seconds, name lookup included
+    (asked once per url, in a thread that is left behind if it takes longer)."""
+    answers: list[bool] = []
+
+    def ask() -> None:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=HUB_PROBE_S):
+                answers.append(True)
+        except (OSError, ValueError):
+            answers.append(False)
+
+    thread = threading.Thread(target=ask, name="recap-hub-probe", daemon=True)
+    thread.start()
+    thread.join(HUB_PROBE_S)
+    return bool(answers and answers[0])
 
 
 #: Methods offered in the Run tab, in the order of the radio buttons; Compare runs them all.
@@ -146,15 +218,20 @@ def default_runtime_factory(model_id: str) -> Runtime:
             f"(train it with python -m training.train{world})"
         )
     path = str(folder) if folder is not None else model_id
-    return Runtime.load(path, dtype=os.environ.get("RECAP_DTYPE"))
+    options = {}
+    if model_id == cpu_hub_model() and not torch.cuda.is_available():
+        options["processor_options"] = CPU_HUB_PROCESSOR
+    return Runtime.load(path, dtype=os.environ.get("RECAP_DTYPE"), **options)
 
 
 def memory_plan(models: list[str]) -> MemoryPlan:
     """Where each offered model's memories start: ``RECAP_MEMORY`` for the default (first) model, the
-    shipped memory of a model folder, or a warm-up of ``RECAP_WARMUP_S`` seconds on the examples."""
+    shipped memory of a model folder, or a warm-up of ``RECAP_WARMUP_S`` seconds on the examples (by
+    default 60 s on a GPU or when the CPU hub model is offered, else none)."""
     memory = os.environ.get("RECAP_MEMORY", "").strip()
     files = {models[0]: Path(memory).expanduser()} if memory and models else {}
-    default_s = 60.0 if torch.cuda.is_available() else 0.0
+    warm = torch.cuda.is_available() or cpu_hub_model() in models
+    default_s = 60.0 if warm else 0.0
     raw = os.environ.get("RECAP_WARMUP_S", "").strip()
     warmup_s = default_s
     if raw:
@@ -291,7 +368,8 @@ def _positive(name: str, default: int) -> int:
 
 
 def model_label(model_id: str) -> str:
-    return EMBEDDED_LABELS.get(model_id, model_id)
+    """The name visitors see for ``model_id`` (the embedded models' and the CPU hub model's, else the id)."""
+    return EMBEDDED_LABELS.get(model_id) or HUB_LABELS.get(model_id, model_id)
 
 
 def launch_kwargs() -> dict[str, Any]:

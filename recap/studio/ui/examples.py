@@ -2,9 +2,9 @@
 chosen model.
 
 Each embedded model has its own held-out scenes: assets/examples-v2/prompts.json for v2 (``embedded-v2``,
-the default), assets/examples/prompts.json for v1 (``embedded-v1``); any other model is shown v1's scenes
-and, when such a model is offered, a few photos (the first of `recap.bench.datasets.PHOTO_PROMPTS`, the
-benchmark's).
+the default), assets/examples/prompts.json for v1 (``embedded-v1``); any other model (a real VLM) is shown
+the photos of assets/examples-photos (public-domain photos with the benchmark's prompts,
+`recap.bench.datasets.PHOTO_PROMPTS`), then v1's scenes.
 The Run tab shows the example set of the chosen model only (`wire_examples`), and the sensitivity
 tab's replacement scenes come from the same folder as the run's.
 """
@@ -12,29 +12,27 @@ tab's replacement scenes come from the same folder as the run's.
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 from PIL import Image
 
-from recap.bench.datasets import PHOTO_PROMPTS
 from recap.hotstart import WarmupRequest
 from recap.inputs import check_choice, load_image
 from recap.studio.environment import DEFAULT_MODEL_ID, EMBEDDED_V1_ID, EMBEDDED_V2_ID, ROOT
 
 EXAMPLES_V1_DIR = ROOT / "assets" / "examples"
 EXAMPLES_V2_DIR = EXAMPLES_V1_DIR.with_name("examples-v2")
+#: The photos for real VLMs (CC0 and public-domain photos of scikit-image's data; README.md there).
+PHOTOS_DIR = EXAMPLES_V1_DIR.with_name("examples-photos")
 #: Each embedded model's example scenes (held-out scenes of its own world); other models use v1's.
 EXAMPLE_DIRS = {EMBEDDED_V2_ID: EXAMPLES_V2_DIR, EMBEDDED_V1_ID: EXAMPLES_V1_DIR}
 #: Every folder an example image may come from (the studio reads images from these and its uploads).
-EXAMPLE_ROOTS = tuple(EXAMPLE_DIRS.values())
-#: The example set of models that are not embedded: v1's scenes, and photos.
+EXAMPLE_ROOTS = (*EXAMPLE_DIRS.values(), PHOTOS_DIR)
+#: The example set of models that are not embedded: the photos, then v1's scenes.
 OTHER_SET = "other"
 BLANK_IMAGE = "blank (grey)"
-#: How many of the benchmark's photos the Run tab offers as examples (when a real model is offered).
-PHOTO_EXAMPLES = 3
 
 
 def examples_dir(model_id: object = DEFAULT_MODEL_ID) -> Path:
@@ -45,7 +43,11 @@ def examples_dir(model_id: object = DEFAULT_MODEL_ID) -> Path:
 def examples(model_id: object = DEFAULT_MODEL_ID) -> list[list[str]]:
     """``[image path, prompt]`` rows of ``model_id``'s examples (`examples_dir`; empty if its
     prompts.json is not there yet)."""
-    folder = examples_dir(model_id)
+    return _listed(examples_dir(model_id))
+
+
+def _listed(folder: Path) -> list[list[str]]:
+    """``[image path, prompt]`` rows of ``folder``'s prompts.json whose image is there (none without it)."""
     try:
         entries = json.loads((folder / "prompts.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -66,34 +68,25 @@ def example_sets(models: list[str]) -> dict[str, list[list[str]]]:
     for model_id in models:
         key = example_set(model_id)
         if key not in sets:
-            sets[key] = examples(model_id) + (photo_examples() if key == OTHER_SET else [])
+            sets[key] = (photo_examples() if key == OTHER_SET else []) + examples(model_id)
     return sets
 
 
 def photo_examples() -> list[list[str]]:
-    """A few real photos (scikit-image's public-domain data) for real models; empty without skimage."""
-    try:
-        from skimage import data
-    except ImportError:
-        return []
-    folder = Path(tempfile.gettempdir()) / "recap-studio-photos"
-    folder.mkdir(exist_ok=True)
-    rows = []
-    for name, prompt in PHOTO_PROMPTS[:PHOTO_EXAMPLES]:
-        path = folder / f"{name}.png"
-        if not path.is_file():
-            Image.fromarray(getattr(data, name)()).save(path)
-        rows.append([str(path), prompt])
-    return rows
+    """``[image path, prompt]`` rows of the photos for real VLMs (assets/examples-photos)."""
+    return _listed(PHOTOS_DIR)
 
 
 def example_requests(
     rows: list[list[str]], exclude: tuple[str | None, str] | None = None
 ) -> list[WarmupRequest]:
-    """Warm-up requests from example ``rows`` (``[image path, prompt]``), leaving out the one whose
-    image file and prompt are ``exclude`` (the request being measured must not be learnt beforehand)."""
+    """Warm-up requests from example ``rows`` (``[image path, prompt]``), the photos first (a warm-up
+    may run out of time after a few requests, and photos are what a real VLM's visitors send), leaving
+    out the one whose image file and prompt are ``exclude`` (the request being measured must not be
+    learnt beforehand)."""
     requests = []
-    for path, prompt in rows:
+    photos_first = sorted(rows, key=lambda row: Path(row[0]).parent != PHOTOS_DIR)  # (a stable sort)
+    for path, prompt in photos_first:
         if exclude is not None and (Path(path).name, prompt) == (
             Path(exclude[0]).name if exclude[0] else None,
             exclude[1],
