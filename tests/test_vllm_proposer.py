@@ -121,6 +121,40 @@ def test_the_twin_runner_is_lossless_with_requests_at_once_and_frees_finished_on
     assert len(proposer.stream.suffix_history) > 0  # the finished answers joined the stream
 
 
+def test_a_batch_wide_cut_on_a_steep_pass_cost_sends_fewer_drafts_and_stays_lossless(runtime):
+    target = runtime.target
+    questions = ["Describe this scene.", "How many shapes are there?", "What is in the picture?"]
+    images = [Image.open(f"assets/examples-v2/scene_{i}.png") for i in (1, 2, 3)]
+    sent = {}
+    for steep in (False, True):
+        proposer = RecapProposer(vllm_config(target), install_hooks=False)
+        if steep:  # a line where a draft costs a fifth of a pass's fixed part
+            for tokens in [4, 8, 12, 16] * 8:
+                proposer.pass_cost.add(tokens, 0.05 + 0.01 * tokens)
+            assert proposer.pass_cost.line() == pytest.approx((0.05, 0.01))
+        for round_ in range(2):
+            requests = [Request(f"r{round_}-{i}", target, q, image, 24) for i, (q, image) in
+                        enumerate(zip(questions, images))]  # fmt: skip
+            outputs = run_twin(proposer, target, requests)
+            for request, question, image in zip(requests, questions, images):
+                expected = generate(target, runtime.drafter("ar"), question, [image], 24).tokens
+                assert outputs[request.req_id] == expected[:24]
+        sent[steep] = proposer.stats.proposed
+        assert proposer.stats.accepted > 0
+    assert 0 < sent[True] < sent[False]
+
+
+def test_the_step_clock_feeds_the_pass_cost_the_previous_steps_tokens(runtime, monkeypatch):
+    proposer = RecapProposer(vllm_config(runtime.target), install_hooks=False)
+    clock = iter([10.0, 10.5, 10.6])
+    monkeypatch.setattr("recap.vllm.proposer.time.perf_counter", lambda: next(clock))
+    seen = []
+    monkeypatch.setattr(proposer.pass_cost, "add", lambda tokens, seconds: seen.append((tokens, seconds)))
+    for tokens in (40, 8, 12):
+        proposer.step(tokens)
+    assert seen == [(40, 0.5), (8, pytest.approx(0.1))]
+
+
 def test_rows_without_tokens_get_no_drafts_and_the_length_limit_cuts_chains(runtime):
     target = runtime.target
     proposer = RecapProposer(vllm_config(target), install_hooks=False)
@@ -168,7 +202,8 @@ def test_the_persistent_memory_starts_from_a_saved_file_made_for_the_model(runti
         RecapProposer(vllm_config(target), install_hooks=False)
     monkeypatch.delenv("RECAP_VLLM_MEMORY")
     for name, value in (("RECAP_VLLM_CONTEXT_SCOPE", "everywhere"), ("RECAP_VLLM_BUDGET", "lots"),
-                        ("RECAP_VLLM_BUDGET", "0"), ("RECAP_VLLM_DRAFT_COST", "nan")):  # fmt: skip
+                        ("RECAP_VLLM_BUDGET", "0"), ("RECAP_VLLM_DRAFT_COST", "nan"),
+                        ("RECAP_VLLM_DRAFT_COST", "sometimes")):  # fmt: skip
         with monkeypatch.context() as patch:
             patch.setenv(name, value)
             with pytest.raises(ValueError, match=name):

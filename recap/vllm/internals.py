@@ -10,7 +10,8 @@ wraps call the original and do nothing else:
 - ``propose_draft_token_ids(scheduler_output, sampled_token_ids, ...)``: the committed tokens of each
   batch row (``input_batch.token_ids_cpu``, ``num_tokens_no_spec``, ``num_prompt_tokens``, ``req_ids``)
   go to `RecapProposer.draft`, whose chains are the step's drafts;
-- ``_update_states(scheduler_output)``: ``finished_req_ids`` (finished or aborted) go to
+- ``_update_states(scheduler_output)``: a step starts: its ``total_num_scheduled_tokens`` go to
+  `RecapProposer.step` (which times the steps), ``finished_req_ids`` (finished or aborted) to
   `RecapProposer.finish`.
 
 Made for `VLLM_VERSION`; `check` fails loudly (RuntimeError naming what moved) when another version
@@ -45,6 +46,8 @@ WRAPPED = {
 BATCH_ATTRIBUTES = ("req_ids", "num_reqs", "token_ids_cpu", "num_tokens_no_spec", "num_prompt_tokens")
 #: Fields of vLLM's `SpecDecodeMetadata` read by the wraps.
 METADATA_FIELDS = ("draft_token_ids", "num_draft_tokens")
+#: Fields of vLLM's `SchedulerOutput` read by the wraps.
+SCHEDULER_FIELDS = ("total_num_scheduled_tokens", "finished_req_ids")
 
 
 def runner_class() -> type:
@@ -57,6 +60,7 @@ def runner_class() -> type:
 def check() -> None:
     """Raise RuntimeError naming each method, parameter or field the wraps need and this vLLM lacks."""
     import vllm
+    from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 
     runner, missing = runner_class(), []
@@ -68,8 +72,9 @@ def check() -> None:
         names = list(inspect.signature(function).parameters)[1 : 1 + len(wanted)]
         if tuple(names) != wanted:
             missing.append(f"GPUModelRunner.{method}{tuple(wanted)} (it takes {tuple(names)})")
-    fields = getattr(SpecDecodeMetadata, "__dataclass_fields__", {})
-    missing += [f"SpecDecodeMetadata.{name}" for name in METADATA_FIELDS if name not in fields]
+    for kind, names in ((SpecDecodeMetadata, METADATA_FIELDS), (SchedulerOutput, SCHEDULER_FIELDS)):
+        fields = getattr(kind, "__dataclass_fields__", {})
+        missing += [f"{kind.__name__}.{name}" for name in names if name not in fields]
     if missing:
         raise RuntimeError(
             f"vLLM {vllm.__version__} moved what RECAP's proposer reads (written for {VLLM_VERSION}): "
@@ -147,8 +152,10 @@ def _wrap_update(original):
     @functools.wraps(original)
     def _update_states(self, scheduler_output, *args, **kwargs):
         proposer = _recap(self)
-        if proposer is not None and scheduler_output.finished_req_ids:
-            proposer.finish(scheduler_output.finished_req_ids)
+        if proposer is not None:
+            proposer.step(scheduler_output.total_num_scheduled_tokens)
+            if scheduler_output.finished_req_ids:
+                proposer.finish(scheduler_output.finished_req_ids)
         return original(self, scheduler_output, *args, **kwargs)
 
     return _update_states

@@ -24,8 +24,10 @@ Settings (environment variables, read when vLLM builds the proposer):
 ``RECAP_VLLM_MEMORY``: a saved persistent memory (this project's safetensors file, made for the same
 model) to start from; ``RECAP_VLLM_BUDGET``: nodes the search grows before the chain is cut (default
 `DEFAULT_BUDGET`); ``RECAP_VLLM_CONTEXT_SCOPE``: ``request`` (default) or ``stream``;
-``RECAP_VLLM_DRAFT_COST``: what verifying one draft costs as a share of a pass, so that a chain is cut
-where more drafts would commit fewer tokens per unit of cost (default `DEFAULT_DRAFT_COST`: never cut).
+``RECAP_VLLM_DRAFT_COST``: ``auto`` (the default) cuts the batch's chains where more drafts would
+commit fewer tokens per second, on a line of a step's time against its tokens learnt from the engine's
+own steps (`recap.vllm.cost`); a number is what verifying one draft costs as a share of a pass, each
+request's chain cut alone by it (0: never cut, chains of k whenever the memories offer them).
 """
 
 from __future__ import annotations
@@ -49,14 +51,15 @@ from recap.memory.persistent import PersistentMemory
 from recap.models.families import placeholder_ids
 from recap.tree import DraftTree
 from recap.verify import Acceptance
+from recap.vllm.cost import PassCost, batch_lengths
 from recap.vllm.records import RECORD_K, Pass, Row
 
 logger = logging.getLogger(__name__)
 
 #: Nodes the search grows per request and step before the best chain of k is cut from them.
 DEFAULT_BUDGET = 16
-#: What verifying one draft costs, as a share of a pass (`RecapDrafter.propose_chain`): 0 never cuts.
-DEFAULT_DRAFT_COST = 0.0
+#: ``RECAP_VLLM_DRAFT_COST``'s default: chains cut across the batch by the pass cost learnt (`PassCost`).
+AUTO = "auto"
 
 
 @dataclass
@@ -69,13 +72,15 @@ class Running:
 
 @dataclass
 class ProposerStats:
-    """What the proposer did so far: passes observed, drafts proposed and accepted, and its own CPU
+    """What the proposer did so far: passes observed, drafts proposed, expected and accepted, its own CPU
     time (this thread's) in `draft` (``cpu_seconds``) and in the runner hook's top-k for `record`
     (``record_seconds``)."""
 
     passes: int = 0
     proposed: int = 0
     accepted: int = 0
+    #: The path estimates of the drafts proposed, added up: what the proposer expected to be accepted.
+    expected: float = 0.0
     cpu_seconds: float = 0.0
     record_seconds: float = 0.0
     steps: int = 0
@@ -92,12 +97,18 @@ class RecapProposer:
         self.max_model_len = int(model.max_model_len)
         self.vocab_size = int(model.get_vocab_size())
         budget = _setting("RECAP_VLLM_BUDGET", DEFAULT_BUDGET, int, "a whole number of nodes >= 1")
-        self.draft_cost = _setting("RECAP_VLLM_DRAFT_COST", DEFAULT_DRAFT_COST, float, "a number >= 0")
-        if budget < 1 or not 0 <= self.draft_cost < float("inf"):
+        cost = os.environ.get("RECAP_VLLM_DRAFT_COST", "").strip() or AUTO
+        #: A draft's share of a pass (each chain cut alone), or None: cut across the batch (`pass_cost`).
+        self.draft_cost = None if cost == AUTO else _setting("RECAP_VLLM_DRAFT_COST", 0.0, float,
+                                                             "'auto' or a number >= 0")  # fmt: skip
+        if budget < 1 or not (self.draft_cost is None or 0 <= self.draft_cost < float("inf")):
             raise ValueError(
-                f"RECAP_VLLM_BUDGET must be >= 1 and RECAP_VLLM_DRAFT_COST a number >= 0, got {budget} "
-                f"and {self.draft_cost}"
+                f"RECAP_VLLM_BUDGET must be >= 1 and RECAP_VLLM_DRAFT_COST 'auto' or a number >= 0, got "
+                f"{budget} and {cost!r}"
             )
+        #: The line of an engine step's wall-clock time against its tokens (`step` feeds it).
+        self.pass_cost = PassCost()
+        self._step: tuple[float, int] | None = None
         scope = os.environ.get("RECAP_VLLM_CONTEXT_SCOPE", "request")
         if scope not in ("request", "stream"):
             raise ValueError(f"RECAP_VLLM_CONTEXT_SCOPE must be 'request' or 'stream', got {scope!r}")
@@ -139,6 +150,14 @@ class RecapProposer:
         )
 
     # ------------------------------------------------------------------------------ from the hooks
+    def step(self, tokens: int) -> None:
+        """An engine step starts, computing ``tokens`` tokens: the step before it ended now, so its
+        wall-clock time goes to `pass_cost` with its tokens."""
+        now = time.perf_counter()
+        if self._step is not None:
+            self.pass_cost.add(self._step[1], now - self._step[0])
+        self._step = (now, int(tokens))
+
     def record(self, passes: Iterable[Pass]) -> None:
         """This step's verification passes (before sampling), one per request in the batch."""
         self._passes = {p.req_id: p for p in passes}
@@ -148,10 +167,9 @@ class RecapProposer:
         nothing this step: a prefill still in progress)."""
         start = time.thread_time()
         passes, self._passes = self._passes, {}
-        drafts = []
+        drafting: list[Running] = []  # the rows that commit this step, in order
         for row in rows:
             if not len(row.sampled):
-                drafts.append([])
                 continue
             running = self.requests.get(row.req_id)
             if running is None:
@@ -159,14 +177,17 @@ class RecapProposer:
             verified = passes.get(row.req_id)
             if verified is not None:
                 self._observe(running, row, verified)
-            if row.room <= 0:
-                running.proposed = DraftTree()
-                drafts.append([])
-                continue
             length = min(self.k, row.room)
-            running.proposed = running.drafter.propose_chain(row.context, length, self.draft_cost)
-            drafts.append(list(running.proposed.tokens))
-            self.stats.proposed += len(running.proposed)
+            if length > 0:
+                running.proposed = running.drafter.propose_chain(row.context, length, self.draft_cost or 0.0)
+            else:
+                running.proposed = DraftTree()
+            drafting.append(running)
+        self._cut(drafting)
+        by_row = iter(drafting)
+        drafts = [list(next(by_row).proposed.tokens) if len(row.sampled) else [] for row in rows]
+        self.stats.proposed += sum(len(running.proposed) for running in drafting)
+        self.stats.expected += sum(sum(running.proposed.scores) for running in drafting)
         self.stats.cpu_seconds += time.thread_time() - start
         self.stats.steps += 1
         return drafts
@@ -179,6 +200,17 @@ class RecapProposer:
                 running.drafter.end()
 
     # ------------------------------------------------------------------------------------ helpers
+    def _cut(self, drafting: list[Running]) -> None:
+        """With ``auto`` cost, cut the batch's chains where more drafts would commit fewer tokens per
+        second (`batch_lengths` on the learnt `pass_cost`; whole chains until it has a line)."""
+        line = self.pass_cost.line() if self.draft_cost is None else None
+        if line is None or not drafting:
+            return
+        chains = [np.asarray(running.proposed.scores, dtype=np.float64) for running in drafting]
+        for running, count in zip(drafting, batch_lengths(chains, *line)):
+            if count < len(running.proposed):
+                running.proposed = running.drafter.shorten(count)
+
     def _begin(self, row: Row) -> Running:
         drafter = RecapDrafter(self.config, persistent=self.stream, explicit_end=True)
         prompt = tuple(int(t) for t in row.context[: row.prompt_length])

@@ -43,12 +43,15 @@ class Row:
 
 @runtime_checkable
 class Recorder(Protocol):
-    """A proposer the runner hooks serve: it records verified passes, drafts for rows, and forgets
-    finished requests (`recap.vllm.proposer.RecapProposer`)."""
+    """A proposer the runner hooks serve: it hears when each engine step starts and how many tokens it
+    computes, records verified passes, drafts for rows, and forgets finished requests
+    (`recap.vllm.proposer.RecapProposer`)."""
 
     k: int
     max_model_len: int
     vocab_size: int
+
+    def step(self, tokens: int) -> None: ...
 
     def record(self, passes: Iterable[Pass]) -> None: ...
 

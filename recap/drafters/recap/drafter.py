@@ -230,6 +230,16 @@ class RecapDrafter:
         self._propose_seconds = time.thread_time() - start
         return tree
 
+    def shorten(self, count: int) -> DraftTree:
+        """The chain `propose_chain` just proposed, cut to its first ``count`` drafts (a cut decided
+        across a batch: `recap.vllm.cost.batch_lengths`); `observe` then learns from the shorter one."""
+        tree = self._proposed
+        if tree is None or self._growth is None or count >= len(tree):
+            return tree if tree is not None else DraftTree()
+        self._growth, self._kept = restrict(self._growth, list(range(max(count, 0)))), max(count, 0)
+        self._proposed = select(self._growth)
+        return self._proposed
+
     def _propose(self, context: Sequence[int]) -> DraftTree:
         self._forget_proposal()
         if len(context) == 0:
