@@ -1,4 +1,4 @@
-"""Telling a scene of an embedded world from any other image (`recap.embedded.grid.SceneLikeness`): every
+"""Telling a scene of an embedded world from any other image (`recap.embedded.grid.SceneDrawing`): every
 shipped example and held-out scene is one, also as the studio or a visitor may have resized or compressed
 it; photos, drawings across the image and blank images are not."""
 

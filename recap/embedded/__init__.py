@@ -60,7 +60,7 @@ class World(Protocol):
     ) -> bool: ...
 
     def looks_like_scene(self, image: Image.Image) -> bool:
-        """Whether ``image`` looks like one of this world's scenes, from its pixels (`grid.SceneLikeness`):
+        """Whether ``image`` looks like one of this world's scenes, from its pixels (`grid.SceneDrawing`):
         the studio warns that a photo, say, gets a scene-style answer from a model of this world."""
         ...
 

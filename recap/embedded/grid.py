@@ -5,7 +5,7 @@ A world brings its vocabulary (kinds, colours, sizes, jitter, image size, how a 
 question/answer text; this module holds the rest, once: the shape and scene value objects, sampling a
 scene from a ``numpy.random.Generator``, painting it (an RGB image or a map of shape indices), the
 held-out seed ranges and the held-out example sets, judging an answer by its facts, and telling a scene
-from any other image (`SceneLikeness`). Only PIL and numpy are used, no torch.
+from any other image (`SceneDrawing`). Only PIL and numpy are used, no torch.
 """
 
 from __future__ import annotations
@@ -131,26 +131,6 @@ def star_points(cx: float, cy: float, r: float) -> list[tuple[float, float]]:
     return pts
 
 
-def paint_scene(
-    scene: Scene, image_size: int, colours: Mapping[str, tuple[int, int, int]], draw_shape: DrawShape
-) -> Image.Image:
-    """``scene`` as an ``image_size`` square RGB image on a white background (no anti-aliasing)."""
-    img = Image.new("RGB", (image_size, image_size), BACKGROUND)
-    draw = ImageDraw.Draw(img)
-    for shape in scene.shapes:
-        draw_shape(draw, shape, colours[shape.colour], BACKGROUND)
-    return img
-
-
-def paint_index_map(scene: Scene, image_size: int, draw_shape: DrawShape) -> np.ndarray:
-    """``(image_size, image_size)`` uint8 map: 0 for background, i + 1 where ``scene.shapes[i]`` is drawn."""
-    img = Image.new("L", (image_size, image_size), 0)
-    draw = ImageDraw.Draw(img)
-    for i, shape in enumerate(scene.shapes):
-        draw_shape(draw, shape, i + 1, 0)
-    return np.asarray(img, dtype=np.uint8)
-
-
 # ---------------------------------------------------------------------------------------- likeness
 #: How far (RGB distance) a pixel may lie from a drawing colour and still count as drawn in it: half the
 #: smallest gap between two colours of world v2, so a resized or re-compressed scene keeps its colours.
@@ -165,14 +145,35 @@ MIN_SHAPE_PIXELS = 2
 
 
 @dataclass(frozen=True)
-class SceneLikeness:
-    """What a world's drawing looks like, to tell its scenes from other images (`looks_like`)."""
+class SceneDrawing:
+    """How a world draws its scenes, and how its scenes are told from other images (`looks_like`).
+
+    A world's `render_scene`, `shape_index_map` and `looks_like_scene` are its drawing's `render`,
+    `index_map` and `looks_like`."""
 
     image_size: int
-    colours: tuple[tuple[int, int, int], ...]  # the shapes' colours (the background is BACKGROUND)
+    colours: Mapping[str, tuple[int, int, int]]  # the shapes' colours by name (the background: BACKGROUND)
+    draw_shape: DrawShape
     #: The widest a shape is drawn, in px of ``image_size`` (twice the largest radius, plus one).
     shape_extent: int
     max_shapes: int
+
+    def render(self, scene: Scene) -> Image.Image:
+        """``scene`` as an ``image_size`` square RGB image on a white background (no anti-aliasing)."""
+        img = Image.new("RGB", (self.image_size, self.image_size), BACKGROUND)
+        draw = ImageDraw.Draw(img)
+        for shape in scene.shapes:
+            self.draw_shape(draw, shape, self.colours[shape.colour], BACKGROUND)
+        return img
+
+    def index_map(self, scene: Scene) -> np.ndarray:
+        """``(image_size, image_size)`` uint8 map: 0 for background, i + 1 where ``scene.shapes[i]`` is
+        drawn."""
+        img = Image.new("L", (self.image_size, self.image_size), 0)
+        draw = ImageDraw.Draw(img)
+        for i, shape in enumerate(scene.shapes):
+            self.draw_shape(draw, shape, i + 1, 0)
+        return np.asarray(img, dtype=np.uint8)
 
     def looks_like(self, image: Image.Image) -> bool:
         """Whether ``image`` looks like a scene of this world, decided from its pixels only.
@@ -188,7 +189,7 @@ class SceneLikeness:
         """
         size = self.image_size
         pixels = np.asarray(image.convert("RGB").resize((size, size), Image.Resampling.NEAREST), np.int32)
-        palette = np.array([BACKGROUND, *self.colours], dtype=np.int32)
+        palette = np.array([BACKGROUND, *self.colours.values()], dtype=np.int32)
         distance = ((pixels[:, :, None, :] - palette[None, None]) ** 2).sum(axis=-1)
         label = np.where(distance.min(axis=-1) <= COLOUR_TOLERANCE**2, distance.argmin(axis=-1), -1)
         if (label >= 0).mean() < MIN_DRAWN_SHARE or (label == 0).mean() < MIN_BACKGROUND_SHARE:

@@ -49,7 +49,7 @@ import re
 from functools import partial
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import ImageDraw
 
 from recap.embedded import grid
 
@@ -82,7 +82,8 @@ MAX_SHAPES = 3
 _RADIUS = {"small": 7, "large": 10}
 _JITTER = {"small": 2, "large": 0}
 
-_QUESTIONS: dict[str, tuple[str, ...]] = {
+#: The question phrasings the embedded model v1 was trained on (``{kind}``: the asked shape's kind).
+TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {
     "describe": (
         "Describe the image.",
         "What do you see?",
@@ -183,23 +184,11 @@ def _draw(draw: ImageDraw.ImageDraw, shape: Shape, fill: Fill, background: Fill)
         draw.polygon(poly, fill=fill)
 
 
-def render_scene(scene: Scene) -> Image.Image:
-    """Render ``scene`` as a 64x64 RGB image on a white background (no anti-aliasing)."""
-    return grid.paint_scene(scene, IMAGE_SIZE, COLOURS, _draw)
-
-
-def shape_index_map(scene: Scene) -> np.ndarray:
-    """(64, 64) uint8 map: 0 for background, i + 1 where ``scene.shapes[i]`` is drawn."""
-    return grid.paint_index_map(scene, IMAGE_SIZE, _draw)
-
-
-#: How this world's scenes look (its size, colours, largest shape), to tell them from other images.
-LIKENESS = grid.SceneLikeness(IMAGE_SIZE, tuple(COLOURS.values()), 2 * max(_RADIUS.values()) + 1, MAX_SHAPES)
-
-
-def looks_like_scene(image: Image.Image) -> bool:
-    """Whether ``image`` looks like a scene of this world (its pixels only: `grid.SceneLikeness`)."""
-    return LIKENESS.looks_like(image)
+#: How this world draws its scenes (its size, colours, shapes) and tells them from other images.
+DRAWING = grid.SceneDrawing(IMAGE_SIZE, COLOURS, _draw, 2 * max(_RADIUS.values()) + 1, MAX_SHAPES)
+render_scene = DRAWING.render  # a 64x64 RGB image of a scene
+shape_index_map = DRAWING.index_map  # (64, 64) uint8: 0 background, i + 1 where shape i is drawn
+looks_like_scene = DRAWING.looks_like  # whether an image looks like a scene of this world (its pixels)
 
 
 def _noun_phrase(shape: Shape, with_size: bool = True) -> str:
@@ -249,7 +238,7 @@ def make_question(
 ) -> tuple[str, str]:
     """A (question, reference answer) pair; phrasing and asked shape are drawn from ``rng``
     (from `REPHRASED_QUESTIONS` instead of the training templates when ``rephrased``)."""
-    templates = (REPHRASED_QUESTIONS if rephrased else _QUESTIONS)[qtype]
+    templates = (REPHRASED_QUESTIONS if rephrased else TRAINING_QUESTIONS)[qtype]
     template = templates[int(rng.integers(len(templates)))]
     target = scene.shapes[int(rng.integers(scene.count))].kind
     return template.format(kind=target), reference_answer(scene, qtype, target)

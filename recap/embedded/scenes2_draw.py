@@ -16,7 +16,7 @@ public names. The grid, the scene objects, sampling and painting are shared with
 from __future__ import annotations
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import ImageDraw
 
 from recap.embedded import grid
 from recap.embedded.grid import GRID, Fill, GridShape, Scene
@@ -121,20 +121,8 @@ def _draw(draw: ImageDraw.ImageDraw, shape: Shape, fill: Fill, background: Fill)
         raise ValueError(f"unknown kind {shape.kind!r}")
 
 
-def render_scene(scene: Scene) -> Image.Image:
-    """Render ``scene`` as a 96x96 RGB image on a white background (no anti-aliasing)."""
-    return grid.paint_scene(scene, IMAGE_SIZE, COLOURS, _draw)
-
-
-def shape_index_map(scene: Scene) -> np.ndarray:
-    """(96, 96) uint8 map: 0 for background, i + 1 where ``scene.shapes[i]`` is drawn."""
-    return grid.paint_index_map(scene, IMAGE_SIZE, _draw)
-
-
-#: How this world's scenes look (its size, colours, largest shape), to tell them from other images.
-LIKENESS = grid.SceneLikeness(IMAGE_SIZE, tuple(COLOURS.values()), 2 * max(_RADIUS.values()) + 1, MAX_SHAPES)
-
-
-def looks_like_scene(image: Image.Image) -> bool:
-    """Whether ``image`` looks like a scene of this world (its pixels only: `grid.SceneLikeness`)."""
-    return LIKENESS.looks_like(image)
+#: How this world draws its scenes (its size, colours, shapes) and tells them from other images.
+DRAWING = grid.SceneDrawing(IMAGE_SIZE, COLOURS, _draw, 2 * max(_RADIUS.values()) + 1, MAX_SHAPES)
+render_scene = DRAWING.render  # a 96x96 RGB image of a scene
+shape_index_map = DRAWING.index_map  # (96, 96) uint8: 0 background, i + 1 where shape i is drawn
+looks_like_scene = DRAWING.looks_like  # whether an image looks like a scene of this world (its pixels)

@@ -9,14 +9,13 @@
 from __future__ import annotations
 
 from recap.embedded.scenes import REPHRASED_QUESTIONS as _V1_REPHRASED
+from recap.embedded.scenes import TRAINING_QUESTIONS as _V1_TRAINING
 
+#: The phrasings the embedded model v2 was trained on: world v1's (`recap.embedded.scenes.TRAINING_QUESTIONS`)
+#: first, then v2's own, and the relation and detail types.
 TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {
     "describe": (
-        "Describe the image.",
-        "What do you see?",
-        "What is in this picture?",
-        "Describe this scene.",
-        "What does the image show?",
+        *_V1_TRAINING["describe"],
         "Briefly describe the picture.",
         "What is shown here?",
         "Summarize the image.",
@@ -24,10 +23,7 @@ TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {
         "Give a short summary of the scene.",
     ),
     "colour": (
-        "What colour is the {kind}?",
-        "What color is the {kind}?",
-        "Which colour does the {kind} have?",
-        "Tell me the colour of the {kind}.",
+        *_V1_TRAINING["colour"],
         "What is the colour of the {kind}?",
         "What color is the {kind} in the image?",
         "The {kind} is which colour?",
@@ -35,10 +31,7 @@ TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {
         "What is the color of the {kind} in this picture?",
     ),
     "count": (
-        "How many shapes are there?",
-        "How many shapes are in the image?",
-        "Count the shapes.",
-        "How many objects can you see?",
+        *_V1_TRAINING["count"],
         "How many shapes do you see?",
         "Count the objects in the picture.",
         "How many shapes does the image contain?",
@@ -46,10 +39,7 @@ TRAINING_QUESTIONS: dict[str, tuple[str, ...]] = {
         "Give the number of shapes in the image.",
     ),
     "position": (
-        "Where is the {kind}?",
-        "Where is the {kind} located?",
-        "In which part of the image is the {kind}?",
-        "Where can you find the {kind}?",
+        *_V1_TRAINING["position"],
         "Where is the {kind} in the image?",
         "What is the position of the {kind}?",
         "Which part of the picture shows the {kind}?",

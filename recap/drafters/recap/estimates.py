@@ -104,6 +104,11 @@ class Counting(NamedTuple):
     buckets: int
 
 
+def _count_view(table: str, column: int) -> property:
+    """A read-only property: column ``column`` (`SEEN` or `HITS`) of the count table ``table``, a view."""
+    return property(lambda model: getattr(model, table)[:, column])
+
+
 class AcceptanceModel(Guarded):
     """Online hit rates per candidate kind, shared by the requests of one stream (thread-safe updates).
 
@@ -131,21 +136,10 @@ class AcceptanceModel(Guarded):
             setattr(self, name, aligned)
 
     # Counts per kind (views of the tables; after decay, not integers).
-    @property
-    def seen_fine(self) -> np.ndarray:
-        return self._fine[:, SEEN]
-
-    @property
-    def hits_fine(self) -> np.ndarray:
-        return self._fine[:, HITS]
-
-    @property
-    def seen_coarse(self) -> np.ndarray:
-        return self._coarse[:, SEEN]
-
-    @property
-    def hits_coarse(self) -> np.ndarray:
-        return self._coarse[:, HITS]
+    seen_fine = _count_view("_fine", SEEN)
+    hits_fine = _count_view("_fine", HITS)
+    seen_coarse = _count_view("_coarse", SEEN)
+    hits_coarse = _count_view("_coarse", HITS)
 
     def __len__(self) -> int:
         """Labels learnt so far (after decay)."""
