@@ -87,7 +87,7 @@ PAPER_MODELS = (
 )
 #: The real VLM a server without a GPU offers when it reaches the hub (``RECAP_CPU_HUB_MODEL``): the
 #: smallest SmolVLM, 256M parameters (about 1 GB in float32). SmolVLM-500M-Instruct, the same family, also
-#: fits a 2-vCPU, 16 GB Space's memory; its speed there was not measured.
+#: fits a 2-vCPU, 16 GB Space's memory, but its passes cost about twice as much (docs/studio.md).
 CPU_HUB_MODEL = "HuggingFaceTB/SmolVLM-256M-Instruct"
 #: Seconds the start waits for the hub's answer to `hub_reachable`'s HEAD request.
 HUB_PROBE_S = 3.0
