@@ -87,7 +87,7 @@ def _generate(args: argparse.Namespace) -> int:
     elif memory_file is not None and memory_file.exists():
         try:
             loaded = runtime.load_persistent_memory(memory_file, method=args.method, strict=True)
-            seed_successors(runtime.successor_matrix(), loaded)  # TR starts from the same records
+            seed_successors(runtime.state.successors(), loaded)  # TR starts from the same records
             memory_note = f"{memory_file}, {len(loaded)} tokens known"
         except (ValueError, OSError) as error:
             log.warning("%s; the file is left as it is and will not be overwritten", error)

@@ -18,8 +18,6 @@ import torch
 
 from recap.drafters import DEFAULT_METHOD, Drafter
 from recap.drafters.recap.config import RecapConfig
-from recap.drafters.suffix_decoding import SuffixTreeCache
-from recap.drafters.token_recycling import SuccessorMatrix
 from recap.memory.fingerprint import model_fingerprint
 from recap.memory.persistent import PersistentMemory
 from recap.models import TargetModel
@@ -73,7 +71,9 @@ def parse_budget(value: str | int) -> str | int:
 
 
 class Runtime:
-    """One target model plus the state its drafters share across requests (``state``; thread-safe)."""
+    """One target model plus the state its drafters share across requests (``state``; thread-safe):
+    ``state.persistent(method, k)``, ``state.successors()`` and ``state.suffix_cache()`` are the
+    memories this runtime's drafters share unless given another `DrafterState`."""
 
     def __init__(self, target: TargetModel) -> None:
         self.target = target
@@ -121,11 +121,6 @@ class Runtime:
         """The tree-cost curve if a cost-aware drafter has measured it already (never measures)."""
         return self._cost
 
-    def persistent_memory(self, k: int = 8, method: str = DEFAULT_METHOD) -> PersistentMemory:
-        """The persistent token memory this runtime's ``method`` drafters share (one per method, so
-        an ablation never learns from another method's trees)."""
-        return self.state.persistent(method, k)
-
     def load_persistent_memory(
         self, path: str | Path, k: int = 8, method: str = DEFAULT_METHOD, strict: bool = False
     ) -> PersistentMemory:
@@ -147,18 +142,7 @@ class Runtime:
 
     def save_persistent_memory(self, path: str | Path, k: int = 8, method: str = DEFAULT_METHOD) -> None:
         """Save ``method``'s memory atomically, tagged with this model's fingerprint."""
-        self.persistent_memory(k, method).save(path, model_fingerprint(self.target))
-
-    def successor_matrix(self) -> SuccessorMatrix:
-        """The process-wide Token Recycling matrix of this model (hot start across requests)."""
-        return self.state.successors()
-
-    def suffix_cache(self) -> SuffixTreeCache:
-        """The process-wide SuffixDecoding cache of this model (its global tree keeps every response).
-
-        Built on first use; raises ValueError naming the install command without ``arctic-inference``.
-        """
-        return self.state.suffix_cache()
+        self.state.persistent(method, k).save(path, model_fingerprint(self.target))
 
     def drafter(
         self,

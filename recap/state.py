@@ -167,19 +167,6 @@ class DrafterState:
                 self._suffix_cache = SuffixTreeCache.for_config(self.suffix_config or SuffixConfig())
             return self._suffix_cache
 
-    def options(self, method: str, config: RecapConfig) -> dict[str, Any]:
-        """The parts ``method`` needs (`recap.drafters.shared_state`) as `make_drafter` options (the
-        cost model, a property of the device rather than of the scope, is never among them)."""
-        needs = shared_state(method, config)
-        options: dict[str, Any] = {}
-        if "persistent" in needs:
-            options["persistent"] = self.stream(method, config.k)
-        if "successors" in needs:
-            options["successors"] = self.successors()
-        if "suffix_cache" in needs:
-            options["suffix_cache"] = self.suffix_cache()
-        return options
-
     # ---------------------------------------------------------------------------------------- reset
     def reset(self, empty: bool = False) -> None:
         """Every part back to the start (``empty``: to nothing, from now on), in place."""
@@ -223,10 +210,18 @@ def copy_records(source: PersistentMemory, memory: PersistentMemory) -> int:
 def build_drafter(
     method: str, state: DrafterState, config: RecapConfig, cost_model: Callable[[], CostModel] | None = None
 ) -> Drafter:
-    """The drafter ``method`` with ``config`` on ``state``'s parts (only those it declares, created on
-    first use) and ``state``'s SuffixDecoding settings; ``cost_model()`` gives the device's tree-cost curve
-    when the budget is ``"auto"`` (None: none, the budget's fallback)."""
-    options = state.options(method, config)
-    if cost_model is not None and "cost_model" in shared_state(method, config):
+    """The drafter ``method`` with ``config`` on ``state``'s parts (only those it declares,
+    `recap.drafters.shared_state`, created on first use) and ``state``'s SuffixDecoding settings;
+    ``cost_model()`` gives the device's tree-cost curve when the budget is ``"auto"`` (None: none, the
+    budget's fallback)."""
+    needs = shared_state(method, config)
+    options: dict[str, Any] = {}
+    if "persistent" in needs:
+        options["persistent"] = state.stream(method, config.k)
+    if "successors" in needs:
+        options["successors"] = state.successors()
+    if "suffix_cache" in needs:
+        options["suffix_cache"] = state.suffix_cache()
+    if "cost_model" in needs and cost_model is not None:
         options["cost_model"] = cost_model()
     return make_drafter(method, config=config, suffix_config=state.suffix_config, **options)

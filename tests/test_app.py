@@ -508,7 +508,7 @@ def test_reset_clears_only_this_sessions_memories(served):
     from recap.runtime import Runtime
 
     reset = next(fn.fn for fn in served.demo.fns.values() if fn.api_name == "reset")
-    shared = Runtime(tiny("llava")).persistent_memory()  # a shared memory is never touched here
+    shared = Runtime(tiny("llava")).state.persistent()  # a shared memory is never touched here
     mine = {TINY: {"k": 8}, MISSING: {"k": 8}}
     infos = []
     original = gr.Info

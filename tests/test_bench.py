@@ -158,13 +158,13 @@ def test_markdown_and_charts_are_written(bench_dir):
 def test_text_model_has_no_sensitivity_split():
     samples = [Sample("the cat is", [], "a"), Sample("the dog is", [], "b")]
     runtime = Runtime(tiny("llama"))
-    shared = runtime.persistent_memory()  # process-wide: other tests may have filled it already
+    shared = runtime.state.persistent()  # process-wide: other tests may have filled it already
     before = shared.filled.copy()
     result = run_benchmark(runtime, samples, ["recap", "tr"], max_new_tokens=8, warmup=1, progress=False)
     assert result.methods["recap"].accept_sensitive is None and result.methods["recap"].match_rate == 1.0
     assert result.methods["ar"].accept_insensitive is None
     # the run used fresh memories of its own: the runtime's process-wide ones were never written
-    assert (shared.filled == before).all() and not runtime.successor_matrix().ids.any()
+    assert (shared.filled == before).all() and not runtime.state.successors().ids.any()
 
 
 def test_warm_up_requests_never_touch_the_measured_memories():

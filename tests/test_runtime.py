@@ -19,7 +19,7 @@ def test_drafters_share_memories_per_method():
     runtime = Runtime(tiny("llava"))
     first, again, ablation = (runtime.drafter(m, budget=8) for m in ("recap", "recap", "recap-uniform"))
     # the same memory for every request of a method, none shared between methods
-    assert first.persistent is again.persistent is runtime.persistent_memory(8, "recap")
+    assert first.persistent is again.persistent is runtime.state.persistent("recap", 8)
     assert ablation.persistent is not first.persistent
     assert runtime.drafter("tr").successors is runtime.drafter("tr").successors
 
@@ -43,7 +43,7 @@ def test_parse_budget_rejects(value):
 
 def test_memory_file_round_trip_through_runtime(tmp_path):
     runtime = Runtime(tiny("llava"))
-    memory = runtime.persistent_memory()
+    memory = runtime.state.persistent()
     memory.write_many([5], [[6, 7, 0, 0, 0, 0, 0, 0]], [[0.9, 0.1, 0, 0, 0, 0, 0, 0]])
     path = tmp_path / "p1.safetensors"
     runtime.save_persistent_memory(path)

@@ -357,13 +357,13 @@ def test_a_cancelled_stream_is_stopped_and_the_next_request_is_lossless():
 
 def test_runtime_shares_one_cache_per_model():
     runtime = Runtime(tiny("llama"))
-    assert runtime.drafter("suffix").cache is runtime.drafter("suffix").cache is runtime.suffix_cache()
+    assert runtime.drafter("suffix").cache is runtime.drafter("suffix").cache is runtime.state.suffix_cache()
     config = SuffixConfig(max_spec_tokens=4)
     assert (
         runtime.drafter(
             "suffix",
             state=DrafterState.given(
-                runtime.target.vocab_size, suffix_cache=runtime.suffix_cache(), suffix_config=config
+                runtime.target.vocab_size, suffix_cache=runtime.state.suffix_cache(), suffix_config=config
             ),
         ).config.max_spec_tokens
         == 4
