@@ -68,6 +68,7 @@ EMBEDDED = [EMBEDDED_V2_ID, EMBEDDED_V1_ID]
         (False, {"SPACE_ID": "org/space"}, None, False, [*EMBEDDED, CPU_HUB_MODEL]),  # a Space: not asked
         (False, {"RECAP_CPU_HUB_MODEL": "off"}, None, False, EMBEDDED),
         (False, {"RECAP_CPU_HUB_MODEL": "org/other-vlm"}, True, False, [*EMBEDDED, "org/other-vlm"]),
+        (False, {"RECAP_CPU_HUB_MODEL": "/no/such/folder"}, None, False, EMBEDDED),  # never asks the hub
         (True, {}, None, False, [*EMBEDDED, *PAPER_MODELS]),  # a GPU: the paper's models instead
     ],
 )  # fmt: skip

@@ -146,11 +146,12 @@ def hub_reachable(model_id: str) -> bool:
     """Whether ``model_id`` can be loaded from here: a local folder, a model in the local hub cache, or
     (not offline) on a Space or where the hub answers a HEAD request for it (`HUB_PROBE_S` seconds at
     most, asked once per process). Logged, with how it was judged."""
-    if Path(model_id).expanduser().is_dir():
-        return True
-    from huggingface_hub import constants, try_to_load_from_cache
+    from huggingface_hub import constants
 
-    if isinstance(try_to_load_from_cache(model_id, "config.json"), str):
+    if model_id.startswith((".", "/", "~")) or model_id.count("/") > 1:  # a folder (as TargetModel.load)
+        reachable = Path(model_id).expanduser().is_dir()
+        reason = "a local folder" if reachable else "no such folder"
+    elif _in_hub_cache(model_id):
         reason, reachable = "in the local hub cache", True
     elif os.environ.get("RECAP_OFFLINE") or constants.HF_HUB_OFFLINE:
         reason, reachable = "offline (RECAP_OFFLINE or HF_HUB_OFFLINE)", False
@@ -161,6 +162,16 @@ def hub_reachable(model_id: str) -> bool:
         reason = "the hub answered" if reachable else f"no answer from the hub within {HUB_PROBE_S:g} s"
     log.info("%s %s: %s", "offering" if reachable else "not offering", model_id, reason)
     return reachable
+
+
+def _in_hub_cache(model_id: str) -> bool:
+    """Whether ``model_id``'s configuration is in the local hub cache (False for an id the hub refuses)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(model_id, "config.json"), str)
+    except ValueError:
+        return False
 
 
 @functools.cache
