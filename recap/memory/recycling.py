@@ -3,8 +3,9 @@
 After a verification pass, every position whose logits the pass computed (the pending committed
 tokens and every tree node, accepted or rejected) writes its record under the 1-, 2- and 3-token keys
 that end there; a tree node's key follows its own path. Token Recycling writes the 1-token keys only
-(`recap.drafters.token_recycling`), the hot start the same (`recap.hotstart`), RECAP all three in one
-compiled call (`recap.drafters.recap.recycle`).
+(`recap.drafters.token_recycling`), the hot start averages the committed rows' 1-token records
+(`recap.hotstart.AveragedRecords`), RECAP writes all three in one compiled call
+(`recap.drafters.recap.recycle`).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def recycling_keys(
 
 @numba.njit(cache=True, nogil=True)
 def recycling_keys_compiled(segment, low, positions, parents, tokens, accepted, excluded, last, before_last):
-    """`recycling_keys` on arrays: ``segment`` is the context from index ``low`` on."""
+    """`recycling_keys` on arrays, for compiled callers (`recap.drafters.recap.recycle`): ``segment`` is
+    the context from index ``low`` on, ``last`` and ``before_last`` its last two tokens (-1: none)."""
     n_pos, n_nodes = len(positions), len(tokens)
     keys = np.full((n_pos + n_nodes, 3), -1, dtype=np.int64)
     for i in range(n_pos):
