@@ -180,7 +180,7 @@ def test_the_summary_line_says_where_its_numbers_come_from():
     }
     line = measure.summary_line(summary)
     assert line.startswith("**Recorded beforehand, not on this input: 40 held-out scenes**")
-    assert "RECAP 3.75" in line and "whichever budgets are chosen above" in line
+    assert "RECAP 3.75" in line and "whichever budgets are chosen below" in line
     assert "RECAP 62% / 83%" in line and "Autoregressive 0%" not in line
     assert "python -m scripts.compare_summary --model v2 --limit 40" in line
     assert "also learn from the scenes before" in line  # a stream, unlike the table's warmed copies
@@ -243,6 +243,40 @@ def test_the_summary_line_says_how_often_a_single_scene_goes_either_way():
     assert line.endswith("Recorded with `python -m scripts.compare_summary` in the project's repository.")
     del summary["sample_wins"]  # a summary built before the counts were kept
     assert "Scene by scene" not in measure.summary_line(summary)
+
+
+def _summary(methods: dict, **more) -> dict:
+    """A benchmark summary as `scripts.compare_summary` writes it: 40 v2 scenes, ``methods``' figures."""
+    command = "python -m scripts.compare_summary --model v2 --limit 40"
+    return {"samples": 40, "budget_note": "80 nodes a pass", "command": command, "methods": methods, **more}
+
+
+def test_the_held_out_figure_leads_with_the_scene_by_scene_distribution():
+    tr = {"mat": 2.9, "accept_sensitive": 0.615, "accept_insensitive": 0.72}
+    recap = {"mat": 4.0, "accept_sensitive": 0.675, "accept_insensitive": 0.84}
+    summary = _summary({"tr": tr, "recap": recap}, sample_wins={"recap": [17, 12, 10]})
+    figure = measure.held_out_figure(summary)
+    head, _, folded = figure.partition("<details>")
+    # the distribution first: more / as many / fewer scenes, one mark a scene, and the pooled difference
+    assert "more drafts than Token Recycling on **17** scenes, as many on **12**, fewer on **10**" in head
+    assert "(the 39 with such tokens)" in head and "RECAP accepted 68% and Token Recycling 62%" in head
+    assert "(RECAP +6 points)" in head
+    assert head.count("■") == 39 and "one sample of this distribution" in head
+    # every method and the command that records it again, folded; the counts not said twice
+    assert "python -m scripts.compare_summary --model v2 --limit 40" in folded
+    assert "Scene by scene" not in folded
+    del summary["sample_wins"]  # a summary without the counts: the line alone
+    assert measure.held_out_figure(summary) == measure.summary_line(summary)
+    assert measure.held_out_figure(None) == ""
+
+
+def test_the_shipped_summaries_lead_both_tabs_with_their_distribution():
+    for model_id in ("embedded-v2", "embedded-v1"):
+        figure = measure.held_out_line(model_id)
+        summary = measure.load_summary(str(measure.EMBEDDED_FOLDERS[model_id]))
+        more, tied, fewer = summary["sample_wins"]["recap"]
+        assert f"on **{more}** scenes, as many on **{tied}**, fewer on **{fewer}**" in figure
+    assert measure.held_out_line("some/hub-model") == ""
 
 
 def test_wins_against_tr_counts_every_tree_method_but_tr():

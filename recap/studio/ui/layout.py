@@ -294,15 +294,32 @@ def _advanced(ui: dict[str, Any], scopes: tuple[str, ...]) -> None:
         )
 
 
+def _led_by_held_out(elem_id: str, intro: str) -> gr.Markdown:
+    """The head of the Compare and Sensitivity tabs: the held-out figure (`measure.held_out_line`), the
+    distribution over held-out scenes first, so that the input below reads as one sample of it; then
+    the tab's ``intro`` on this input. Returns the figure's component, which follows the chosen model
+    (`recap.studio.ui.compare`, `recap.studio.ui.sensitivity_tab`)."""
+    summary = gr.Markdown(measure.held_out_line(DEFAULT_MODEL_ID), label="Held-out summary", elem_id=elem_id)
+    gr.Markdown(intro)
+    return summary
+
+
+def _wide_table(headers: list[str], elem_id: str) -> gr.Dataframe:
+    """A table of methods that may be wider than a phone's screen, with the hint to swipe it."""
+    gr.HTML(NARROW_HINT, elem_classes="recap-narrow-only", padding=False)
+    return gr.Dataframe(
+        headers=headers, interactive=False, label="Methods", show_label=False, elem_id=elem_id, wrap=True
+    )
+
+
 def compare_tab() -> dict[str, Any]:
     with gr.Column():
-        gr.Markdown(
-            "Runs the Run tab's image, prompt and model through **AR, PLD, TR, SuffixDecoding (where "
-            "installed) and RECAP** with greedy decoding and compares them, timed like the benchmark. "
-            "**A fair start:** every method begins with empty memories, and those that keep memories "
-            "across requests (TR's matrix, RECAP's memories, SuffixDecoding's global tree) are first "
-            "warmed on the *same* few requests (training scenes for the embedded model, the other "
-            "examples otherwise; never this input). Your session's memory is not used."
+        summary = _led_by_held_out(
+            "compare-summary",
+            "**This input, every method:** AR, PLD, TR, SuffixDecoding (where installed) and RECAP on the "
+            "Run tab's image, prompt and model, greedy, timed like the benchmark. Every method starts "
+            "empty and those with memories are warmed on the *same* few requests (never this input); "
+            "your session's memory is not used.",
         )
         with gr.Row():
             budgets = gr.Radio(
@@ -317,22 +334,10 @@ def compare_tab() -> dict[str, Any]:
             button = gr.Button("Compare methods", variant="primary", elem_id="compare-button")
             stop = gr.Button("Stop", variant="stop", elem_id="compare-stop", scale=0, min_width=90)
         status = gr.Markdown("", label="Status", show_label=False, elem_id="compare-status")
-        gr.HTML(NARROW_HINT, elem_classes="recap-narrow-only", padding=False)
-        table = gr.Dataframe(
-            headers=measure.HEADERS,
-            interactive=False,
-            label="Methods",
-            show_label=False,
-            elem_id="compare-table",
-            wrap=True,
-        )
+        table = _wide_table(measure.HEADERS, "compare-table")
         story = gr.HTML("", label="Story", elem_id="compare-story")
         gr.HTML(NARROW_HINT.replace("table", "strip"), elem_classes="recap-narrow-only", padding=False)
         strip = gr.HTML(render.compare_strip_html({}), label="Strip", elem_id="compare-strip")
-        # after this input's table, story and strip: a recorded run, not this one
-        summary = gr.Markdown(
-            measure.held_out_line(DEFAULT_MODEL_ID), label="Held-out summary", elem_id="compare-summary"
-        )
     return {
         "button": button,
         "stop": stop,
@@ -347,11 +352,12 @@ def compare_tab() -> dict[str, Any]:
 
 def sensitivity_tab() -> dict[str, Any]:
     with gr.Column():
-        gr.Markdown(
-            "One pass over the same answer with **another image** marks the tokens whose greedy prediction "
-            "depends on the image; then each method's drafting is split at those tokens, counted where "
-            "its answer agrees with the first one. It reads the last run of the Run tab (or the last "
-            "comparison, when it matches that run): run a generation first."
+        summary = _led_by_held_out(
+            "sensitivity-summary",
+            "**This input:** one pass over the same answer with **another image** marks the tokens whose "
+            "greedy prediction depends on the image; then each method's drafting is split at those "
+            "tokens, counted where its answer agrees with the first one. It reads the last run of the Run "
+            "tab (or the last comparison, when it matches that run): run a generation first.",
         )
         with gr.Row():
             other = gr.Dropdown(
@@ -373,13 +379,12 @@ def sensitivity_tab() -> dict[str, Any]:
             combine_adjacent=False,
             elem_id="sensitive-answer",
         )
-        gr.HTML(NARROW_HINT, elem_classes="recap-narrow-only", padding=False)
-        table = gr.Dataframe(
-            headers=tables.SENSITIVITY_HEADERS,
-            interactive=False,
-            label="Methods",
-            show_label=False,
-            elem_id="sensitivity-table",
-            wrap=True,
-        )
-    return {"other": other, "button": button, "status": status, "answer": answer, "table": table}
+        table = _wide_table(tables.SENSITIVITY_HEADERS, "sensitivity-table")
+    return {
+        "other": other,
+        "button": button,
+        "status": status,
+        "answer": answer,
+        "table": table,
+        "summary": summary,
+    }

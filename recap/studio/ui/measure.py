@@ -305,10 +305,11 @@ def load_summary(model_name: str) -> dict | None:
         return None
 
 
-def summary_line(summary: dict | None, offered: Sequence[str] | None = None) -> str:
+def summary_line(summary: dict | None, offered: Sequence[str] | None = None, scenes: bool = True) -> str:
     """The held-out picture in one line (Markdown), or "" without a summary. ``offered``: the methods
     this server offers (None: all the summary holds); a method it does not offer (SuffixDecoding where
-    its package is not installed) is not quoted."""
+    its package is not installed) is not quoted; ``scenes``: with the scene-by-scene counts (where
+    `held_out_figure` draws them, not)."""
     if not summary:
         return ""
     methods = {m: r for m, r in summary["methods"].items() if offered is None or m in offered}
@@ -320,10 +321,11 @@ def summary_line(summary: dict | None, offered: Sequence[str] | None = None) -> 
     )
     return (
         f"**Recorded beforehand, not on this input: {summary['samples']} held-out scenes** of this model "
-        f"({summary['budget_note']}, whichever budgets are chosen above), decoded one after another, so "
-        "each method's memories also learn from the scenes before (the comparison above starts every "
+        f"({summary['budget_note']}, whichever budgets are chosen below), decoded one after another, so "
+        "each method's memories also learn from the scenes before (the comparison below starts every "
         f"input from the same warm-up instead). MAT: {mats}. Drafts accepted at "
-        f"image-sensitive / insensitive tokens: {sens}.{_at_tr_depths(methods)}{_scene_by_scene(summary)}"
+        f"image-sensitive / insensitive tokens: {sens}.{_at_tr_depths(methods)}"
+        f"{_scene_by_scene(summary) if scenes else ''}"
         f" Recorded with `{summary['command']}` in the project's repository."
     )
 
@@ -366,8 +368,56 @@ def _at_tr_depths(methods: dict) -> str:
     )
 
 
+def held_out_figure(summary: dict | None, offered: Sequence[str] | None = None) -> str:
+    """The held-out distribution that leads the Compare and Sensitivity tabs (Markdown with HTML blocks),
+    or "" without a summary: on how many held-out scenes RECAP accepted more, as many or fewer drafts
+    than Token Recycling at image-sensitive tokens, drawn as one mark a scene, and the difference of
+    their acceptance over all those tokens; then the run below as one sample of it, and `summary_line`
+    (every method, the command that records it again) folded. A summary without the scene counts
+    gives `summary_line` alone."""
+    counts = (summary or {}).get("sample_wins", {}).get("recap")
+    if not summary or not counts:
+        return summary_line(summary, offered)
+    more, tied, fewer = counts
+    head = (
+        f"**Recorded beforehand on {summary['samples']} held-out scenes, not on this input.** At their "
+        f"image-sensitive tokens RECAP accepted more drafts than Token Recycling on **{more}** scenes, as "
+        f"many on **{tied}**, fewer on **{fewer}** (the {more + tied + fewer} with such tokens)"
+        f"{_pooled(summary['methods'])}."
+    )
+    bars = "".join(
+        f'<div class="recap-dist-row"><span class="recap-dist-name">{name}</span>'
+        f'<span class="recap-dist-bar recap-dist-{kind}">{"■" * count}</span> {count}</div>'
+        for name, kind, count in (
+            ("more", "more", more),
+            ("as many", "tied", tied),
+            ("fewer", "fewer", fewer),
+        )
+    )
+    return (
+        f'<div class="recap-held-out">\n\n{head}\n\n<div class="recap-dist">{bars}</div>\n\n'
+        "The input below is one sample of this distribution: a single scene has only a few such tokens "
+        "and can go either way.\n\n"
+        f"<details><summary>Every method on those scenes, and the command that records them</summary>\n\n"
+        f"{summary_line(summary, offered, scenes=False)}\n\n</details>\n\n</div>"
+    )
+
+
+def _pooled(methods: dict) -> str:
+    """Over all the held-out scenes' image-sensitive tokens, RECAP's acceptance against TR's, in points
+    ("" when the summary lacks one of them)."""
+    tr, recap = (methods.get(m, {}).get("accept_sensitive") for m in ("tr", "recap"))
+    if tr is None or recap is None:
+        return ""
+    points = round(100 * recap) - round(100 * tr)
+    return (
+        f"; over all those tokens together RECAP accepted {100 * recap:.0f}% and Token Recycling "
+        f"{100 * tr:.0f}% (RECAP {points:+d} points)"
+    )
+
+
 def held_out_line(model_id: object) -> str:
-    """The held-out summary line of an offered embedded model (by its id; "" for any other), quoting
-    only the methods this server offers (`recap.studio.environment.offered_methods`)."""
+    """The held-out figure of an offered embedded model (`held_out_figure`, by the model's id; "" for any
+    other), quoting only the methods this server offers (`recap.studio.environment.offered_methods`)."""
     folder = EMBEDDED_FOLDERS.get(model_id) if isinstance(model_id, str) else None
-    return summary_line(load_summary(str(folder)), offered_methods()) if folder is not None else ""
+    return held_out_figure(load_summary(str(folder)), offered_methods()) if folder is not None else ""

@@ -1,5 +1,8 @@
 """The Image sensitivity tab: which answer tokens depend on the image, and who drafted them.
 
+It leads with the held-out figure (`recap.studio.ui.measure.held_out_line`, following the chosen
+model): one answer's image-sensitive tokens are a handful, the held-out scenes the steadier measure.
+
 One teacher-forced pass with a replacement image (`recap.bench.sensitivity.sensitive_flags`) over the last
 comparison's reference answer (AR's), or the last run's; each method's drafting is then split at the
 flagged positions where its answer agrees with the reference
@@ -18,7 +21,7 @@ from recap.bench.sensitivity import mark_steps, sensitive_flags, token_ids
 from recap.studio.guard.jobs import HEARTBEAT_S
 from recap.studio.guard.validation import refusal
 from recap.studio.serving import Studio
-from recap.studio.ui import render, tables
+from recap.studio.ui import measure, render, tables
 from recap.studio.ui.examples import check_other_image, other_image
 
 
@@ -116,6 +119,8 @@ def wire_sensitivity(studio: Studio, ui: dict, sens: dict, run_state, compare_st
                 yield {sens["status"]: waiting.status() or gr.skip()}  # visitor left
         yield await asyncio.to_thread(shown, what, job.result)
 
+    # the held-out figure that leads the tab follows the chosen model, as the Compare tab's does
+    ui["model"].change(measure.held_out_line, [ui["model"]], [sens["summary"]], api_name=False)
     sens["button"].click(
         sensitivity,
         [run_state, compare_state, sens["other"]],
