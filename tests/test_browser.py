@@ -71,9 +71,13 @@ def _embedded_models() -> list[str]:
     return [EMBEDDED_V2_ID, EMBEDDED_V1_ID] if v1_ships else [EMBEDDED_V2_ID]
 
 
-def _save(page, tmp_path: Path, name: str) -> Path:
+def _save(page, tmp_path: Path, name: str, element: str | None = None) -> Path:
+    """A screenshot of the whole page (or of ``element``, a selector), kept under ``name``."""
     path = tmp_path / name
-    page.screenshot(path=str(path), full_page=True)
+    if element is None:
+        page.screenshot(path=str(path), full_page=True)
+    else:
+        page.locator(element).screenshot(path=str(path))
     target = os.environ.get("RECAP_SCREENSHOT_DIR")
     if target:
         Path(target).mkdir(parents=True, exist_ok=True)
@@ -588,6 +592,38 @@ _TREE_HAS_ITS_WIDTH = """() => {
 }"""
 
 
+#: The right-most tree node (or bonus) whose marker the tree's panel shows, as a point to hover.
+_RIGHTMOST_NODE = """() => {
+  const panel = document.querySelector('#tree-plot'), seen = panel.getBoundingClientRect();
+  const right = Math.min(seen.right, innerWidth);
+  const shown = [...panel.querySelectorAll('.scatterlayer .trace .points path')]
+    .map(point => point.getBoundingClientRect())
+    .filter(r => r.width > 0 && r.left >= seen.left && r.right <= right && r.top >= seen.top
+                 && r.bottom <= Math.min(seen.bottom, innerHeight));
+  shown.sort((a, b) => b.right - a.right);
+  return shown.length ? [shown[0].left + shown[0].width / 2, shown[0].top + shown[0].height / 2] : null;
+}"""
+#: The hover label shown, wholly inside what the tree's panel shows (studio.js moves it there).
+_HOVER_INSIDE = """() => {
+  const panel = document.querySelector('#tree-plot'), label = panel.querySelector('.hoverlayer .hovertext');
+  if (!label) return false;
+  const box = label.getBoundingClientRect(), seen = panel.getBoundingClientRect();
+  return box.width > 0 && box.left >= Math.max(seen.left, 0) - 1
+    && box.right <= Math.min(seen.right, innerWidth) + 1 && box.top >= Math.max(seen.top, 0) - 1
+    && box.bottom <= Math.min(seen.bottom, innerHeight) + 1;
+}"""
+
+
+def _hover_rightmost_node(page) -> None:
+    """Hover the right-most node the tree's panel shows; its label must lie inside the panel."""
+    page.locator("#tree-plot").scroll_into_view_if_needed()
+    page.wait_for_timeout(300)
+    point = page.evaluate(_RIGHTMOST_NODE)
+    assert point is not None, "no tree node shows in its panel"
+    page.mouse.move(*point)
+    page.wait_for_function(_HOVER_INSIDE, timeout=SHOW_MS)
+
+
 @pytest.mark.parametrize("width", [1500, 390])
 def test_every_tab_after_runs_of_each_method_shows_no_entity_and_fits(studio, tmp_path, width):
     studio_url, _ = studio
@@ -642,16 +678,37 @@ def test_every_tab_after_runs_of_each_method_shows_no_entity_and_fits(studio, tm
         page.wait_for_function(_TREE_HAS_ITS_WIDTH, timeout=SHOW_MS)
         assert _fits(page), "the Run tab scrolls sideways"
         _save(page, tmp_path, f"run-{width}.png")
+        # a node's label reads as its token (no space marker); its hover stays inside the panel
+        labels = page.evaluate(
+            "[...document.querySelectorAll('#tree-plot .scatterlayer .textpoint')].map(t => t.textContent)"
+        )
+        assert labels and not any("␣" in label for label in labels), labels
+        _hover_rightmost_node(page)
+        _save(page, tmp_path, f"tree-hover-{width}.png", element="#tree-plot")
+        page.mouse.move(0, 0)
 
         _open_tab(page, "Compare")
+        # the held-out figure leads the tab, above this input's table
+        for first, then in (("#compare-summary", "#compare-button"), ("#compare-summary", "#compare-table")):
+            above = page.evaluate(
+                "([a, b]) => document.querySelector(a).getBoundingClientRect().top"
+                " < document.querySelector(b).getBoundingClientRect().top",
+                [first, then],
+            )
+            assert above, f"{first} is not above {then}"
+        assert "held-out scenes" in page.locator("#compare-summary").inner_text()
         page.click("#compare-button")
         page.wait_for_function(
             "document.querySelector('#compare-status').innerText.includes('Done')", timeout=RUN_MS
         )
         assert not _entities_shown(page, "compare") and _fits(page)
+        # the story: a headline, its counts folded
+        assert page.locator("#compare-story details").count() == 1
+        assert not page.locator("#compare-story details").get_attribute("open")
         _save(page, tmp_path, f"compare-{width}.png")
 
         _open_tab(page, "Sensitivity")
+        assert "held-out scenes" in page.locator("#sensitivity-summary").inner_text()
         page.click("#sensitivity-button")
         page.wait_for_function(
             "document.querySelector('#sensitivity-status').innerText.includes('image-sensitive')",

@@ -35,7 +35,7 @@ def test_prefill_step():
 def test_nothing_drafted_says_why_for_each_method(method, why):
     step = StepRecord(step=3, committed_len=20, method=method, new_tokens=[9], new_texts=[" a"])
     step.bonus_token = 9
-    expected = f"Step 3: {why}, so the pass produced one token, «␣a», as plain decoding does."
+    expected = f"Step 3: {why}, so the pass produced one token, «a», as plain decoding does."
     assert explain_step(step) == expected
 
 
@@ -70,7 +70,7 @@ def test_the_module_docstring_example():
     )
     assert explain_step(step) == (
         "Step 4: the drafter proposed 2 nodes (ctx3 1, persistent 1). The target accepted 1: «red». "
-        "After it the draft ended; the target added the bonus token «␣circle». 2 tokens in this pass."
+        "After it the draft ended; the target added the bonus token «circle». 2 tokens in this pass."
     )
 
 
@@ -93,8 +93,8 @@ def test_first_rejection_names_the_draft_its_fused_probability_and_the_targets_c
     )
     assert explain_step(step) == (
         "Step 7: the drafter proposed 3 nodes (ctx3 1, ctx2 1, persistent 2; 1 node proposed by "
-        "several). The target accepted 1: «␣the». After it the draft said «␣red» (fused probability "
-        "0.70) and 1 other option; the target chose «␣green», which became the bonus token. "
+        "several). The target accepted 1: «the». After it the draft said «red» (fused probability "
+        "0.70) and 1 other option; the target chose «green», which became the bonus token. "
         "2 tokens in this pass."
     )
 
@@ -139,7 +139,7 @@ def test_end_of_sequence_inside_the_accepted_path():
 
 
 def test_quote_makes_whitespace_visible():
-    assert quote(" a\n\tb") == "«␣a↵⇥b»"
+    assert quote(" a\n\tb") == "«a↵⇥b»" and quote("  ") == "«␣␣»"
 
 
 def test_a_likelier_candidate_left_out_of_the_tree_is_named_with_why():
@@ -161,8 +161,8 @@ def test_a_likelier_candidate_left_out_of_the_tree_is_named_with_why():
     )  # fmt: skip
     text = explain_step(step)
     assert (
-        "«␣grey» (and 1 other) was not drafted first though its fused probability (0.10) is higher than "
-        "the drafted «␣lime»'s (0.07): the tree orders candidates by how often such candidates were "
+        "«grey» (and 1 other) was not drafted first though its fused probability (0.10) is higher than "
+        "the drafted «lime»'s (0.07): the tree orders candidates by how often such candidates were "
         "accepted before (learnt acceptance estimates), not by fused probability." in text
     )
     fused[1:3] = [FusedRecord(7, " grey", 0.073, {"ctx2": 0.073})]  # as likely, to 2 decimals: no sentence

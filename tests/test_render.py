@@ -74,7 +74,7 @@ def test_tree_figure_draws_every_node_coloured_by_its_main_source():
     assert suffix.marker.opacity[0] < 1  # rejected: faded
     assert "suffix: 100%" in suffix.hovertext[0] and "rejected" in suffix.hovertext[0]
     assert not any("this image's own records" in h for t in traces for h in t.hovertext)
-    assert "records of earlier requests (other images)" in ctx3.hovertext[0]  # not this request's
+    assert "records of earlier requests<br>(other images)" in ctx3.hovertext[0]  # not this request's
     assert "earlier requests" not in suffix.hovertext[0]  # no contextual record proposed it
     step = _steps()[1]
     step.nodes[0].this_request = True  # a record this request wrote proposed node 0
@@ -146,10 +146,34 @@ def test_punctuation_labels_in_the_tree_are_not_specks():
         for tr in _node_traces(figures.tree_figure(step, root_text=":"))
         for n, t in zip(tr.customdata, tr.text)
     }
-    assert labels[2] == "«.»" and labels[3] == "␣b." and labels[0] == "a"
+    assert labels[2] == "«.»" and labels[3] == "b." and labels[0] == "a"
     step.nodes[2].text = "\n"
     assert "«↵»" in [t for tr in _node_traces(figures.tree_figure(step)) for t in tr.text]
     assert _trace(figures.tree_figure(step, root_text=":"), "root").text == ("«:»",)
+
+
+def test_tree_labels_read_as_the_tokens_read_and_the_hover_keeps_spaces_and_ids():
+    # « red» reads "red" beside its node (the root and the bonus too); the hover shows «␣red» and its id
+    step = _steps()[1]
+    step.nodes[0].text, step.new_texts[-1] = " red", " e"
+    figure = figures.tree_figure(step, root_text=" x")
+    labels = [t for trace in figure.data if trace.text for t in trace.text]
+    assert "red" in labels and _trace(figure, "root").text == ("x",)
+    assert _trace(figure, "bonus").text == ("e",)
+    assert not any("␣" in label or "id" in label for label in labels)
+    hover = next(t for t in _node_traces(figure) if 0 in t.customdata).hovertext[0]
+    assert hover.startswith("<b>␣red</b> (id ")
+
+
+def test_tree_hover_lines_are_short_enough_for_a_phone():
+    step = _steps()[1]
+    step.nodes[0].this_request, step.nodes[0].fan = True, 3
+    step.nodes[0].sources = ["ctx3", "ctx2", "persistent", "suffix"]
+    step.nodes[0].text = " " + "w" * 60
+    hover = next(t for t in _node_traces(figures.tree_figure(step)) if 0 in t.customdata).hovertext[0]
+    lines = [line.replace("<b>", "").replace("</b>", "") for line in hover.split("<br>")]
+    assert max(len(line) for line in lines) <= figures.HOVER_CHARS + len(" (id 123)"), lines
+    assert "sources: ctx3, ctx2," in lines and "persistent, suffix" in lines
 
 
 def test_tree_layout_puts_children_right_of_parents_and_rows_apart():
@@ -313,6 +337,15 @@ def _run(method, tokens, sources):
             new_sources=list(sources),
         )
     ]
+
+
+def test_the_strip_s_token_row_reads_as_the_tokens_read():
+    runs = {
+        "ar": [StepRecord(0, 3, "ar", new_tokens=[1, 2], new_texts=[" a", " "], new_sources=["target"] * 2)]
+    }
+    strip = render.compare_strip_html(runs)
+    assert 'title="␣a">a</th>' in strip  # the space marker in the tooltip only
+    assert 'title="␣">␣</th>' in strip  # a token of spaces only shows them
 
 
 def test_compare_strip():

@@ -702,21 +702,24 @@ def test_token_drafts(steps, outcomes):
         # drafted at both; RECAP both; TR's « blue» was rejected where RECAP's ctx2 « red» was accepted
         (
             [False, True, True, False],
+            "At the 2 tokens of this answer that depend on the image, RECAP accepted more drafts than TR "
+            "(2 against 1). At «red», TR looked up the last token «The» alone and drafted «blue»; RECAP's "
+            "draft came from its 2-token key.\n\n"
             "2 of the 3 tokens after the first depend on the image (the greedy token changes when the "
             "image is replaced by a blank one). Accepted drafts there (drafted there): "
-            "TR 1 (2), RECAP 2 (2). On this input RECAP "
-            "accepted more drafts there than TR (2 against 1). Accepted there "
+            "TR 1 (2), RECAP 2 (2). Accepted there "
             "at a pass's first draft, where a tree offers its widest fan: TR 1 of 2, RECAP 1 of 1; after "
             "accepted drafts of the same pass, deeper in the tree: TR none met there, RECAP 1 of 1. "
-            "RECAP's draft was accepted where TR's was not at «␣red» (from its contextual memory: «␣red»).",
+            "RECAP's draft was accepted where TR's was not at «red» (from its contextual memory: «red»).",
         ),
         # only « circle»: both accepted a draft, so no token is named
         (
             [False, False, True, False],
+            "At the one token of this answer that depends on the image, RECAP and TR accepted as many "
+            "drafts (1).\n\n"
             "1 of the 3 tokens after the first depend on the image (the greedy token changes when the "
             "image is replaced by a blank one). Accepted drafts there (drafted there): "
-            "TR 1 (1), RECAP 1 (1). On this input RECAP "
-            "and TR accepted as many drafts there (1). Accepted there "
+            "TR 1 (1), RECAP 1 (1). Accepted there "
             "at a pass's first draft, where a tree offers its widest fan: TR 1 of 1, RECAP none met there; "
             "after accepted drafts of the same pass, deeper in the tree: TR none met there, RECAP 1 of 1. "
             "TR and RECAP accepted drafts at the same ones.",
@@ -774,16 +777,18 @@ RECAP_LOSES = [
 
 def test_story_line_says_who_won_on_this_input_and_names_both_sides():
     line = story.story_line({"ar": AR, "tr": TR, "recap": RECAP_LOSES}, [False, True, True, False], LABELS)
-    assert "TR 1 (2), RECAP 1 (2). On this input RECAP and TR accepted as many drafts there (1)." in line
+    assert line.startswith("At the 2 tokens of this answer that depend on the image, RECAP and TR accepted "
+                           "as many drafts (1).")  # fmt: skip
+    assert "TR 1 (2), RECAP 1 (2). Accepted there" in line
     assert line.endswith(  # 1 won and 1 lost: as many
-        "RECAP's draft was accepted where TR's was not at «␣red» (from its contextual memory: «␣red»); "
-        "TR's draft was accepted where RECAP's was not at «␣circle»."
+        "RECAP's draft was accepted where TR's was not at «red» (from its contextual memory: «red»); "
+        "TR's draft was accepted where RECAP's was not at «circle»."
     )
     runs = {"ar": AR, "tr": TR, "recap": RECAP_LOSES}
     only_tr = story.story_line(runs, [False, False, True, False], LABELS)
-    assert "On this input TR accepted more drafts there than RECAP (1 against 0)." in only_tr
+    assert "that depends on the image, TR accepted more drafts than RECAP (1 against 0)." in only_tr
     assert only_tr.endswith("deeper in the tree: TR none met there, RECAP 0 of 1. TR's draft was "
-                            "accepted where RECAP's was not at «␣circle».")  # fmt: skip
+                            "accepted where RECAP's was not at «circle».")  # fmt: skip
     neither = story.story_line(runs, [False, False, False, True], LABELS)
     assert neither.endswith("Neither TR nor RECAP accepted a draft at any of them.")
 

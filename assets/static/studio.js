@@ -16,11 +16,29 @@
       panel.scrollTop = (panel.scrollHeight - panel.clientHeight) / 2;
     }
   };
+  // A node's hover label stays inside what the panel shows: plotly places it beside the node within
+  // the whole plot, which on a phone is wider (and a tall tree taller) than its scrolling panel.
+  const keepHover = (plot) => {
+    const label = plot.querySelector(".hoverlayer .hovertext");
+    const panel = plot.closest("#tree-plot");
+    if (!label || !panel) return;
+    const box = label.getBoundingClientRect(), seen = panel.getBoundingClientRect();
+    const left = Math.max(seen.left, 0), right = Math.min(seen.right, window.innerWidth);
+    const top = Math.max(seen.top, 0), bottom = Math.min(seen.bottom, window.innerHeight);
+    const shift = (low, high, from, to) =>
+      from < low ? low - from + 2 : to > high ? Math.max(high - to - 2, low - from + 2) : 0;
+    const dx = shift(left, right, box.left, box.right), dy = shift(top, bottom, box.top, box.bottom);
+    const at = /translate\(([-\d.e]+)[ ,]+([-\d.e]+)\)/.exec(label.getAttribute("transform") || "");
+    if ((dx || dy) && at) {
+      label.setAttribute("transform", `translate(${Number(at[1]) + dx},${Number(at[2]) + dy})`);
+    }
+  };
   const watch = () => {
     const plot = document.querySelector("#tree-plot .js-plotly-plot");
     if (plot && typeof plot.on === "function" && !plot.dataset.recapFit) {
       plot.dataset.recapFit = "1";
       plot.on("plotly_afterplot", () => fit(plot));
+      plot.on("plotly_hover", () => requestAnimationFrame(() => keepHover(plot)));
       fit(plot);
     }
   };

@@ -9,7 +9,7 @@ Example (a step whose tree held "red" (ctx3) and "blue" (persistent) under the r
 target chose "red" and then " circle")::
 
     Step 4: the drafter proposed 2 nodes (ctx3 1, persistent 1). The target accepted 1: «red».
-    After it the draft ended; the target added the bonus token «␣circle». 2 tokens in this pass.
+    After it the draft ended; the target added the bonus token «circle». 2 tokens in this pass.
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ _FUSED_SOURCES = frozenset(MEMORIES)
 
 
 def quote(text: str) -> str:
-    """A token's text between «», with spaces and line breaks made visible (␣, ↵), cut to
-    `recap.studio.ui.drawing.TEXT_CHARS`."""
-    return "«" + cut(text, TEXT_CHARS).replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") + "»"
+    """A token's text between «» as a reader says it: its leading and trailing spaces left out (a
+    token of spaces only shows ␣; line breaks ↵, tabs ⇥), cut to `recap.studio.ui.drawing.TEXT_CHARS`.
+    The space markers and token ids are for the figures' tooltips."""
+    shown = text.strip() or text.replace(" ", "␣")
+    return "«" + cut(shown, TEXT_CHARS).replace("\n", "↵").replace("\t", "⇥") + "»"
 
 
 def explain_step(step: StepRecord) -> str:

@@ -74,28 +74,58 @@ def tree_layout(nodes: Sequence[NodeRecord]) -> tuple[_Placed, dict[int, _Placed
 
 
 def _label(text: str) -> str:
-    """A token's label in the tree: punctuation alone («.», «:», «↵») between guillemets, where a bare
-    dot or colon would be a speck beside its node; cut to `LABEL_CHARS`."""
-    label = plot_text(cut(text, LABEL_CHARS))
+    """A token's label in the tree as a reader says it (`_bar_label`: no space markers; they and the
+    token's id are in its hover); punctuation alone («.», «:», «↵») between guillemets, where a bare
+    dot or colon would be a speck beside its node."""
+    label = _bar_label(text)
     bare = (text.strip() or "\n" in text) and not any(c.isalnum() for c in text) and len(text) <= 3
     return f"«{label}»" if bare else label
 
 
+def _visible_names(sources: Sequence[str]) -> list[str]:
+    return [visible_token(s) for s in listed(sources or ["?"])]
+
+
+#: Characters a line of a node's hover holds at most (about 170 px: a phone's panel has room beside a node).
+HOVER_CHARS = 26
+
+
+def _wrapped(parts: Sequence[str], separator: str) -> str:
+    """``parts`` joined by ``separator``, HTML-escaped, a line break wherever a line would pass
+    `HOVER_CHARS` (a part longer than that keeps a line of its own)."""
+    lines, line = [], ""
+    for part in parts:
+        joined = f"{line}{separator}{part}" if line else part
+        if line and len(joined) > HOVER_CHARS:
+            lines.append(line + separator.rstrip())
+            line = part
+        else:
+            line = joined
+    lines.append(line)
+    return "<br>".join(html.escape(text, quote=False) for text in lines)
+
+
 def _node_hover(node: NodeRecord) -> str:
-    """A node's hover: its text (cut to `TEXT_CHARS`), at most `MAX_NAMES` sources and shares."""
+    """A node's hover: its text with its spaces shown (cut to `TEXT_CHARS`) and its id, at most
+    `MAX_NAMES` sources and shares; short lines (`HOVER_CHARS`), so that it fits beside a node on a
+    phone."""
     shares = node.contributions or {}
     total = sum(shares.values())
+    shown = visible_token(cut(node.text, TEXT_CHARS), spaces=True)
     lines = [
-        f"<b>{html.escape(visible_token(cut(node.text, TEXT_CHARS), spaces=True))}</b>  (id {node.token})",
+        f"<b>{_wrapped([shown[i : i + HOVER_CHARS] for i in range(0, len(shown), HOVER_CHARS)], '')}</b>"
+        f" (id {node.token})",
         f"depth {node.depth} · score {node.score:.3g}",
-        "sources: " + ", ".join(html.escape(visible_token(s)) for s in listed(node.sources or ["?"])),
+        _wrapped(
+            [f"sources: {s}" if i == 0 else s for i, s in enumerate(_visible_names(node.sources))], ", "
+        ),
     ]
     if node.this_request:
-        lines.append("from this image's own records (computed in this request)")
+        lines.append("from this image's own records<br>(computed in this request)")
     elif any(shares.get(name, 0) > 0 for name in ("ctx3", "ctx2")):
-        lines.append("records of earlier requests (other images)")
+        lines.append("records of earlier requests<br>(other images)")
     if node.fan:
-        lines.append(f"offered in a fan: earlier answers went on {node.fan} ways here")
+        lines.append(f"offered in a fan: earlier<br>answers went on {node.fan} ways here")
     if total > 0:
         ranked = sorted(shares.items(), key=lambda kv: -kv[1])
         lines += [f"{plot_name(src)}: {100 * v / total:.0f}%" for src, v in ranked[:MAX_NAMES]]
@@ -186,6 +216,8 @@ def tree_figure(step: StepRecord, root_text: str | None = None) -> go.Figure:
         # legend on top: below the plot it collides with the depth ticks when the figure is short
         legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "font": {"size": 10}},
         hovermode="closest",
+        # short lines (`_node_hover`), left-aligned; studio.js keeps the label inside the tree's panel
+        hoverlabel={"align": "left", "font": {"size": 11}},
         plot_bgcolor="white",
     )
     return figure
@@ -317,7 +349,7 @@ def _add_bonus(figure: go.Figure, step: StepRecord, places, root: _Placed) -> _P
         },
         text=[_label(step.new_texts[-1])],
         textposition="middle right",
-        hovertext=[f"bonus token from the target: <b>{html.escape(visible_token(bonus_text, True))}</b>"],
+        hovertext=[f"bonus token from the target:<br><b>{html.escape(visible_token(bonus_text, True))}</b>"],
         hoverinfo="text",
     )
     return anchor_next

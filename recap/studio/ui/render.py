@@ -110,6 +110,13 @@ def markdown_text(text: object, limit: int = 80) -> str:
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(visible, quote=False))
 
 
+def token_word(piece: str) -> str:
+    """A token as a reader says it, for a label on show: its leading and trailing spaces left out (a
+    token of spaces only shows them as ␣), control characters visible; the spaces and ids are for
+    tooltips."""
+    return visible_token(piece.strip()) if piece.strip() else visible_token(piece, spaces=True)
+
+
 def plot_text(piece: str) -> str:
     """A token piece for a plotly label: visible (spaces shown) and HTML-escaped, because plotly reads
     tags in labels (``</s>`` would vanish as a strikethrough tag)."""
@@ -358,7 +365,7 @@ def compare_strip_html(
     flags += [False] * (len(texts) - len(flags))
     head = "".join(
         f'<th{_DEPENDS if flag else ""} title="{html.escape(visible_token(t, True))}'
-        f'{" (depends on the image)" if flag else ""}">{html.escape(visible_token(t, True))}</th>'
+        f'{" (depends on the image)" if flag else ""}">{html.escape(token_word(t))}</th>'
         for t, flag in zip(texts, flags)
     )
     rows = [f'<tr><th class="recap-strip-method">token</th>{head}</tr>']
