@@ -1,9 +1,9 @@
 """How much the Compare tab's measured speedups move from one click to the next.
 
-Builds the studio in this process (the embedded default model, its first example), runs the Compare
-tab's handler ``--runs`` times with the page's default settings (as a click does), and prints each
-method's timed speedup over AR per run, the median and the largest deviation from it (in % of the
-median), then each method's timed seconds per run (which side of a ratio moved: AR's or the method's),
+Builds the studio in this process (the embedded default model, its first example or ``--example N``),
+runs the Compare tab's handler ``--runs`` times with the page's default settings (as a click does), and
+prints each method's timed speedup over AR per run, the median and the largest deviation from it (in %
+of the median), then each method's timed seconds per run (which side of a ratio moved: AR's or the method's),
 then each method's projected speedup on the H200 curve per run beside the benchmark's ``--cost-curve``
 projection of the same click's passes (`recap.bench.metrics.aggregate` on `SampleRun.from_steps` of the
 runs the tab shows: the same records, the benchmark's own code), with the largest gap between the two.
@@ -11,7 +11,7 @@ runs the tab shows: the same records, the benchmark's own code), with the larges
 ``--busy N`` starts N CPU-bound processes beside it for the whole measurement (as
 ``scripts/busy_suite.py`` does; they stop when it ends).
 
-    python -m scripts.compare_spread --runs 5 [--repeats 3] [--busy 3]
+    python -m scripts.compare_spread --runs 5 [--repeats 3] [--busy 3] [--example 2]
 """
 
 from __future__ import annotations
@@ -152,9 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         "--repeats", type=int, default=measure.REPEATS, help="timed repeats per method and click"
     )
     parser.add_argument("--busy", type=int, default=0, help="CPU-bound processes to run beside it")
+    parser.add_argument(
+        "--example", type=int, default=1, help="which example of the default model (1: the page's default)"
+    )
     args = parser.parse_args(argv)
-    if args.runs < 1 or args.repeats < 1 or args.busy < 0:
-        parser.error("--runs and --repeats must be 1 or more, --busy 0 or more")
+    if args.runs < 1 or args.repeats < 1 or args.busy < 0 or args.example < 1:
+        parser.error("--runs, --repeats and --example must be 1 or more, --busy 0 or more")
     measure.REPEATS = args.repeats  # read by the tab's handler at every click
     from scripts import busy_suite
 
@@ -172,7 +175,11 @@ def _measure(args: argparse.Namespace) -> int:
     from recap.studio.ui.examples import examples
 
     torch.set_num_threads(1)
-    image, prompt = examples(DEFAULT_MODEL_ID)[0]
+    shipped = examples(DEFAULT_MODEL_ID)
+    if args.example > len(shipped):
+        print(f"--example {args.example}: the default model ships {len(shipped)} examples", file=sys.stderr)
+        return 2
+    image, prompt = shipped[args.example - 1]
     compare, defaults = compare_handler()
     values = click_inputs(defaults, image, prompt, args.budgets)
     shown: dict[str, str] = {}

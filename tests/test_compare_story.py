@@ -30,7 +30,9 @@ def test_the_depth_split_is_read_off_the_line_the_tab_shows():
 def test_a_fresh_studio_tells_the_story_on_the_shipped_examples(monkeypatch, capsys):
     """The Compare tab on a fresh server, default settings, each shipped example of the default model as
     a click sends it: RECAP accepts at least as many drafts as Token Recycling at the image-dependent
-    tokens on at least 5 of the 6 (the counts do not depend on the timed repeats: one is enough)."""
+    tokens on at least 5 of the 6, and strictly more on the first (the page's default, chosen because
+    its story shows the mechanism; docs/studio.md gives every example's counts). The counts do not
+    depend on the timed repeats: one is enough."""
     import torch
 
     from recap.studio.ui import measure
@@ -41,6 +43,8 @@ def test_a_fresh_studio_tells_the_story_on_the_shipped_examples(monkeypatch, cap
         assert compare_story.main([]) == 0
     finally:
         torch.set_num_threads(threads)
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    wins = int(last.split(" on ")[-1].split(" of ")[0])
-    assert last.endswith("of 6") and wins >= 5, last
+    lines = capsys.readouterr().out.strip().splitlines()
+    wins = int(lines[-1].split(" on ")[-1].split(" of ")[0])
+    assert lines[-1].endswith("of 6") and wins >= 5, lines[-1]
+    first = {m["label"].strip(): int(m["accepted"]) for m in compare_story.PART.finditer(lines[0])}
+    assert first["RECAP"] > first["Token Recycling"], lines[0]
