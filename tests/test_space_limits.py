@@ -342,7 +342,7 @@ def test_a_flood_of_replays_from_one_client_is_refused_at_once_and_another_is_se
     # refused. (`sources` costs most to draw: four of them from one address, accepted, drew ~63 s each.)
     from concurrent.futures import ThreadPoolExecutor
 
-    from recap.studio.ui.traces import REPLAY_HELD
+    from recap.studio.guard.wrapper import REPLAY_HELD
 
     def replay(uploaded: str, address: str | None = None) -> tuple[str, str]:
         headers = {"content-type": "application/json", **({"x-forwarded-for": address} if address else {})}
@@ -376,6 +376,7 @@ def test_step_views_from_one_session_are_drawn_one_at_a_time(space, tmp_path, mo
     # is held (a gate) until every other call is answered, so nothing here depends on the machine's speed.
     from gradio_client import Client, handle_file
 
+    from recap.studio.guard import wrapper
     from recap.studio.ui import handlers
 
     gate, drawing, view = threading.Event(), threading.Event(), handlers.step_view
@@ -387,7 +388,7 @@ def test_step_views_from_one_session_are_drawn_one_at_a_time(space, tmp_path, mo
         return view(steps, index)
 
     monkeypatch.setattr(handlers, "step_view", held_view)
-    monkeypatch.setattr(handlers, "VIEW_PATIENCE_S", PATIENCE_S)  # (the waiting view waits for the gate)
+    monkeypatch.setattr(wrapper, "VIEW_PATIENCE_S", PATIENCE_S)  # (the waiting view waits for the gate)
     monkeypatch.setattr(space.studio.replays, "share", None)  # (no rest after the replays below)
     trace = handle_file(str(_worst_trace(tmp_path / "wide.json", "wide")))
     attacker = Client(space.url, verbose=False, headers={"X-Forwarded-For": "203.0.113.50"})
@@ -413,7 +414,7 @@ def test_step_views_from_one_session_are_drawn_one_at_a_time(space, tmp_path, mo
         gate.set()
         attacker.close()
         visitor.close()
-    refused = [o for o in outcomes if handlers.VIEW_REFUSED["waiting"][:40] in o]
+    refused = [o for o in outcomes if wrapper.VIEW_REFUSED["waiting"][:40] in o]
     assert outcomes.count("drawn") == 2 and len(refused) == 6, outcomes
     assert space.studio.replays.held() == 0
 

@@ -1,5 +1,6 @@
 """`build_demo`: the studio's Blocks, laid out (`layout`) and wired (`handlers`, `compare`,
-`sensitivity`). Building loads no model: a model loads on its first run (`serving.RuntimeCache`).
+`sensitivity`), each handler inside the studio's one `Guard` (`recap.studio.guard.wrapper`). Building
+loads no model: a model loads on its first run (`serving.RuntimeCache`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from recap.studio.environment import (
 )
 from recap.studio.guard.bodylimit import BodyLimit
 from recap.studio.guard.validation import setting_names
+from recap.studio.guard.wrapper import Guard
 from recap.studio.serving import CACHE, RuntimeCache, RuntimeFactory, Studio
 from recap.studio.ui import handlers, layout, traces
 from recap.studio.ui.compare import wire_compare
@@ -218,16 +220,17 @@ def build_demo(
         exports = TraceExports(
             Path(ui["download_file"].GRADIO_CACHE) / "recap-traces", max_age_s=traces.TRACE_MAX_AGE_S
         )
-        handlers.wire_run(studio, ui, setting_inputs, session, run_state)
-        handlers.wire_scrub(studio, ui, run_state)
-        handlers.wire_reset(studio, ui, session)
+        guard = Guard(studio)  # the public Space's guard, around every handler below (by its kind)
+        handlers.wire_run(studio, ui, setting_inputs, session, run_state, guard)
+        handlers.wire_scrub(studio, ui, run_state, guard)
+        handlers.wire_reset(studio, ui, session, guard)
         handlers.wire_memory_view(studio, ui, session, demo)
         layout.blank_seed(demo, ui)
         wire_examples(ui)  # the examples follow the chosen model
-        traces.wire_download(studio, ui, run_state, exports)
-        traces.wire_replay(studio, ui, run_state)
-        handlers.wire_image_check(studio, ui)
-        wire_compare(studio, ui, cmp, setting_inputs, compare_state)
+        traces.wire_download(studio, ui, run_state, exports, guard)
+        traces.wire_replay(studio, ui, run_state, guard)
+        handlers.wire_image_check(studio, ui, guard)
+        wire_compare(studio, ui, cmp, setting_inputs, compare_state, guard)
         wire_sensitivity(studio, ui, sens, run_state, compare_state)
         demo.unload(traces.forget_exports(exports))
     studio.sessions.attach(demo, session)  # (the sessions' budget: `recap.studio.guard.sessions`)

@@ -57,7 +57,14 @@ from recap.studio.guard.decode_line import Busy, DecodeSlots, WaitingLine
 from recap.studio.guard.jobs import Cancelled, DecodeJob, SessionJobs
 from recap.studio.guard.sessions import ClientLedger
 from recap.studio.guard.tickets import RenderBudget, Tickets
-from recap.studio.guard.validation import RunSettings, parse_settings, read_image, refusal, uploaded_path
+from recap.studio.guard.validation import (
+    RunSettings,
+    check_model,
+    parse_settings,
+    read_image,
+    refusal,
+    uploaded_path,
+)
 from recap.studio.ui.examples import EXAMPLE_ROOTS, OTHER_SET, example_requests, examples, photo_examples
 from recap.trace import StepRecord
 
@@ -418,6 +425,10 @@ class Studio:
             return parse_settings(values, self.models, self.scopes)
         except ValueError as error:
             raise refusal(str(error)) from None
+
+    def known_model(self, model_id: object) -> str:
+        """``model_id`` if this studio offers it (an old alias resolved), else a ``ValueError``."""
+        return check_model(model_id, self.models)
 
     def check_request(self, image, prompt, settings: RunSettings) -> tuple[Path | None, str, RecapConfig]:
         """Everything about a request that needs no model: ``(image file, prompt, drafter config)``."""

@@ -23,9 +23,8 @@ method does not pay for lazy initialisation.
 Above the strip, one line tells the paper's story (`recap.studio.ui.story`): one teacher-forced pass with a
 blank image marks the tokens that depend on the image, and the line counts each method's drafts there.
 
-A comparison decodes in the studio's decode line like a run (`guard.decode_line.DecodeSlots`: fair
-across clients, counted against its client's share), and gives its slot to another client's waiting
-work between its methods.
+A comparison is a plain handler (`CompareEvents`); the guard around it queues it in the decode line
+like a run, and it gives its slot to another client's waiting work between its passes.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import gradio as gr
 import torch
@@ -49,9 +48,7 @@ from recap.drafters.suffix_decoding import SuffixConfig
 from recap.embedded import embedded_world
 from recap.inputs import shown
 from recap.studio.environment import offered_methods
-from recap.studio.guard.decode_line import WaitingLine
-from recap.studio.guard.jobs import HEARTBEAT_S, Cancelled
-from recap.studio.guard.validation import refusal, with_settings_api
+from recap.studio.guard.wrapper import Checked, Guard
 from recap.studio.serving import Studio, fresh_drafter
 from recap.studio.ui import measure, render, story
 from recap.studio.ui.examples import BLANK_IMAGE, other_image
@@ -218,51 +215,59 @@ def budgets(choice: str, config):
     return replace(config, budget="auto", max_budget=None), SuffixConfig()
 
 
-def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, compare_state) -> None:
-    """The Compare button: a comparison is one job of the studio's decode line (`Studio.submit`: fair
-    across clients, counted against its client's share), which gives its slot to another client's
-    waiting work between its methods; a session has one comparison at a time (a newer one replaces it).
+@dataclass
+class CompareRequest:
+    """One admitted comparison: the checked input and settings, the budget choice, the greedy note."""
+
+    checked: Checked
+    choice: str
+    note: str
+
+
+class CompareEvents:
+    """The Run tab's input through every method (greedy), timed as the benchmark times them. Its API
+    parameters: the settings', then ``budgets``.
+
+    The Compare button's plain handler (`recap.studio.guard.wrapper.StreamedHandler`): `admit` a
+    checked request, `work` (the comparison's updates) and the updates around it; the guard (kind
+    ``"compare"``) queues the work and handles Stop. One comparison a session (a newer one replaces it).
     """
 
-    def compare(image, prompt, *rest, request: gr.Request = None):
-        """The Run tab's input through every method (greedy), timed as the benchmark times them. Its
-        API parameters: `with_settings_api`'s, then ``budgets``."""
-        *values, budgets = rest
-        choice = measure.EQUAL if budgets is None else budgets  # the radio's default, if omitted
+    event = "compare"
+    replaced = "This comparison was replaced by a newer one of the same session."
+    extras = (("budgets", None),)
+
+    def __init__(self, studio: Studio, cmp: dict, compare_state) -> None:
+        self.studio, self.cmp, self.compare_state = studio, cmp, compare_state
+
+    def admit(self, checked: Checked, budgets) -> CompareRequest:
+        """The comparison ``checked`` asks for, at the budget choice ``budgets`` (None: the radio's
+        default; an unknown one: a ValueError)."""
+        choice = measure.EQUAL if budgets is None else budgets
         if not isinstance(choice, str) or choice not in measure.BUDGET_CHOICES:
-            raise refusal(f"Unknown budget choice {shown(choice)}: choose one from the list.")
-        settings = studio.settings(values)
-        note = GREEDY_NOTE if not settings.sampling().greedy else ""
-        path, _, _ = studio.check_request(image, prompt, settings)  # refused before it waits in line
+            raise ValueError(f"Unknown budget choice {shown(choice)}: choose one from the list.")
+        note = GREEDY_NOTE if not checked.settings.sampling().greedy else ""
+        return CompareRequest(checked, choice, note)
 
-        def work(job):
-            measured = _measured(studio, cmp, compare_state, job, image, prompt, settings, choice, note, path)
-            for update in measured:
-                if update is not None:  # (None: between two passes of a timed run)
-                    job.put("step", update)
-                yield  # the slot may go to another client's waiting work
+    def work(self, request: CompareRequest, check):
+        """The comparison (`_measured`): its updates, and None between two passes of a timed run."""
+        return _measured(self.studio, self.cmp, self.compare_state, check, request)
 
-        job = studio.submit(request, "compare", work)
-        try:
-            with studio.awaiting(
-                request, "compare", job, "This comparison was replaced by a newer one of the same session."
-            ):
-                waiting = studio.waiting_line(job)
-                # the previous input's table, story and strip go at once: nothing on the tab is stale
-                yield _cleared(cmp, (waiting.status() or WaitingLine.STARTING) + note)
-                for update in job.values(HEARTBEAT_S):
-                    if update is None:  # a yield, so that gradio can stop the event if its visitor left
-                        line = waiting.status()
-                        yield {cmp["status"]: line + note if line else gr.skip()}
-                    else:
-                        waiting.shown_other()
-                        yield update
-        except Cancelled as stop:  # Stop (`stop` below): its status says so
-            if stop.args[:1] != ("stopped",):
-                raise
+    def started(self, request: CompareRequest, line: str) -> dict:
+        """The previous input's table, story and strip go at once: nothing on the tab is stale."""
+        return _cleared(self.cmp, line + request.note)
 
+    def status(self, request: CompareRequest, line: str | None) -> dict:
+        return {self.cmp["status"]: line + request.note if line else gr.skip()}
+
+
+def wire_compare(
+    studio: Studio, ui: dict, cmp: dict, setting_inputs: list, compare_state, guard: Guard | None = None
+) -> None:
+    """The Compare button (`CompareEvents`, in the guard's kind ``"compare"``) and its Stop."""
+    guard = guard or Guard(studio)
     event = cmp["button"].click(
-        with_settings_api(compare, ("budgets", None)),
+        guard.wrap(CompareEvents(studio, cmp, compare_state), "compare"),
         [ui["image"], ui["prompt"], *setting_inputs, cmp["budgets"]],
         [cmp["status"], cmp["table"], cmp["story"], cmp["strip"], compare_state],
         # no gradio limit: the handler waits in the studio's decode line (bounded, fair across clients)
@@ -272,13 +277,15 @@ def wire_compare(studio: Studio, ui: dict, cmp: dict, setting_inputs: list, comp
         show_progress_on=[cmp["status"]],  # progress and a refusal on the status line, not every panel
     )
 
-    _wire_stop(studio, cmp, event)
+    _wire_stop(guard, cmp, event)
 
     ui["model"].change(measure.held_out_line, [ui["model"]], [cmp["summary"]], api_name=False)
 
 
-def _wire_stop(studio: Studio, cmp: dict, event) -> None:
-    """Compare's Stop: the session's comparison job is cancelled, then its event; the status says so."""
+def _wire_stop(guard: Guard, cmp: dict, event) -> None:
+    """Compare's Stop: the session's comparison job is cancelled (its worker stops at its next step and
+    gives its slot back: a handler waiting in a thread may never see the event's cancel), then its
+    event; the status says so."""
 
     def stopped(status):
         """The status after Stop; none when no comparison was running (it ended, or none ran)."""
@@ -286,12 +293,7 @@ def _wire_stop(studio: Studio, cmp: dict, event) -> None:
             return gr.skip()
         return "Stopped: the comparison was cancelled; what it had measured stays shown."
 
-    def stop(request: gr.Request):
-        """Stop cancels the session's comparison job before its event: the worker stops at its next step
-        and gives its slot back (a handler waiting in a thread may never see the event's cancel)."""
-        if (job := studio.in_flight(request, "compare")) is not None:
-            job.cancel("stopped")
-
+    stop = guard.stop(CompareEvents.event)
     cancel = cmp["stop"].click(stop, None, None, cancels=[event], queue=False, api_visibility="private")
     cancel.then(stopped, [cmp["status"]], [cmp["status"]], queue=False, api_visibility="private")
 
@@ -303,29 +305,39 @@ def _clocks(runtime) -> tuple:
     return projection, measure.clock(runtime.target.device.type, torch.get_num_threads())
 
 
-def _first_pass(studio: Studio, job, runtime, model, prompt, images, max_new, config) -> None:
+def _first_pass(studio: Studio, check, runtime, model, prompt, images, max_new, config) -> None:
     """A short untimed AR run before the timed ones: the model's first passes warm up in no method."""
     first = fresh_drafter(runtime, "ar", config)
     for _ in studio.stream(runtime, model, first, prompt, images, max_new, "ar"):
-        job.check()
+        check()
 
 
-def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, settings, choice, note, path):
+@dataclass
+class _Timing:
+    """What a comparison has measured so far, and how: each method's shown run (the first repeat's),
+    what its memories held at every token, each repeat's pass times, the projection and the clock."""
+
+    projection: object
+    which: str
+    times: dict[str, list[list[float]]]
+    runs: dict[str, list[StepRecord]] = field(default_factory=dict)
+    coverage: dict[str, list] = field(default_factory=dict)
+
+
+def _measured(studio: Studio, cmp: dict, compare_state, check, request: CompareRequest):
     """The comparison itself, in a decode slot: every method timed on the input, each after its warm-up;
     yields the updates to show, and None between two passes of a timed run (each yield a point where the
     slot may go to another client's work; a pass's phases are timed within it, so a wait between two
-    passes is not timed)."""
-    runtime, config, prompt, images = studio.prepare(image, prompt, settings)
-    config, suffix_config = budgets(choice, config)
-    max_new, model = settings.max_new_tokens, settings.model
+    passes is not timed). ``check`` raises once the comparison is stopped."""
+    checked, note = request.checked, request.note
+    runtime, config, prompt, images = studio.prepare(checked.image, checked.prompt, checked.settings)
+    config, suffix_config = budgets(request.choice, config)
+    max_new, model, path = checked.settings.max_new_tokens, checked.settings.model, checked.path
     warmup = studio.warmup_requests(runtime, (str(path) if path else None, prompt), studio.compare_warmup)
     methods = [m for m in COMPARED if m in offered_methods()]
-    fair = fairness_note(len(warmup), studio.warmup_source(runtime), methods)
     projection, which = _clocks(runtime)
-    _first_pass(studio, job, runtime, model, prompt, images, min(4, max_new), config)
-    runs: dict[str, list[StepRecord]] = {}
-    coverage: dict[str, list] = {}  # what each method's memories held at every token (TR, RECAP)
-    times: dict[str, list[list[float]]] = {m: [] for m in methods}  # each repeat's pass times
+    _first_pass(studio, check, runtime, model, prompt, images, min(4, max_new), config)
+    timing = _Timing(projection, which, {m: [] for m in methods})
     warm_new = min(max_new, WARMUP_MAX_NEW)
     for repeat in range(measure.REPEATS):
         shift = repeat % len(methods)  # interleaved: each repeat starts with another method
@@ -334,49 +346,62 @@ def _measured(studio: Studio, cmp: dict, compare_state, job, image, prompt, sett
             label = render.method_label(method)
             kept, key = None, warm_key(method, config, suffix_config, warm_new, warmup)
             if remembers(method, config) and (kept := kept_warm(runtime, key)) is None:
-                status = f"Warming up {label} {where}…{note}"
-                yield _progress(cmp, compare_state, runs, times, projection, status)
-                args = (method, config, suffix_config, warmup, warm_new, job.check)
+                yield _progress(cmp, compare_state, timing, f"Warming up {label} {where}…{note}")
+                args = (method, config, suffix_config, warmup, warm_new, check)
                 kept = warmed(studio, runtime, model, *args)
             # every timed run starts from a copy of the warmed drafter (the same trees in each repeat)
             drafter = copy.deepcopy(kept) if kept is not None else fresh_drafter(runtime, method, config)
-            status = f"Running {label} {where}…{note}"
-            yield _progress(cmp, compare_state, runs, times, projection, status)
-            probe = CoverageProbe(drafter) if repeat == 0 else None  # untimed: outside the phases
-            steps, observers = [], (probe,) if probe is not None else ()
-            for step in studio.stream(
-                runtime, model, drafter, prompt, images, max_new, method, observers=observers
-            ):
-                job.check()
-                steps.append(step)
-                # between two passes: the slot may go to another client (each pass times its own phases)
-                yield None
-            times[method].append(measure.pass_seconds(steps, which))
-            if probe is not None:  # every repeat drafts the same trees; the first is shown
-                runs[method] = steps
-                if probe.coverage is not None:
-                    coverage[method] = [None, *probe.positions]
-    runs = {m: runs[m] for m in methods}
-    flags = _image_dependent(studio, runtime, model, runs, images, prompt)
+            yield _progress(cmp, compare_state, timing, f"Running {label} {where}…{note}")
+            run = (runtime, model, drafter, prompt, images, max_new, method)
+            yield from _timed(studio, check, run, timing, shown=repeat == 0)
+    timing.runs = {m: timing.runs[m] for m in methods}
+    fair = fairness_note(len(warmup), studio.warmup_source(runtime), methods)
+    how = f"{measure.timing_note(projection, request.choice, which, methods)}"
+    how += measure.one_token_gap(projection, timing.times)
+    flags = _image_dependent(studio, runtime, model, timing.runs, images, prompt)
+    yield _done(cmp, compare_state, request, timing, flags, f"{how} {fair}{note}", warmup, images)
+
+
+def _timed(studio: Studio, check, run: tuple, timing: _Timing, shown: bool):
+    """One timed run of a method (``run``: what `Studio.stream` takes), its pass times added to
+    ``timing``; a None after every pass. ``shown``: the run shown (and its coverage probed, untimed)."""
+    runtime, model, drafter, prompt, images, max_new, method = run
+    probe = CoverageProbe(drafter) if shown else None  # untimed: outside the phases
+    steps, observers = [], (probe,) if probe is not None else ()
+    for step in studio.stream(runtime, model, drafter, prompt, images, max_new, method, observers=observers):
+        check()
+        steps.append(step)
+        # between two passes: the slot may go to another client (each pass times its own phases)
+        yield None
+    timing.times[method].append(measure.pass_seconds(steps, timing.which))
+    if probe is not None:  # every repeat drafts the same trees; the first is shown
+        timing.runs[method] = steps
+        if probe.coverage is not None:
+            timing.coverage[method] = [None, *probe.positions]
+
+
+def _done(
+    cmp: dict, compare_state, request: CompareRequest, timing: _Timing, flags, how: str, warmup, images
+):
+    """The comparison's last update: status, table, story, strip, and the state the other tabs read."""
+    runs, which = timing.runs, timing.which
     line = "No image: no token of this answer can depend on one."
     if flags is not None:
-        line = story.story_line(runs, flags, render.METHOD_LABELS, coverage=coverage)
-    how = (
-        f"{measure.timing_note(projection, choice, which, methods)}{measure.one_token_gap(projection, times)}"
-    )
-    yield {
-        cmp["status"]: done_status(runs, f"{how} {fair}{note}", which),
-        cmp["table"]: measure.rows(runs, times, projection),
+        line = story.story_line(runs, flags, render.METHOD_LABELS, coverage=timing.coverage)
+    checked = request.checked
+    return {
+        cmp["status"]: done_status(runs, how, which),
+        cmp["table"]: measure.rows(runs, timing.times, timing.projection),
         cmp["story"]: story.story_html(line),
         cmp["strip"]: render.compare_strip_html(runs, flags=flags),
         compare_state: {
             "runs": runs,
-            "key": input_key(model, prompt, image),
+            "key": input_key(checked.settings.model, checked.prompt, checked.image),
             "image": images[0] if images else None,
-            "prompt": prompt,
+            "prompt": checked.prompt,
             "warmup": [r.label for r in warmup],
-            "coverage": coverage,
-            "times": times,  # each repeat's pass seconds (`measure.pass_seconds`), as the table reads them
+            "coverage": timing.coverage,
+            "times": timing.times,  # each repeat's pass seconds (`measure.pass_seconds`), as in the table
             "clock": which,
         },
     }
@@ -405,11 +430,12 @@ def _cleared(cmp: dict, status: str) -> dict:
     }
 
 
-def _progress(cmp: dict, compare_state, runs, times, projection, status: str) -> dict:
+def _progress(cmp: dict, compare_state, timing: _Timing, status: str) -> dict:
+    runs = timing.runs
     return {
         cmp["status"]: status,
         compare_state: gr.skip(),
-        cmp["table"]: measure.rows(runs, times, projection) if runs else gr.skip(),
+        cmp["table"]: measure.rows(runs, timing.times, timing.projection) if runs else gr.skip(),
         cmp["story"]: gr.skip(),
         cmp["strip"]: gr.skip(),
     }

@@ -1,22 +1,20 @@
 """The Run tab's events, one handler each: run (streamed), stop, scrub, reset (download and replay:
 `recap.studio.ui.traces`).
 
-Handlers are thin: values are checked by `recap.studio.guard.validation` and `Studio`, decoding happens in
-`recap.decode`, pictures come from `recap.studio.ui.render` / `figures`. Each ``wire_*`` function defines
-its handler as a closure over the components it updates and registers it; `recap.studio.demo` calls
-them. Per-visitor data lives in ``gr.State``: ``session`` (memories by model id) and ``run_state``
+Handlers are plain: they take checked values, decode (`recap.decode`, through `Studio.stream`) and
+draw (`recap.studio.ui.render` / `figures`); they call no piece of the public Space's guard. Each
+``wire_*`` function registers its handler with the guard of its kind around it (`Guard.wrap`: checks,
+the decode line, tickets, pacing, Stop); `recap.studio.demo` calls them with the studio's `Guard`.
+Per-visitor data lives in ``gr.State``: ``session`` (memories by model id) and ``run_state``
 (``{"trace", "image", "prompt", "model", "key"}`` of the last run or replay).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TypeVar
 
 import gradio as gr
 
@@ -24,16 +22,8 @@ from recap.bench.sensitivity import token_texts
 from recap.inputs import check_integer, shown
 from recap.state import DrafterState
 from recap.studio.environment import REPLAY_EVENTS, SESSION_SCOPE, SHARED_SCOPE, model_label
-from recap.studio.guard import validation
-from recap.studio.guard.jobs import HEARTBEAT_S, Cancelled, paced
-from recap.studio.guard.validation import (
-    RunSettings,
-    display_delay_s,
-    refusal,
-    toast_text,
-    upload_problem,
-    with_settings_api,
-)
+from recap.studio.guard.validation import RunSettings, stopped_status
+from recap.studio.guard.wrapper import Checked, Guard
 from recap.studio.serving import EMPTIED, Studio, drafter_for
 from recap.studio.ui import figures, render, tables
 from recap.studio.ui.scene_note import scene_note, with_note
@@ -41,10 +31,6 @@ from recap.trace import RunTrace, StepRecord
 
 log = logging.getLogger("recap.studio")
 
-T = TypeVar("T")
-
-#: Minimum seconds between two streamed UI updates (all runs together also share `Studio.updates`).
-MIN_UPDATE_INTERVAL = 0.1
 #: What a session whose memories were dropped while idle (`recap.studio.guard.sessions`) is told.
 RESTARTED = (
     "this session's memories had been dropped while it was idle, to keep the server within its memory "
@@ -129,19 +115,17 @@ def memory_html(studio: Studio, model_id: object, scope: object, session: object
     return render.memory_state_html(memory_state(studio, model_id, scope, session))
 
 
-def wire_image_check(studio: Studio, ui: dict) -> None:
-    """A file dropped in the Image box that is not a usable image is refused as it lands: a warning, and
-    the box emptied (the run would refuse it too, with the same words)."""
+def wire_image_check(studio: Studio, ui: dict, guard: Guard | None = None) -> None:
+    """A file dropped in the Image box that is not a usable image is refused as it lands (the guard's
+    kind ``"upload"``: a warning, and the box emptied; the run would refuse it too, with the same
+    words); a usable one stays."""
 
-    def check(value):
-        problem = upload_problem(value, studio.upload_roots)
-        if problem is None:
-            return gr.skip()
-        gr.Warning(toast_text(problem))
-        return None
+    def kept(value):
+        return gr.skip()
 
     ui["image"].upload(
-        check, [ui["image"]], [ui["image"]], preprocess=False, show_progress="hidden",
+        (guard or Guard(studio)).wrap(kept, "upload"), [ui["image"]], [ui["image"]], preprocess=False,
+        show_progress="hidden",
         api_visibility="private",  # (the queue's default concurrency, one of `OTHER_EVENT_GROUPS`)
     )  # fmt: skip
 
@@ -170,26 +154,48 @@ class RunRequest:
     memories: dict
     state: dict
     restarted: bool
+    delay_ms: object = 0
 
     @property
     def trace(self) -> RunTrace:
         return self.state["trace"]
 
+    @property
+    def steps(self) -> list[StepRecord]:
+        """The run's steps so far (the guard appends each as it arrives)."""
+        return self.state["trace"].steps
+
 
 class RunEvents:
-    """Run (streamed) and Stop.
+    """Answer the prompt about the image, streaming every target pass (answer, stats, the step's tree);
+    the settings are the Run tab's (a blank seed draws one), delay_ms paces the display. Its API
+    parameters: the settings', then ``delay_ms`` and ``memories``.
 
-    A run holds one of the studio's decode slots (`Studio.slots`, a line fair across clients and
-    bounded per client: `Studio.submit`) while its input is loaded and decoded at full speed, and only
-    then; between two of its passes it gives the slot to another client's waiting work, if any. Its
-    steps are paced out to the visitor at the display delay after the slot is free
-    (`recap.studio.guard.jobs.paced`). A session has one run at a time (a newer one replaces it).
+    The Run button's plain handler (`recap.studio.guard.wrapper.PacedHandler`): `admit` a checked
+    request, `work` (decode it: status lines and step records) and the updates that show it; the guard
+    around it (`Guard.wrap`, kind ``"run"``) queues the work in the decode line, paces its steps and
+    handles Stop. A session has one run at a time (a newer one replaces it).
     """
+
+    event = "run"
+    replaced = "This run was replaced by a newer run of the same session."
+    extras = (("memories", None),)
 
     def __init__(self, studio: Studio, ui: dict, session, run_state) -> None:
         self.studio, self.ui, self.session, self.run_state = studio, ui, session, run_state
         names = (*RESULT_OUTPUTS, "download", "words", "memory")
         self.outputs = [ui[n] for n in names] + [run_state, session]
+
+    def admit(self, checked: Checked, memories) -> RunRequest:
+        """The run ``checked`` asks for, drafting from the session's ``memories``."""
+        settings, prompt = checked.settings, checked.prompt
+        memories = memories if isinstance(memories, dict) else {}
+        restarted = checked.restarted and settings.model not in memories
+        trace = RunTrace(settings={**asdict(settings), "prompt": prompt}, steps=[])
+        key = input_key(settings.model, prompt, checked.image)
+        state = {"trace": trace, "image": None, "prompt": prompt, "model": settings.model, "key": key}
+        restarted = restarted and settings.scope == SESSION_SCOPE
+        return RunRequest(checked.image, prompt, settings, memories, state, restarted, checked.delay_ms)
 
     def update(self, steps, status: str, run: RunRequest) -> dict:
         """Every panel showing ``steps``, with ``status``, the controls locked while the run goes on."""
@@ -203,14 +209,14 @@ class RunEvents:
             self.session: run.memories,
         }
 
-    def decode(self, job, run: RunRequest):
-        """In a decode slot: load, check, decode at full speed; the steps go to the handler. A
-        generator: between two passes the slot may go to another client's waiting work."""
+    def work(self, run: RunRequest):
+        """Load, check, decode at full speed: yields status lines and the step records; returns the
+        answer's text. Between two records the slot may go to another client's waiting work."""
         studio, settings = self.studio, run.settings
         if studio.cache.loaded(settings.model) is None:
             warm = studio.plan.warmup_s
             then = f"; a model with no memory of its own warms it up for up to {warm:.0f} s" if warm else ""
-            job.put("status", f"Loading {model_label(settings.model)} (first use, once per server{then})…")
+            yield f"Loading {model_label(settings.model)} (first use, once per server{then})…"
         runtime, config, prompt, images = studio.prepare(run.image, run.prompt, settings)
         drafter = drafter_for(runtime, settings, settings.method, config, run.memories, studio.cache)
         if run.restarted and isinstance(run.memories.get(settings.model), DrafterState):
@@ -219,7 +225,7 @@ class RunEvents:
         # an embedded model given an image not of its world: said before the first step, kept in each status
         run.state["note"] = note = scene_note(settings.model, run.state["image"], studio.models)
         if note:
-            job.put("status", with_note("Generating…", note))
+            yield with_note("Generating…", note)
         tokens: list[int] = []
         first, started = True, time.perf_counter()
         steps = studio.stream(
@@ -228,107 +234,53 @@ class RunEvents:
         )  # fmt: skip
         with contextlib.closing(steps):
             for record in steps:
-                job.check()  # replaced or stopped: the slot is given back at once
                 if first:
                     log.info("first token after %.0f ms", 1000 * (time.perf_counter() - started))
                     first = False
                 tokens += record.new_tokens
-                job.put("step", record)
-                yield  # between two passes: the slot may go to another client's waiting work
+                yield record
         return runtime.target.decode(tokens)
 
-    def admit(self, image, prompt, values: list, delay_ms, memories, request) -> tuple[RunRequest, float]:
-        """The run the raw request values ask for, checked (a refusal for the visitor if bad), and its
-        display delay in seconds."""
-        settings = self.studio.settings(values)
-        try:
-            delay_s = display_delay_s(delay_ms)
-        except ValueError as error:
-            raise refusal(str(error)) from None
-        self.studio.check_request(image, prompt, settings)  # refuse bad input before saying "loading"
-        memories = memories if isinstance(memories, dict) else {}
-        visitor = request.session_hash if request is not None else None
-        restarted = self.studio.sessions.restarted(visitor) and settings.model not in memories
-        trace = RunTrace(settings={**asdict(settings), "prompt": prompt}, steps=[])
-        key = input_key(settings.model, prompt, image)
-        state = {"trace": trace, "image": None, "prompt": prompt, "model": settings.model, "key": key}
-        restarted = restarted and settings.scope == SESSION_SCOPE
-        return RunRequest(image, prompt, settings, memories, state, restarted), delay_s
+    def started(self, run: RunRequest) -> dict:
+        """The first update: the run's state (Stop reads it), scrubbing and Download locked."""
+        ui = self.ui
+        return {
+            self.run_state: run.state,
+            ui["step"]: gr.Slider(interactive=False),
+            ui["download"]: gr.Button(interactive=False),
+        }
 
-    async def run(self, image, prompt, *rest, request: gr.Request = None):
-        """Answer the prompt about the image, streaming every target pass (answer, stats, the step's
-        tree); the settings are the Run tab's (a blank seed draws one), delay_ms paces the display.
-        Its API parameters: `with_settings_api`'s, then ``delay_ms`` and ``memories``."""
-        *values, delay_ms, memories = rest
-        run, delay_s = self.admit(image, prompt, values, delay_ms, memories, request)
-        await asyncio.to_thread(self.studio.sessions.sweep, request.session_hash if request else None)
-        job = self.studio.submit(request, "run", lambda job: self.decode(job, run))
-        # a paced display outlives its slot: at most `Studio.displays` at once, in all and per client;
-        # the others show at once
-        slowed = delay_s > 0 and self.studio.displays.take(job.client)
-        try:
-            replaced = "This run was replaced by a newer run of the same session."
-            with self.studio.awaiting(request, "run", job, replaced):
-                async for shown in self.display(job, run, delay_s if slowed else 0.0):
-                    yield shown
-        except Cancelled as stop:  # Stop (`stop` below) cancelled the job: this run says so, last
-            if stop.args[:1] != ("stopped",):
-                raise
-        finally:
-            if slowed:
-                self.studio.displays.give(job.client)
-        run.trace.text = job.result or ""
-        if job.stopped.is_set():  # a Stop before the end: its status, after every update of the run
-            yield self.after_stop(delay_ms, run.settings.method, run.state)
-            return
-        yield await self.final(run, hurried=delay_s > 0 and not slowed)
+    def status(self, run: RunRequest, line) -> dict:
+        return {self.ui["status"]: line}
 
-    async def display(self, job, run: RunRequest, delay_s: float):
-        """The run's updates while it decodes and its display is paced: the state first (Stop reads
-        it), then the waiting line's status, then the steps as `paced` lets them show."""
-        locked = gr.Slider(interactive=False), gr.Button(interactive=False)
-        yield {self.run_state: run.state, self.ui["step"]: locked[0], self.ui["download"]: locked[1]}
-        waiting, steps = self.studio.waiting_line(job), run.trace.steps
-        if line := waiting.status():
-            yield {self.ui["status"]: line}
-        cap, interval, budget = validation.MAX_TOTAL_DELAY_S, MIN_UPDATE_INTERVAL, self.studio.updates
-        async for due in paced(job, steps, delay_s, cap, interval, budget, HEARTBEAT_S):
-            if due.idle:  # a yield, so that gradio can stop the event if its visitor left
-                yield {self.ui["status"]: waiting.status() or gr.skip()}
-                continue
-            waiting.shown_other()
-            if job.stopped.is_set():  # (an update after Stop's status would overwrite it)
-                return
-            if due.status is not None:
-                yield {self.ui["status"]: due.status}
-            elif not due.final:
-                status = with_note(f"Generating… step {steps[due.shown - 1].step}", run.state.get("note"))
-                begun = time.monotonic()
-                run.state["shown"] = due.shown  # what Stop keeps
-                view = await asyncio.to_thread(self.update, steps[: due.shown], status, run)
-                self.studio.updates.spent(time.monotonic() - begun)
-                if job.stopped.is_set():
-                    return
-                yield view
+    def progress(self, run: RunRequest, shown: int) -> dict:
+        """Every panel showing the first ``shown`` steps (what Stop keeps)."""
+        steps = run.steps
+        status = with_note(f"Generating… step {steps[shown - 1].step}", run.state.get("note"))
+        run.state["shown"] = shown
+        return self.update(steps[:shown], status, run)
 
-    async def final(self, run: RunRequest, hurried: bool) -> dict:
-        """The run's last update: every panel, the Done status, scrubbing and Download unlocked."""
+    def ended(self, run: RunRequest, text, stopped: bool, hurried: str) -> dict:
+        """The run's last update: after a Stop, its status; else every panel and the Done status."""
+        run.trace.text = text or ""
+        if stopped:  # a Stop before the end: its status, after every update of the run
+            return self.after_stop(run.delay_ms, run.settings.method, run.state)
+        return self.final(run, hurried)
+
+    def final(self, run: RunRequest, hurried: str) -> dict:
+        """Every panel, the Done status, scrubbing and Download unlocked."""
         steps, settings = run.trace.steps, run.settings
         reason = steps[-1].finish_reason if steps else None
         done = (
             f"Done: {len(run.trace.tokens)} tokens in {len(steps)} target passes ({reason or 'stopped'}), "
             f"with {render.markdown_text(model_label(settings.model))}."  # (true once another is chosen)
         )
-        if hurried:
-            done += (
-                " Shown without the display delay: the studio is pacing as many displays as it can"
-                f" ({self.studio.displays.per_client} a visitor)."
-            )
+        done += hurried
         if run.restarted:
             done += f" {RESTARTED[0].upper()}{RESTARTED[1:]}."
         done = with_note(done, run.state.get("note"))
         run.state["ended"] = done  # a Stop from now on has nothing to stop (it shows this status again)
-        final = await asyncio.to_thread(self.update, steps, done, run)
+        final = self.update(steps, done, run)
         final[self.ui["download"]] = gr.Button(interactive=True)
         last = len(steps) - 1
         final[self.ui["step"]] = gr.Slider(minimum=0, maximum=max(1, last), value=last, interactive=True)
@@ -350,7 +302,7 @@ class RunEvents:
                 ui["download"]: gr.Button(interactive=True),
             }
         shown = min(int(state.get("shown", 0)), len(state["trace"].steps))
-        out = {ui["status"]: with_note(validation.stopped_status(delay_ms, method), state.get("note"))}
+        out = {ui["status"]: with_note(stopped_status(delay_ms, method), state.get("note"))}
         if shown:
             trace = state["trace"]
             steps = trace.steps[:shown]
@@ -360,95 +312,56 @@ class RunEvents:
             out[ui["download"]] = gr.Button(interactive=True)
         return out
 
-    def stop(self, request: gr.Request):
-        """Stop marks the session's run in flight (if any) and cancels its job (its worker stops at its
-        next pass, or it leaves the line): the run's handler then shows the Stopped status as its last
-        update. Its event is not cancelled: on a busy server a cancelled event's last update could
-        reach the page after the Stopped status and overwrite it."""
-        if (job := self.studio.in_flight(request, "run")) is not None:
-            job.stopped.set()
-            job.cancel("stopped")
-
-    def wire(self, setting_inputs: list) -> None:
+    def wire(self, guard: Guard, setting_inputs: list) -> None:
         """Register Run and Stop on the page's components."""
         ui = self.ui
-
-        run = with_settings_api(self.run, ("delay_ms", 0), ("memories", None))
         ui["run"].click(
-            run,
+            guard.wrap(self, "run"),
             [ui["image"], ui["prompt"], *setting_inputs, ui["delay_ms"], self.session],
             self.outputs,
             # no gradio limit: the handler waits for one of `Studio.slots` (a bounded line), no thread
             concurrency_limit=None,
             api_name="run",
-            preprocess=False,  # raw values reach the checks above, which answer every bad one clearly
+            preprocess=False,  # raw values reach the guard's checks, which answer every bad one clearly
             # progress and a refusal show on the status line (and its toast), not as an "Error" on every panel
             show_progress_on=[ui["status"]],
         )
-        # the status after Stop, set at once (the run's own last update says the same)
+        # the status after Stop, set at once (the run's own last update says the same). Stop's event is
+        # not cancelled: on a busy server a cancelled event's last update could reach the page after
+        # the Stopped status and overwrite it
         private = {"queue": False, "api_visibility": "private"}
-        stopped = ui["stop"].click(self.stop, None, None, **private)
+        stopped = ui["stop"].click(guard.stop(self.event), None, None, **private)
         stopped.then(
             self.after_stop, [ui["delay_ms"], ui["method"], self.run_state],
             [ui["status"], self.run_state, ui["step"], ui["download"]], **private,
         )  # fmt: skip
 
 
-def wire_run(studio: Studio, ui: dict, setting_inputs: list, session, run_state) -> None:
+def wire_run(
+    studio: Studio, ui: dict, setting_inputs: list, session, run_state, guard: Guard | None = None
+) -> None:
     """Run (streamed) and Stop (`RunEvents`)."""
-    RunEvents(studio, ui, session, run_state).wire(setting_inputs)
+    RunEvents(studio, ui, session, run_state).wire(guard or Guard(studio), setting_inputs)
 
 
-#: Seconds a step's view waits for its drawing ticket (its client's rest after its last drawing, or
-#: another client's drawing) before it is refused; a drawing is bounded (`recap.studio.ui.drawing`).
-VIEW_PATIENCE_S = 10.0
-#: Why a step's view was refused, by `recap.studio.guard.tickets.Tickets.wait_take`'s answer.
-VIEW_REFUSED = {
-    "waiting": "Your previous step view is still being drawn: wait for it to show.",
-    "resting": "Your last replay or step view took a while to draw: wait a few seconds before the next.",
-    "busy": "The studio is drawing as many replays and steps as it draws at once: try again in a moment.",
-}
-
-
-async def drawn(studio: Studio, request, work: Callable[[], T]) -> T:
-    """``work()`` (drawing or writing from a stored trace) under a drawing ticket of ``request``'s
-    client (`Studio.replays`: it waits up to `VIEW_PATIENCE_S` for it, else a refusal saying why), in a
-    thread, after any running decode (`Studio.give_way`); the client then rests as long as it took."""
-    client = studio.client(request)
-    refused = await studio.replays.wait_take(client, VIEW_PATIENCE_S)
-    if refused is not None:
-        raise refusal(VIEW_REFUSED[refused])
-
-    def ticketed() -> T:
-        start = time.monotonic()
-        try:
-            studio.give_way()
-            return work()
-        finally:  # (here, not in the handler: a cancelled call's thread works on to its end)
-            studio.replays.give(client, time.monotonic() - start)
-
-    return await asyncio.to_thread(ticketed)
-
-
-def wire_scrub(studio: Studio, ui: dict, run_state) -> None:
+def wire_scrub(studio: Studio, ui: dict, run_state, guard: Guard | None = None) -> None:
     """Moving the step slider shows that step in the step panel: drawn under a drawing ticket of its
-    client (`Studio.replays`, the one replays take: a few at once, one per client, each client resting
-    as long as its drawing took), in a thread, and bounded by `recap.studio.ui.drawing`."""
+    client (the guard's kind ``"view"``: the ticket replays take, a few at once, one per client, each
+    client resting as long as its drawing took), and bounded by `recap.studio.ui.drawing`."""
     outputs = [ui[name] for name in STEP_PANEL]
 
-    async def scrub(state, index, request: gr.Request = None):
+    def scrub(state, index):
+        """The drawing of step ``index`` of the session's run or replay (a ValueError: refused)."""
         if not isinstance(state, dict) or not state["trace"].steps:  # (the page's slider is locked then)
-            raise refusal(NO_RUN_YET)
-        try:
-            index = check_integer("step", index, 0, len(state["trace"].steps) - 1)
-        except ValueError as error:
-            raise refusal(str(error)) from None
+            raise ValueError(NO_RUN_YET)
+        index = check_integer("step", index, 0, len(state["trace"].steps) - 1)
 
         def draw() -> tuple:
             return tuple(serialized(dict(zip(outputs, step_view(state["trace"].steps, index)))).values())
 
-        return await drawn(studio, request, draw)
+        return draw
 
+    guarded = (guard or Guard(studio)).wrap(scrub, "view")
     # the drawing tickets answer a flood at once: the step's gradio concurrency is the replays' (above them)
     common = {
         "show_progress": "hidden",
@@ -458,9 +371,9 @@ def wire_scrub(studio: Studio, ui: dict, run_state) -> None:
     }
     # while dragging, render the latest position, not every one
     ui["step"].input(
-        scrub, [run_state, ui["step"]], outputs, api_name="step", trigger_mode="always_last", **common
+        guarded, [run_state, ui["step"]], outputs, api_name="step", trigger_mode="always_last", **common
     )
-    ui["step"].release(scrub, [run_state, ui["step"]], outputs, api_visibility="private", **common)
+    ui["step"].release(guarded, [run_state, ui["step"]], outputs, api_visibility="private", **common)
 
 
 #: What the step and download endpoints answer before a run or replay has anything to show.
@@ -474,18 +387,16 @@ RESETS = {
 }
 
 
-def wire_reset(studio: Studio, ui: dict, session) -> None:
+def wire_reset(studio: Studio, ui: dict, session, guard: Guard | None = None) -> None:
     """Two resets of this session's memories of the chosen model: back to its starting memory (the
     shipped one for the embedded model), or empty. The process-wide ones are never reset from here."""
+    guard = guard or Guard(studio)
 
     def resetter(to: str, message: str):
         def reset(model_id, scope, memories):
-            try:
-                model_id = validation.check_model(model_id, studio.models)
-            except ValueError as error:
-                raise refusal(str(error)) from None
+            model_id = studio.known_model(model_id)
             if not isinstance(scope, str) or scope not in studio.scopes:
-                raise refusal(f"Unknown memory scope {shown(scope)}: choose one from the list.")
+                raise ValueError(f"Unknown memory scope {shown(scope)}: choose one from the list.")
             memories = memories if isinstance(memories, dict) else {}
             memories.pop(model_id, None)  # (drafters of runs in flight keep what they hold)
             if to == "empty":
@@ -502,7 +413,7 @@ def wire_reset(studio: Studio, ui: dict, session) -> None:
 
     for name, (to, message) in RESETS.items():
         ui[name].click(
-            resetter(to, message),
+            guard.wrap(resetter(to, message), "checked"),
             [ui["model"], ui["scope"], session],
             [session, ui["memory"]],
             api_name=name,

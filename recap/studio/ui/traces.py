@@ -3,14 +3,13 @@ trace file dropped on *Replay a run* fills the answer and the step panel again, 
 
 A trace holds the visitor's prompt, so it is written only when Download is clicked (`TraceExports`),
 in an unguessable folder of that session, and removed when the session ends. An uploaded trace is
-read and checked in full (`recap.studio.guard.trace_files.read_trace`) before anything shows it; what is drawn
-from it is bounded by `recap.studio.ui.drawing`. Wired like `recap.studio.ui.handlers`' events, whose
-panels they fill.
+read and checked in full by the guard around the replay (`Guard.wrap`, kind ``"replay"``) before the
+handler shows it; what is drawn from it is bounded by `recap.studio.ui.drawing`. Wired like
+`recap.studio.ui.handlers`' events, whose panels they fill.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import secrets
 import shutil
@@ -22,19 +21,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from recap.studio.environment import REPLAY_CONCURRENCY, REPLAY_EVENTS, model_label
-from recap.studio.guard.sessions import release_memory
-from recap.studio.guard.trace_files import read_trace
-from recap.studio.guard.validation import refusal
+from recap.studio.environment import REPLAY_EVENTS, model_label
+from recap.studio.guard.wrapper import Guard
 from recap.studio.serving import Studio
 from recap.studio.ui import render
-from recap.studio.ui.handlers import (
-    NO_RUN_YET,
-    RESULT_OUTPUTS,
-    drawn,
-    panels,
-    serialized,
-)
+from recap.studio.ui.handlers import NO_RUN_YET, RESULT_OUTPUTS, panels, serialized
 from recap.trace import PackedSteps, RunTrace
 
 #: Exported traces older than this are deleted at the next export, for sessions that never end
@@ -116,22 +107,24 @@ _DOWNLOAD_JS = """
 """
 
 
-def wire_download(studio: Studio, ui: dict, run_state, exports: TraceExports) -> None:
+def wire_download(
+    studio: Studio, ui: dict, run_state, exports: TraceExports, guard: Guard | None = None
+) -> None:
     # Holds the session's id after a download; gradio deletes it max_age_s after the last one
     # and calls back, so the exports of a session that never closes a tab (an API client) go too.
     owner = gr.State(None, time_to_live=exports.max_age_s, delete_callback=exports.remove_session)
 
-    async def download(state, request: gr.Request):
+    def download(state, request: gr.Request):
         """Write the last run's trace for this session (it is removed when the session ends): a replayed
-        trace's JSON can be megabytes, so it is written under a drawing ticket, as a step's view."""
+        trace's JSON can be megabytes, so it is written as a step's view is drawn (the guard's kind
+        ``"view"``)."""
         if not isinstance(state, dict) or not state["trace"].steps:
-            raise refusal(NO_RUN_YET)
+            raise ValueError(NO_RUN_YET)
         session = request.session_hash or "no-session"
-        path = await drawn(studio, request, lambda: str(exports.write(session, state["trace"])))
-        return path, session
+        return lambda: (str(exports.write(session, state["trace"])), session)
 
     ui["download"].click(
-        download,
+        (guard or Guard(studio)).wrap(download, "view"),
         [run_state],
         [ui["download_file"], owner],
         api_name="download",
@@ -159,53 +152,18 @@ def replay_status(trace: RunTrace) -> str:
     )
 
 
-#: A replay refused for want of a ticket (`Studio.replays`): every reader is busy, or this client's is.
-REPLAYS_BUSY = (
-    f"The studio is reading {REPLAY_CONCURRENCY} replays, as many as it reads at once: try again in a "
-    "few seconds."
-)
-REPLAY_HELD = "Your previous replay is still being read: wait for it to show before sending another."
-
-
-def _replay_refused(studio: Studio, client: str) -> str:
-    """Why ``client``'s replay gets no ticket: its previous one is being read, it rests after one, or
-    every reader is busy."""
-    if studio.replays.held(client):
-        return REPLAY_HELD
-    rest = studio.replays.resting(client)
-    if rest > 0:
-        return f"Your last replay took a while to read: wait {math.ceil(rest)} s before the next one."
-    return REPLAYS_BUSY
-
-
-def wire_replay(studio: Studio, ui: dict, run_state) -> None:
-    def replay(path, request: gr.Request = None):
+def wire_replay(studio: Studio, ui: dict, run_state, guard: Guard | None = None) -> None:
+    def replay(trace: RunTrace | None):
         """Show a downloaded run (its JSON trace) without a model: the answer, stats and last step. The
-        file is read and drawn (the figures serialized too) under one ticket of its client: its rest
-        counts both (`recap.studio.ui.drawing` bounds the drawing)."""
-        if not path:
+        guard (kind ``"replay"``) reads and checks the file first, and bounds the time spent on both
+        (`recap.studio.ui.drawing` bounds the drawing)."""
+        if trace is None:
             return {run_state: gr.skip()}
-        client = studio.client(request)
-        if not studio.replays.take(client):
-            raise refusal(_replay_refused(studio, client))
-        start = time.monotonic()
-        try:
-            studio.give_way()
-            try:
-                trace = read_trace(path)
-            except ValueError as error:
-                raise refusal(f"Cannot replay this file: {error}") from None
-            studio.give_way()
-            drawn = serialized(panels(ui, trace.steps, scrubbable=True))
-            # kept for scrubbing as long as the session lives: compressed, so that no large replay keeps
-            # the server grown (the records are freed below)
-            trace = replace(trace, steps=PackedSteps(trace.steps))
-        finally:
-            spent = time.monotonic() - start
-            release_memory()  # what parsing and drawing allocated goes back to the system, refused or not
-            studio.replays.give(client, spent)
+        drawn = serialized(panels(ui, trace.steps, scrubbable=True))
+        # kept for scrubbing as long as the session lives: compressed, so that no large replay keeps
+        # the server grown (the guard then frees what parsing and drawing allocated)
+        trace = replace(trace, steps=PackedSteps(trace.steps))
         prompt = str(trace.settings.get("prompt", ""))
-        studio.sessions.sweep(request.session_hash if request is not None else None)
         return {
             **drawn,
             ui["status"]: replay_status(trace),
@@ -217,7 +175,7 @@ def wire_replay(studio: Studio, ui: dict, run_state) -> None:
 
     names = (*RESULT_OUTPUTS, "image", "prompt", "words")
     ui["replay"].upload(
-        replay,
+        (guard or Guard(studio)).wrap(replay, "replay"),
         [ui["replay"]],
         [*(ui[n] for n in names), run_state],
         api_name="replay",
