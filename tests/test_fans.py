@@ -156,7 +156,7 @@ def test_a_trace_keeps_each_nodes_fan_and_the_tooltip_says_it():
     from recap.trace import NodeRecord, RunTrace, StepRecord
 
     node = NodeRecord(0, -1, 11, "blue", 1, 0.3, ["ctx2"], {"ctx2": 0.3}, False, fan=3)
-    assert "in a fan: earlier answers went on 3 ways here" in _node_hover(node)
+    assert "in a fan: earlier answers went on 3 ways here" in _node_hover(node).replace("<br>", " ")
     assert "fan" not in _node_hover(NodeRecord(0, -1, 11, "blue", 1, 0.3, ["ctx2"], {}, False))
     step = StepRecord(step=1, committed_len=4, method="recap", nodes=[node])
     data = json.loads(RunTrace({"method": "recap"}, [step]).to_json())
