@@ -95,7 +95,7 @@ class DraftTree:
     #: For display: per node, whether a record this request wrote (under its image) proposed it; empty
     #: when the drafter does not say.
     this_request: list[bool] = field(default_factory=list)
-    #: For display: per node queued in a fan (`recap.memory.continuations`), how many ways earlier
+    #: For display: per node queued in a fan (`recap.drafters.recap.continuations`), how many ways earlier
     #: answers went on after its context; 0: not in a fan.
     fans: list[int] = field(default_factory=list)
 
