@@ -59,7 +59,7 @@ def test_the_advice_names_what_this_server_offers_for_photos():
     own = photo_advice([EMBEDDED_V2_ID, "my-org/my_vlm"])
     assert own == f"For photos, pick another model in Model ({markdown_text('my-org/my_vlm')})."
     none = photo_advice([EMBEDDED_V2_ID, EMBEDDED_V1_ID])
-    assert "a real VLM such as Qwen" in none and "only on a server with a GPU" in none
+    assert "Qwen" in none and "on a server with a GPU" in none and "SmolVLM" in none and "offers none" in none
     assert with_note("Done.", None) == "Done." and with_note("Done.", "A note.") == "Done.\n\nA note."
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from PIL import Image
 
 from recap.embedded import embedded_world
-from recap.studio.environment import EMBEDDED_FOLDERS, PAPER_MODELS, model_label
+from recap.studio.environment import CPU_HUB_MODEL, EMBEDDED_FOLDERS, PAPER_MODELS, model_label
 from recap.studio.ui.render import markdown_text
 
 
@@ -27,7 +27,8 @@ def knows_photos(model_id: str) -> bool:
 
 def photo_advice(offered: Sequence[str]) -> str:
     """Which model of ``offered`` to pick for photos: the paper's first real VLM offered, else the other
-    models offered, else that this server offers none (the paper's models need a GPU)."""
+    models offered (the CPU hub model among them), else that this server offers none (the paper's models
+    need a GPU, the CPU hub model the hub)."""
     others = [m for m in offered if knows_photos(m)]
     real = [m for m in PAPER_MODELS if m in others]
     if real:
@@ -36,8 +37,9 @@ def photo_advice(offered: Sequence[str]) -> str:
         names = ", ".join(markdown_text(model_label(m)) for m in others)
         return f"For photos, pick another model in Model ({names})."
     return (
-        f"For photos you need a real VLM such as {markdown_text(PAPER_MODELS[0])}, which the studio offers "
-        "only on a server with a GPU: this server offers none."
+        f"For photos you need a real VLM: the studio offers {markdown_text(PAPER_MODELS[0])} on a server "
+        f"with a GPU and {markdown_text(model_label(CPU_HUB_MODEL))} on one that reaches the "
+        "Hugging Face hub; this server offers none."
     )
 
 
