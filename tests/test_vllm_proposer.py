@@ -18,7 +18,7 @@ from recap.memory.persistent import PersistentMemory
 from recap.models.families import placeholder_ids
 from recap.tree import DraftTree
 from recap.verify import accept_greedy
-from recap.vllm.proposer import RecapProposer
+from recap.vllm.proposer import EXPLORE, RecapProposer
 from recap.vllm.records import RECORD_K, Pass, Row
 
 EMBEDDED = "assets/models/tiny-scenes-llava-v2"
@@ -128,10 +128,10 @@ def test_a_batch_wide_cut_on_a_steep_pass_cost_sends_fewer_drafts_and_stays_loss
     sent = {}
     for steep in (False, True):
         proposer = RecapProposer(vllm_config(target), install_hooks=False)
-        if steep:  # a line where a draft costs a fifth of a pass's fixed part
+        if steep:  # a fit where a draft costs a fifth of a pass's fixed part
             for tokens in [4, 8, 12, 16] * 8:
-                proposer.pass_cost.add(tokens, 0.05 + 0.01 * tokens)
-            assert proposer.pass_cost.line() == pytest.approx((0.05, 0.01))
+                proposer.pass_cost.add(tokens, tokens - 3, 0.05 + 0.01 * tokens)
+            assert proposer.pass_cost.fit() == pytest.approx((0.05, 0.0, 0.01))
         for round_ in range(2):
             requests = [Request(f"r{round_}-{i}", target, q, image, 24) for i, (q, image) in
                         enumerate(zip(questions, images))]  # fmt: skip
@@ -144,15 +144,41 @@ def test_a_batch_wide_cut_on_a_steep_pass_cost_sends_fewer_drafts_and_stays_loss
     assert 0 < sent[True] < sent[False]
 
 
-def test_the_step_clock_feeds_the_pass_cost_the_previous_steps_tokens(runtime, monkeypatch):
+def test_the_step_clock_times_the_verification_steps_the_proposer_planned(runtime, monkeypatch):
     proposer = RecapProposer(vllm_config(runtime.target), install_hooks=False)
-    clock = iter([10.0, 10.5, 10.6])
+    clock = iter([10.0, 10.5, 10.6, 10.7])
     monkeypatch.setattr("recap.vllm.proposer.time.perf_counter", lambda: next(clock))
     seen = []
-    monkeypatch.setattr(proposer.pass_cost, "add", lambda tokens, seconds: seen.append((tokens, seconds)))
-    for tokens in (40, 8, 12):
+    monkeypatch.setattr(proposer.pass_cost, "add", lambda *step: seen.append(step))
+    proposer._planned = (8, 6)  # (what `draft` sets: the rows' pending tokens and drafts, the drafts)
+    for tokens in (8, 40, 8, 8):  # the second step also computes a prefill: not timed
         proposer.step(tokens)
-    assert seen == [(40, 0.5), (8, pytest.approx(0.1))]
+    assert seen == [(8, 6, 0.5), (8, 6, pytest.approx(0.1))]
+
+
+def test_with_a_costly_speculative_path_a_batch_sends_no_drafts_and_explores_while_it_cannot_tell(runtime):
+    target = runtime.target
+    proposer = RecapProposer(vllm_config(target), install_hooks=False)
+    for tokens in [4, 8, 12, 16] * 8:  # drafting costs a step as much as 40 tokens: nothing pays for it
+        proposer.pass_cost.add(tokens, tokens - 3, 0.05 + 0.4 + 0.001 * tokens)
+        proposer.pass_cost.add(3, 0, 0.05 + 0.001 * 3)
+    assert proposer.pass_cost.fit() == pytest.approx((0.05, 0.4, 0.001))
+    questions = ["Describe this scene.", "How many shapes are there?"]
+    images = [Image.open(f"assets/examples-v2/scene_{i}.png") for i in (1, 2)]
+    requests = [Request(f"r{i}", target, q, image, 16) for i, (q, image) in enumerate(zip(questions, images))]
+    outputs = run_twin(proposer, target, requests)
+    for request, question, image in zip(requests, questions, images):
+        expected = generate(target, runtime.drafter("ar"), question, [image], 16).tokens
+        assert outputs[request.req_id] == expected
+    assert proposer.stats.proposed == 0
+    fresh = RecapProposer(vllm_config(target), install_hooks=False)
+    for tokens in [4, 8, 12, 16] * 8:  # only steps with drafts seen: what drafting costs is unknown
+        fresh.pass_cost.add(tokens, tokens - 3, 0.05 + 0.001 * tokens)
+    fresh._since_plain = EXPLORE - 1
+    sent, draft = [], fresh.draft
+    fresh.draft = lambda rows: sent.append(draft(rows)) or sent[-1]
+    run_twin(fresh, target, [Request("x", target, questions[0], images[0], 24)])
+    assert sent[0] == [[]] and any(chain for (chain,) in sent[1:])  # one step explores, then drafts
 
 
 def test_rows_without_tokens_get_no_drafts_and_the_length_limit_cuts_chains(runtime):

@@ -25,8 +25,8 @@ Settings (environment variables, read when vLLM builds the proposer):
 model) to start from; ``RECAP_VLLM_BUDGET``: nodes the search grows before the chain is cut (default
 `DEFAULT_BUDGET`); ``RECAP_VLLM_CONTEXT_SCOPE``: ``request`` (default) or ``stream``;
 ``RECAP_VLLM_DRAFT_COST``: ``auto`` (the default) cuts the batch's chains where more drafts would
-commit fewer tokens per second, on a line of a step's time against its tokens learnt from the engine's
-own steps (`recap.vllm.cost`); a number is what verifying one draft costs as a share of a pass, each
+commit fewer tokens per second, or sends none, on what a step costs as learnt from the engine's own
+steps (`recap.vllm.cost`); a number is what verifying one draft costs as a share of a pass, each
 request's chain cut alone by it (0: never cut, chains of k whenever the memories offer them).
 """
 
@@ -51,7 +51,7 @@ from recap.memory.persistent import PersistentMemory
 from recap.models.families import placeholder_ids
 from recap.tree import DraftTree
 from recap.verify import Acceptance
-from recap.vllm.cost import PassCost, batch_lengths
+from recap.vllm.cost import LEAST_WEIGHT, PassCost, batch_lengths
 from recap.vllm.records import RECORD_K, Pass, Row
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_BUDGET = 16
 #: ``RECAP_VLLM_DRAFT_COST``'s default: chains cut across the batch by the pass cost learnt (`PassCost`).
 AUTO = "auto"
+#: With ``auto``, a step sends no drafts at least every this many steps while the fit holds too few
+#: steps without drafts to tell what drafting itself costs a step (`recap.vllm.cost.StepCost`).
+EXPLORE = 32
 
 
 @dataclass
@@ -108,7 +111,11 @@ class RecapProposer:
             )
         #: The line of an engine step's wall-clock time against its tokens (`step` feeds it).
         self.pass_cost = PassCost()
-        self._step: tuple[float, int] | None = None
+        #: The step under way: when it started, its tokens and drafts, if it computes only the pending
+        #: tokens and drafts `draft` planned (a step with a prefill or a request joining is not timed).
+        self._step: tuple[float, int, int] | None = None
+        self._planned = (0, 0)  # the tokens and drafts of the next step if it only verifies this step's
+        self._since_plain = 0  # steps since the last one without drafts
         scope = os.environ.get("RECAP_VLLM_CONTEXT_SCOPE", "request")
         if scope not in ("request", "stream"):
             raise ValueError(f"RECAP_VLLM_CONTEXT_SCOPE must be 'request' or 'stream', got {scope!r}")
@@ -152,11 +159,14 @@ class RecapProposer:
     # ------------------------------------------------------------------------------ from the hooks
     def step(self, tokens: int) -> None:
         """An engine step starts, computing ``tokens`` tokens: the step before it ended now, so its
-        wall-clock time goes to `pass_cost` with its tokens."""
+        wall-clock time goes to `pass_cost` with its tokens if it was a verification step (it computed
+        just the pending tokens and drafts that `draft` planned: a prefill's tokens cost otherwise)."""
         now = time.perf_counter()
         if self._step is not None:
-            self.pass_cost.add(self._step[1], now - self._step[0])
-        self._step = (now, int(tokens))
+            started, planned, drafts = self._step
+            self.pass_cost.add(planned, drafts, now - started)
+        planned, drafts = self._planned
+        self._step = (now, planned, drafts) if int(tokens) == planned else None
 
     def record(self, passes: Iterable[Pass]) -> None:
         """This step's verification passes (before sampling), one per request in the batch."""
@@ -184,6 +194,9 @@ class RecapProposer:
                 running.proposed = DraftTree()
             drafting.append(running)
         self._cut(drafting)
+        drafts = sum(len(running.proposed) for running in drafting)
+        self._planned = (len(drafting) + drafts, drafts)
+        self._since_plain = 0 if drafts == 0 else self._since_plain + 1
         by_row = iter(drafting)
         drafts = [list(next(by_row).proposed.tokens) if len(row.sampled) else [] for row in rows]
         self.stats.proposed += sum(len(running.proposed) for running in drafting)
@@ -202,12 +215,17 @@ class RecapProposer:
     # ------------------------------------------------------------------------------------ helpers
     def _cut(self, drafting: list[Running]) -> None:
         """With ``auto`` cost, cut the batch's chains where more drafts would commit fewer tokens per
-        second (`batch_lengths` on the learnt `pass_cost`; whole chains until it has a line)."""
-        line = self.pass_cost.line() if self.draft_cost is None else None
-        if line is None or not drafting:
+        second (`batch_lengths` on the learnt `pass_cost`; whole chains until it has a fit), or send
+        none, also every `EXPLORE` steps while the fit lacks steps without drafts."""
+        fit = self.pass_cost.fit() if self.draft_cost is None else None
+        if fit is None or not drafting:
             return
-        chains = [np.asarray(running.proposed.scores, dtype=np.float64) for running in drafting]
-        for running, count in zip(drafting, batch_lengths(chains, *line)):
+        if self._since_plain + 1 >= EXPLORE and self.pass_cost.without_drafts() < LEAST_WEIGHT:
+            lengths = [0] * len(drafting)
+        else:
+            chains = [np.asarray(running.proposed.scores, dtype=np.float64) for running in drafting]
+            lengths = batch_lengths(chains, fit)
+        for running, count in zip(drafting, lengths):
             if count < len(running.proposed):
                 running.proposed = running.drafter.shorten(count)
 
