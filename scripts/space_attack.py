@@ -7,6 +7,7 @@ costs, how the server's memory grows with sessions. Loopback only.
         [--after SECONDS]
     python -m scripts.space_attack draw --pid PID [--shape sources] [--copies 4]    # (hops 1)
     python -m scripts.space_attack steps --pid PID [--shape wide] [--calls 8]       # (hops 1)
+    python -m scripts.space_attack cost --pid PID [--shape sources]                 # (hops 1)
     python -m scripts.space_attack sessions --pid PID [-n 1000]
     RECAP_PROXY_HOPS=1 ... python app.py &   # (each client says its address in X-Forwarded-For)
     python -m scripts.space_attack crowd --pid PID [--seconds 110] [--comparisons]
@@ -279,8 +280,8 @@ def draw_attack(server: Server, path: Path, copies: int = 4) -> None:
         during = visitor.result()
         outcomes = [future.result() for future in replays]
     done.set()
-    print(f"visitor's 32-token run alone: {', '.join(f'{b:.1f}' for b in baseline)} s; "
-          f"during {copies} replays of {path.name} from one address: {during:.1f} s")  # fmt: skip
+    print(f"visitor's 32-token run alone: {', '.join(f'{b:.2f}' for b in baseline)} s; "
+          f"during {copies} replays of {path.name} from one address: {during:.2f} s")  # fmt: skip
     print(f"the {copies} replays: {[(round(t, 1), k) for t, k, _ in outcomes]}; server CPU "
           f"{server.cpu_s() - cpu:.1f} s; RSS {before:.0f} MB, peak +{peak[0] - before:.0f} MB")  # fmt: skip
 
@@ -315,10 +316,39 @@ def steps_attack(server: Server, path: Path, calls: int = 8) -> None:
         done.set()
     finally:
         client.close()
-    print(f"visitor's 32-token run alone: {', '.join(f'{b:.1f}' for b in baseline)} s; "
-          f"during {calls} step views of {path.name}: {during:.1f} s")  # fmt: skip
+    print(f"visitor's 32-token run alone: {', '.join(f'{b:.2f}' for b in baseline)} s; "
+          f"during {calls} step views of {path.name}: {during:.2f} s")  # fmt: skip
     print(f"the step views: {outcomes}; server CPU {server.cpu_s() - cpu:.1f} s; "
           f"RSS {before:.0f} MB, peak +{peak[0] - before:.0f} MB")  # fmt: skip
+
+
+def server_cost(server: Server, path: Path, calls: int = 4) -> None:
+    """The server process's CPU seconds for each of ``calls`` replays of ``path`` (each from an address
+    of its own, so that no rest refuses it), then for each of ``calls`` step views of it from one
+    session (6 s apart: its rest): what a drawing from a trace costs the interpreter a visitor's run
+    shares (a drawing worker's time is not the server's). Needs the server behind ``RECAP_PROXY_HOPS=1``."""
+    from gradio_client import Client, handle_file
+
+    file, replays, views = server.upload(path), [], []
+    for i in range(calls):
+        cpu = server.cpu_s()
+        seconds, kind, _ = server.call("replay", [file], 600, f"203.0.113.{100 + i}")
+        time.sleep(0.5)  # (the reply's last bytes)
+        replays.append(f"{server.cpu_s() - cpu:.2f} s CPU in {seconds:.2f} s ({kind})")
+    client = Client(server.url, verbose=False, headers={"X-Forwarded-For": "203.0.113.140"})
+    try:
+        client.predict(handle_file(str(path)), api_name="/replay")
+        for i in range(calls):
+            time.sleep(6)
+            cpu, start = server.cpu_s(), time.perf_counter()
+            client.predict(i % 2, api_name="/step")
+            seconds = time.perf_counter() - start
+            time.sleep(0.5)
+            views.append(f"{server.cpu_s() - cpu:.2f} s CPU in {seconds:.2f} s")
+    finally:
+        client.close()
+    print(f"replays of {path.name}: {'; '.join(replays)}")
+    print(f"step views of {path.name}: {'; '.join(views)}")
 
 
 def replay_flood(server: Server, path: Path, calls: int) -> None:
@@ -373,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.space_attack", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("attack", choices=["delay", "replay", "sessions", "crowd", "draw", "steps"])
+    parser.add_argument("attack", choices=["delay", "replay", "sessions", "crowd", "draw", "steps", "cost"])
     parser.add_argument("--url", default="http://127.0.0.1:7961/")
     parser.add_argument("--pid", type=int, required=True, help="the server's process id (for its RSS)")
     parser.add_argument("--visitor-delay", type=int, default=0, help="the visitor's display delay (ms)")
@@ -393,11 +423,13 @@ def main(argv: list[str] | None = None) -> int:
         delay_attack(server, args.visitor_delay)
     elif args.attack == "crowd":
         crowd_attack(server, args.seconds, args.comparisons)
-    elif args.attack in ("replay", "draw", "steps"):
+    elif args.attack in ("replay", "draw", "steps", "cost"):
         target = Path(tempfile.gettempdir()) / f"recap-crafted-{args.shape}.json"
         trace = args.file or crafted(target, args.shape)
         if args.attack == "draw":
             draw_attack(server, trace, args.copies)
+        elif args.attack == "cost":
+            server_cost(server, trace)
         elif args.attack == "steps":
             steps_attack(server, trace, args.calls)
         elif args.flood:

@@ -37,6 +37,7 @@ import httpx
 import pytest
 from conftest import free_port, hard_timeout, noise_image, tiny
 
+from recap.studio.guard.offload import DrawingWorker
 from recap.trace import RunTrace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -300,6 +301,8 @@ def test_the_worst_replays_within_the_limits_are_cheap_and_freed(space, tmp_path
 
     # two replays back to back from one client: without the rest a client's costly replays earn
     monkeypatch.setattr(space.studio.replays, "share", None)
+    # drawn in this thread, so that what the drawing worker does is measured here
+    monkeypatch.setattr(space.studio, "drawing", DrawingWorker(processes=0))
 
     path = _worst_trace(tmp_path / f"{shape}.json", shape)
     check_trace_data(json.loads(path.read_text(encoding="utf-8")))  # within the limits
@@ -388,6 +391,7 @@ def test_step_views_from_one_session_are_drawn_one_at_a_time(space, tmp_path, mo
         return view(steps, index)
 
     monkeypatch.setattr(handlers, "step_view", held_view)
+    monkeypatch.setattr(space.studio, "drawing", DrawingWorker(processes=0))  # (the held view: here)
     monkeypatch.setattr(wrapper, "VIEW_PATIENCE_S", PATIENCE_S)  # (the waiting view waits for the gate)
     monkeypatch.setattr(space.studio.replays, "share", None)  # (no rest after the replays below)
     trace = handle_file(str(_worst_trace(tmp_path / "wide.json", "wide")))

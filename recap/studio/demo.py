@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -93,13 +94,16 @@ class StudioBlocks(gr.Blocks):
     def launch(self, *args, **kwargs):
         """gradio's ``launch``, with `guard.bodylimit.BodyLimit` in front of its app, and a call to
         an API name the studio does not have answered 404 with its names (gradio answers 500 and logs a
-        traceback per call, which a client could flood the log with)."""
+        traceback per call, which a client could flood the log with); the studio's drawing worker
+        starts beside it."""
         app_kwargs = dict(kwargs.get("app_kwargs") or {})
         app_kwargs["middleware"] = [*app_kwargs.get("middleware", ()), Middleware(BodyLimit)]
         handlers_ = dict(app_kwargs.get("exception_handlers") or {})
         handlers_[FnIndexInferError] = self.unknown_endpoint
         handlers_[KeyError] = self.missing_key  # gradio's /call/v2/<name> looks the name up unchecked
         app_kwargs["exception_handlers"] = handlers_
+        if (studio := getattr(self, "studio", None)) is not None:  # (the first replay need not wait)
+            threading.Thread(target=studio.drawing.start, name="drawing-worker-start", daemon=True).start()
         return super().launch(*args, **{**kwargs, "app_kwargs": app_kwargs})
 
     @functools.cached_property

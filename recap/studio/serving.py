@@ -55,6 +55,7 @@ from recap.studio.environment import (
 from recap.studio.guard.clients import client_key
 from recap.studio.guard.decode_line import Busy, DecodeSlots, WaitingLine
 from recap.studio.guard.jobs import Cancelled, DecodeJob, SessionJobs
+from recap.studio.guard.offload import DrawingWorker
 from recap.studio.guard.sessions import ClientLedger
 from recap.studio.guard.tickets import RenderBudget, Tickets
 from recap.studio.guard.validation import (
@@ -228,6 +229,10 @@ def fresh_drafter(
 COMPARE_WARMUP = 8
 
 
+#: The drawing worker every studio of this process shares (started on its first drawing).
+DRAWING = DrawingWorker(modules=("recap.studio.ui.handlers", "recap.studio.ui.traces"))
+
+
 class Studio:
     """What every visitor's requests share: the model factory and cache, the offered models and memory
     scopes, the folders an image may come from, and the bounds that keep one visitor from taking the
@@ -262,6 +267,8 @@ class Studio:
         # replays read at once, one per client, a client's at most half of the time back to back: more
         # are refused at once, never queued behind them
         self.replays = Tickets(REPLAY_CONCURRENCY, 1, share=REPLAY_SHARE)
+        # what those tickets draw, drawn in a worker process at a low priority (one for the process)
+        self.drawing = DRAWING
         self.updates = RenderBudget(DISPLAY_SHARE)
         budget, sessions = session_budget()
         # each session's client (the last that sent its decoding work), at most twice the sessions kept

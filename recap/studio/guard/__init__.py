@@ -9,7 +9,10 @@
 - `sessions`: what the sessions keep, within a memory budget;
 - `validation`: every value a request carries, checked against the UI's bounds; refusals in one line;
 - `bodylimit`: request bodies bounded before gradio reads them;
-- `trace_files`: an uploaded trace, bounded by size and work and checked in full before it is read.
+- `trace_files`: an uploaded trace, bounded by size and work and checked in full before it is read;
+- `offload`: drawing from a trace in a worker process at a low priority, off the server's interpreter;
+- `wrapper`: `Guard`, the one wrapper that puts the bounds of a handler's kind around the studio's
+  plain handlers where the page is wired.
 
 docs/reliability.md lists every bound with the test that shows it.
 """

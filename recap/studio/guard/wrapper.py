@@ -12,6 +12,9 @@ wiring time, a handler gets what a public Space needs around it, by its kind:
 - ``"view"``: a drawing from a stored trace (a step's view, a download), under a drawing ticket of its
   client, after any running decode.
 - ``"replay"``: an uploaded trace, read and checked in full under a replay ticket, then drawn.
+  Drawing from a trace (a replay, a step's view) is done in the studio's drawing worker, a process
+  at a low priority (`recap.studio.guard.offload`), so that it does not hold the interpreter lock
+  against a visitor's decoding.
 - ``"upload"``: an image dropped in the Image box, refused as it lands if it is not usable.
 - ``"checked"``: any other handler: a ``ValueError`` it raises becomes a refusal.
 
@@ -36,7 +39,7 @@ import gradio as gr
 from recap.studio.environment import REPLAY_CONCURRENCY
 from recap.studio.guard.decode_line import WaitingLine
 from recap.studio.guard.jobs import HEARTBEAT_S, Cancelled, DecodeJob, paced
-from recap.studio.guard.sessions import release_memory
+from recap.studio.guard.offload import Offscreen, WorkerLost
 from recap.studio.guard.trace_files import read_trace
 from recap.studio.guard.validation import (
     MAX_TOTAL_DELAY_S,
@@ -271,7 +274,9 @@ class Guard:
             start = time.monotonic()
             try:
                 studio.give_way()
-                return work()
+                return studio.drawing.run(work)  # (an `Offscreen` drawing: in the drawing worker)
+            except WorkerLost as lost:
+                raise refusal(str(lost)) from None
             finally:  # (here, not in the handler: a cancelled call's thread works on to its end)
                 studio.replays.give(client, time.monotonic() - start)
 
@@ -304,34 +309,33 @@ class Guard:
             return f"Your last replay took a while to read: wait {math.ceil(rest)} s before the next one."
         return REPLAYS_BUSY
 
-    def _replay(self, handler: Callable) -> Callable:
-        """``handler(trace)`` shows a trace read and checked in full (None: no file), under one replay
-        ticket of its client, after any running decode; its rest counts reading and drawing."""
+    def _replay(self, handler: Replay) -> Callable:
+        """``handler.draw`` of a trace read and checked in full, in the drawing worker, under one
+        replay ticket of its client, after any running decode (its rest counts reading and drawing);
+        then ``handler.show`` of what it drew (of None without a file)."""
         studio = self.studio
 
         def replay(path, request: gr.Request = None):
             if not path:
-                return handler(None)
+                return handler.show(None)
             client = studio.client(request)
             if not studio.replays.take(client):
                 raise refusal(self._replay_refused(client))
             start = time.monotonic()
             try:
                 studio.give_way()
-                try:
-                    trace = read_trace(path)
-                except ValueError as error:
-                    raise refusal(f"Cannot replay this file: {error}") from None
-                studio.give_way()
-                shown = handler(trace)
+                # what parsing and drawing allocated goes back to the system, refused or not
+                drawn = studio.drawing.run(Offscreen(_read_and_drawn, (path, handler.draw), release=True))
+            except WorkerLost as lost:
+                raise refusal(str(lost)) from None
             finally:
-                spent = time.monotonic() - start
-                release_memory()  # what parsing and drawing allocated goes back, refused or not
-                studio.replays.give(client, spent)
+                studio.replays.give(client, time.monotonic() - start)
+            if isinstance(drawn, Unreadable):
+                raise refusal(f"Cannot replay this file: {drawn.reason}")
             studio.sessions.sweep(request.session_hash if request is not None else None)
-            return shown
+            return handler.show(drawn)
 
-        return _signed(replay, handler)
+        return _signed(replay, handler.show)
 
     # ------------------------------------------------------------------------------- checking
     def _upload(self, handler: Callable) -> Callable:
@@ -359,6 +363,32 @@ class Guard:
         checked.__signature__ = inspect.signature(handler)
         checked.__doc__, checked.__name__ = handler.__doc__, handler.__name__
         return checked
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A replay's handler, in two parts: ``draw(trace)``, a module-level function whose values pickle
+    (it runs in the drawing worker), and ``show(drawn)``, the update showing them (None: no file)."""
+
+    draw: Callable[[Any], Any]
+    show: Callable[[Any], dict]
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """An uploaded trace that `read_trace` refused, and why."""
+
+    reason: str
+
+
+def _read_and_drawn(path: str, draw: Callable[[Any], Any]) -> Any:
+    """``draw`` of the trace at ``path`` read and checked in full, or `Unreadable` (in the drawing
+    worker: only the path goes in, only what ``draw`` returns comes back)."""
+    try:
+        trace = read_trace(path)
+    except ValueError as error:
+        return Unreadable(str(error))
+    return draw(trace)
 
 
 def _pumped(job: DecodeJob, items: Iterator) -> Generator[None, None, Any]:

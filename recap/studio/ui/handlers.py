@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import gradio as gr
@@ -22,12 +23,13 @@ from recap.bench.sensitivity import token_texts
 from recap.inputs import check_integer, shown
 from recap.state import DrafterState
 from recap.studio.environment import REPLAY_EVENTS, SESSION_SCOPE, SHARED_SCOPE, model_label
+from recap.studio.guard.offload import Offscreen
 from recap.studio.guard.validation import RunSettings, stopped_status
 from recap.studio.guard.wrapper import Checked, Guard
 from recap.studio.serving import EMPTIED, Studio, drafter_for
 from recap.studio.ui import figures, render, tables
 from recap.studio.ui.scene_note import scene_note, with_note
-from recap.trace import RunTrace, StepRecord
+from recap.trace import PackedSteps, RunTrace, StepRecord
 
 log = logging.getLogger("recap.studio")
 
@@ -61,25 +63,44 @@ def step_view(steps: list[StepRecord], index: int) -> tuple:
     )
 
 
-def serialized(values: dict) -> dict:
-    """``{component: value}`` with every plotly figure already turned into what gradio sends (its JSON),
-    so that the cost of serializing is paid here, inside the caller's drawing ticket, not after it."""
-    return {
-        component: component.postprocess(value) if isinstance(component, gr.Plot) else value
-        for component, value in values.items()
-    }
+def plotted(figure):
+    """``figure`` as gradio sends a plot (its JSON, picklable): serialized by whoever draws it, inside
+    its drawing ticket (in the drawing worker, for a replay or a step's view), not after it."""
+    global _PLOT
+    if _PLOT is None:
+        _PLOT = gr.Plot(render=False)
+    return _PLOT.postprocess(figure)
+
+
+_PLOT: gr.Plot | None = None
+#: The panels that show a run's newest step, in the order `panel_values` returns their values.
+PANELS = ("answer", "stats", "passes", *STEP_PANEL)
+
+
+def step_panel(steps: Sequence[StepRecord], index: int) -> tuple:
+    """`step_view`'s values with the figures `plotted` (what a step's view sends)."""
+    words, tree, fused, table = step_view(steps, index)
+    return words, plotted(tree), plotted(fused), table
+
+
+def panel_values(steps: Sequence[StepRecord], draw: Callable = lambda figure: figure) -> tuple:
+    """The values of `PANELS` showing the newest of ``steps``; each figure goes through ``draw``
+    (`plotted`: what a replay sends)."""
+    words, tree, fused, table = step_view(steps, len(steps) - 1)
+    answer, stats = render.highlighted_answer(steps), render.stats_html(steps)
+    return answer, stats, draw(render.passes_figure(steps)), words, draw(tree), draw(fused), table
+
+
+def placed(ui: dict, values: tuple, count: int, scrubbable: bool) -> dict:
+    """`panel_values`' ``values`` on their components, and the step slider at the last of ``count``."""
+    last = count - 1
+    slider = gr.Slider(minimum=0, maximum=max(1, last), value=last, interactive=scrubbable)
+    return {**dict(zip((ui[name] for name in PANELS), values)), ui["step"]: slider}
 
 
 def panels(ui: dict, steps: list[StepRecord], scrubbable: bool) -> dict:
     """The answer, stats and step panel showing the newest of ``steps``."""
-    last = len(steps) - 1
-    return {
-        ui["answer"]: render.highlighted_answer(steps),
-        ui["stats"]: render.stats_html(steps),
-        ui["passes"]: render.passes_figure(steps),
-        ui["step"]: gr.Slider(minimum=0, maximum=max(1, last), value=last, interactive=scrubbable),
-        **dict(zip((ui[name] for name in STEP_PANEL), step_view(steps, last))),
-    }
+    return placed(ui, panel_values(steps), len(steps), scrubbable)
 
 
 def memory_state(studio: Studio, model_id: object, scope: object, session: object) -> render.MemoryState:
@@ -356,10 +377,13 @@ def wire_scrub(studio: Studio, ui: dict, run_state, guard: Guard | None = None) 
             raise ValueError(NO_RUN_YET)
         index = check_integer("step", index, 0, len(state["trace"].steps) - 1)
 
-        def draw() -> tuple:
-            return tuple(serialized(dict(zip(outputs, step_view(state["trace"].steps, index)))).values())
-
-        return draw
+        # drawn in the drawing worker: a replay's steps go compressed, as kept (rebuilt there); a run's,
+        # the step and the one before it (its root's text)
+        steps = state["trace"].steps
+        if isinstance(steps, PackedSteps):
+            return Offscreen(step_panel, (steps, index))
+        first = max(0, index - 1)
+        return Offscreen(step_panel, (steps[first : index + 1], index - first))
 
     guarded = (guard or Guard(studio)).wrap(scrub, "view")
     # the drawing tickets answer a flood at once: the step's gradio concurrency is the replays' (above them)

@@ -22,10 +22,10 @@ from pathlib import Path
 import gradio as gr
 
 from recap.studio.environment import REPLAY_EVENTS, model_label
-from recap.studio.guard.wrapper import Guard
+from recap.studio.guard.wrapper import Guard, Replay
 from recap.studio.serving import Studio
 from recap.studio.ui import render
-from recap.studio.ui.handlers import NO_RUN_YET, RESULT_OUTPUTS, panels, serialized
+from recap.studio.ui.handlers import NO_RUN_YET, RESULT_OUTPUTS, panel_values, placed, plotted
 from recap.trace import PackedSteps, RunTrace
 
 #: Exported traces older than this are deleted at the next export, for sessions that never end
@@ -152,20 +152,24 @@ def replay_status(trace: RunTrace) -> str:
     )
 
 
+def replay_drawn(trace: RunTrace) -> tuple[tuple, RunTrace]:
+    """What a replay shows of ``trace`` (`panel_values`, figures `plotted`), and the trace kept for
+    scrubbing as long as the session lives: compressed, so that no large replay keeps the server
+    grown. Module-level, and both picklable: the guard runs it in the drawing worker."""
+    return panel_values(trace.steps, plotted), replace(trace, steps=PackedSteps(trace.steps))
+
+
 def wire_replay(studio: Studio, ui: dict, run_state, guard: Guard | None = None) -> None:
-    def replay(trace: RunTrace | None):
+    def show(drawn: tuple[tuple, RunTrace] | None) -> dict:
         """Show a downloaded run (its JSON trace) without a model: the answer, stats and last step. The
-        guard (kind ``"replay"``) reads and checks the file first, and bounds the time spent on both
-        (`recap.studio.ui.drawing` bounds the drawing)."""
-        if trace is None:
+        guard (kind ``"replay"``) reads and checks the file first and draws it (`replay_drawn`), and
+        bounds the time spent on both (`recap.studio.ui.drawing` bounds the drawing)."""
+        if drawn is None:  # (no file)
             return {run_state: gr.skip()}
-        drawn = serialized(panels(ui, trace.steps, scrubbable=True))
-        # kept for scrubbing as long as the session lives: compressed, so that no large replay keeps
-        # the server grown (the guard then frees what parsing and drawing allocated)
-        trace = replace(trace, steps=PackedSteps(trace.steps))
+        values, trace = drawn
         prompt = str(trace.settings.get("prompt", ""))
         return {
-            **drawn,
+            **placed(ui, values, len(trace.steps), scrubbable=True),
             ui["status"]: replay_status(trace),
             run_state: {"trace": trace, "image": None, "prompt": prompt, "model": None, "ended": True},
             # the trace holds no pixels: clear the image so it does not pose as the replayed run's input
@@ -175,7 +179,7 @@ def wire_replay(studio: Studio, ui: dict, run_state, guard: Guard | None = None)
 
     names = (*RESULT_OUTPUTS, "image", "prompt", "words")
     ui["replay"].upload(
-        (guard or Guard(studio)).wrap(replay, "replay"),
+        (guard or Guard(studio)).wrap(Replay(replay_drawn, show), "replay"),
         [ui["replay"]],
         [*(ui[n] for n in names), run_state],
         api_name="replay",
