@@ -5,7 +5,9 @@
 #
 # About 2 minutes where pip's cache or a local index has the wheels (25 minutes from an empty cache on
 # a busy 2-core machine). pip's torchvision, torchaudio and torchcodec wheels are CUDA builds that do
-# not load beside the CPU torch, and nothing here needs them: they are removed.
+# not load beside the CPU torch, and nothing here needs them: they are removed (the embedded vision model
+# runs through vLLM's Transformers backend, `model_impl="transformers"`, which does not import torchvision;
+# vLLM's own LLaVA does).
 #
 # Usage (from anywhere): bash scripts/install_vllm.sh      VLLM_VENV=/path/to/venv to choose the folder.
 set -euo pipefail

@@ -15,7 +15,15 @@ counted, as the project's own benchmark counts it), tokens per second of wall-cl
 process's CPU time, the CPU time of one engine step and of the proposer in it (the runner's
 ``propose_draft_token_ids``, timed alike for every method; RECAP's also counts the top-k its hook
 computes). Writes ``results.json``, ``results.md`` (the command at its end) and ``chart.html``.
-Needs vLLM's environment (`scripts/install_vllm.sh`); text models only here (see docs/vllm.md).
+Needs vLLM's environment (`scripts/install_vllm.sh`).
+
+A dataset with images (``--dataset scenes2``) runs the embedded vision model by default
+(``assets/models/tiny-scenes-llava-v2``) with vLLM's Transformers backend (``--model-impl
+transformers``: vLLM's own LLaVA imports torchvision, which does not load beside the CPU torch), each
+request with its image as vLLM's multimodal data:
+
+    .venv-vllm/bin/python -m scripts.vllm_bench --dataset scenes2 --limit 40 --batch 8 --k 4 \\
+        --out docs/results/vllm-embedded-scenes2-b8
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / "runs/models/smollm2-135m-instruct"
+#: The model of the datasets with images (the embedded vision model v2; its world is ``scenes2``'s).
+VISION_MODEL = ROOT / "assets/models/tiny-scenes-llava-v2"
 METHODS = ("none", "ngram", "suffix", "recap", "recap-whole", "recap-cut")
 #: The methods run unless ``--methods`` names others.
 DEFAULT_METHODS = ("none", "ngram", "suffix", "recap", "recap-whole")
@@ -66,10 +76,13 @@ def worker(args: argparse.Namespace) -> None:
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    prompts = json.loads(Path(args.prompts).read_text())
+    prompts = json.loads(Path(args.prompts).read_text())  # questions, or {"prompt", "image"} objects
+    vision = any(isinstance(entry, dict) and entry.get("image") for entry in prompts)
+    extra = {"limit_mm_per_prompt": {"image": 1}} if vision else {}
     llm = LLM(
         args.model, dtype="float32", enforce_eager=True, max_model_len=args.max_model_len, seed=0,
         max_num_seqs=args.batch[0], speculative_config=speculative_config(args.method, args.k),
+        model_impl=args.model_impl or "auto", **extra,
     )  # fmt: skip
     # only now: vLLM 0.32's CPU worker start scans every loaded module and fails on numba's (llvmlite)
     from recap.vllm import internals
@@ -82,6 +95,20 @@ def worker(args: argparse.Namespace) -> None:
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return list(tokenizer.encode(text, add_special_tokens=False))
 
+    def request(entry: str | dict) -> dict:
+        """vLLM's input for one entry: the chat template's token ids, or with an image the template's
+        text (the image, then the question, as this project's engine builds it) and the image, which
+        vLLM's processor turns into the model's placeholder tokens and pixel values."""
+        if not isinstance(entry, dict) or not entry.get("image"):
+            return {"prompt_token_ids": ids(entry["prompt"] if isinstance(entry, dict) else entry)}
+        from PIL import Image
+
+        content = [{"type": "image"}, {"type": "text", "text": entry["prompt"]}]
+        messages = [{"role": "user", "content": content}]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        with Image.open(entry["image"]) as image:
+            return {"prompt": text, "multi_modal_data": {"image": image.convert("RGB")}}
+
     delta = RequestOutputKind.DELTA  # each step's new tokens: a step with some is one pass of the request
     params = SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens, output_kind=delta)
     engine.add_request("warm-up", {"prompt_token_ids": ids("Hello.")}, params)  # not measured
@@ -93,8 +120,8 @@ def worker(args: argparse.Namespace) -> None:
 
     tokens: dict[str, list[int]] = {}
     passes: dict[str, int] = {}
-    for index, question in enumerate(prompts):
-        engine.add_request(f"q{index}", {"prompt_token_ids": ids(question)}, params)
+    for index, entry in enumerate(prompts):
+        engine.add_request(f"q{index}", request(entry), params)
         tokens[f"q{index}"], passes[f"q{index}"] = [], 0
     steps, wall, cpu = 0, time.perf_counter(), time.process_time()
     while engine.has_unfinished_requests():
@@ -112,16 +139,27 @@ def worker(args: argparse.Namespace) -> None:
         "proposer_cpu_s": internals.PROPOSAL_TIME["seconds"] + record,
         "drafts": {name: getattr(getattr(proposer, "stats", None), name, None)
                    for name in ("proposed", "expected", "accepted")},
-        "line": getattr(getattr(proposer, "pass_cost", None), "line", lambda: None)(),
+        "fit": getattr(getattr(proposer, "pass_cost", None), "fit", lambda: None)(),
     }  # fmt: skip
     Path(args.result).write_text(json.dumps(result))
 
 
 # ------------------------------------------------------------------------------------------- parent
-def questions(dataset: str, limit: int | None, data_file: str | None) -> list[str]:
+def questions(dataset: str, limit: int | None, data_file: str | None, images: Path) -> list[str | dict]:
+    """The dataset's prompts: each question, or ``{"prompt", "image"}`` for a sample with an image (its
+    first, written as a PNG file under ``images`` for the engines to read)."""
     from recap.bench.datasets import load_dataset
 
-    return [sample.prompt for sample in load_dataset(dataset, limit=limit, data_file=data_file)]
+    entries: list[str | dict] = []
+    for index, sample in enumerate(load_dataset(dataset, limit=limit, data_file=data_file)):
+        if not sample.images:
+            entries.append(sample.prompt)
+            continue
+        images.mkdir(parents=True, exist_ok=True)
+        path = images / f"{index}.png"
+        sample.images[0].save(path)
+        entries.append({"prompt": sample.prompt, "image": str(path)})
+    return entries
 
 
 def summarize(run: dict, reference: dict | None) -> dict:
@@ -136,7 +174,7 @@ def summarize(run: dict, reference: dict | None) -> dict:
         "tokens_per_cpu_s": generated / run["cpu_s"],
         "step_cpu_ms": 1000 * run["cpu_s"] / max(run["steps"], 1),
         "proposer_ms_per_step": 1000 * run["proposer_cpu_s"] / max(run["steps"], 1),
-        "steps": run["steps"], "mismatches": mismatches, "drafts": run.get("drafts"), "line": run.get("line"),
+        "steps": run["steps"], "mismatches": mismatches, "drafts": run.get("drafts"), "fit": run.get("fit"),
     }  # fmt: skip
 
 
@@ -177,21 +215,35 @@ def chart(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="mtbench", help="mtbench or specbench (recap.bench.datasets)")
+    parser.add_argument(
+        "--dataset", default="mtbench", help="mtbench, specbench or scenes2 (recap.bench.datasets)"
+    )
     parser.add_argument("--data-file", default=None, help="Spec-Bench's question.jsonl")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"from {', '.join(METHODS)}")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="default: 2048, or with images 1024 (the embedded model's)",
+    )
     parser.add_argument(
         "--draft-cost",
         type=float,
         default=0.25,
         help="RECAP_VLLM_DRAFT_COST of the recap-cut method (recap: auto; recap-whole: 0, never cut)",
     )
-    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument(
+        "--model", default=None, help="default: SmolLM2-135M-Instruct, or with images the embedded model v2"
+    )
+    parser.add_argument(
+        "--model-impl",
+        default=None,
+        help="vLLM's model_impl (default: auto, or with images transformers: vLLM's Transformers backend)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--method", help=argparse.SUPPRESS)
@@ -206,16 +258,22 @@ def main() -> None:
     for method in methods:
         speculative_config(method, args.k)  # unknown names fail before any engine starts
     args.out.mkdir(parents=True, exist_ok=True)
-    prompts = args.out / "prompts.json"
-    prompts.write_text(json.dumps(questions(args.dataset, args.limit, args.data_file)))
+    prompts, images = args.out / "prompts.json", args.out / "images"
+    entries = questions(args.dataset, args.limit, args.data_file, images)
+    prompts.write_text(json.dumps(entries))
+    vision = any(isinstance(entry, dict) for entry in entries)
+    model = args.model or str(VISION_MODEL if vision else DEFAULT_MODEL)
+    model_impl = args.model_impl or ("transformers" if vision else "auto")
+    max_model_len = args.max_model_len or (1024 if vision else 2048)
     runs: dict[tuple[str, int], dict] = {}
     for batch in args.batch:
         for method in methods:
             result = args.out / f"run-{method}-b{batch}.json"
             logger.info("%s at batch %d ...", method, batch)
-            settings = {"--method": method, "--batch": batch, "--k": args.k, "--model": args.model,
-                        "--max-new-tokens": args.max_new_tokens, "--max-model-len": args.max_model_len,
-                        "--prompts": prompts, "--result": result, "--out": args.out}  # fmt: skip
+            settings = {"--method": method, "--batch": batch, "--k": args.k, "--model": model,
+                        "--model-impl": model_impl, "--max-new-tokens": args.max_new_tokens,
+                        "--max-model-len": max_model_len, "--prompts": prompts, "--result": result,
+                        "--out": args.out}  # fmt: skip
             command = [sys.executable, "-m", "scripts.vllm_bench", "--worker"]
             command += [str(x) for pair in settings.items() for x in pair]
             env = dict(os.environ)
@@ -226,6 +284,10 @@ def main() -> None:
             runs[(method, batch)] = json.loads(result.read_text())
             result.unlink()
     prompts.unlink()
+    for path in images.glob("*.png") if images.is_dir() else ():
+        path.unlink()
+    if images.is_dir():
+        images.rmdir()
     rows = [summarize(runs[(m, b)], runs.get(("none", b))) for b in args.batch for m in methods]
     shown = [Path(a).name if sys.argv[i - 1] == "--data-file" else a for i, a in enumerate(sys.argv[1:], 1)]
     command = " ".join(["python -m scripts.vllm_bench", *shown])  # (the question file's name, not its folder)

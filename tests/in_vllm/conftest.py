@@ -31,13 +31,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def run_scenario(method: str, out: Path) -> dict:
-    """Every scenario of `scenario.py` in one engine with ``method``; its JSON results."""
-    if not (MODEL / "config.json").exists():
-        pytest.fail(f"the test model is missing: python -m scripts.vllm_model --out {MODEL}")
+def run_scenario(
+    method: str, out: Path, model: Path = MODEL, extra: tuple[str, ...] = (), env: dict | None = None
+) -> dict:
+    """Every scenario of `scenario.py` in one engine with ``method``; its JSON results. ``extra``: more
+    arguments of `scenario.py`; ``env``: environment variables set for it."""
+    if not (model / "config.json").exists():
+        pytest.fail(f"the test model is missing: python -m scripts.vllm_model --out {model}")
     script = str(ROOT / "tests/in_vllm/scenario.py")
-    command = [sys.executable, script, "--method", method, "--model", str(MODEL), "--out", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    command = [sys.executable, script, "--method", method, "--model", str(model), "--out", str(out), *extra]
+    environment = {**os.environ, **(env or {})}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT, env=environment)
     if done.returncode != 0:
         pytest.fail(f"the {method} engine failed:\n{done.stderr[-4000:]}")
     return json.loads(out.read_text())

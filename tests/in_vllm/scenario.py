@@ -1,6 +1,8 @@
 """Every scenario the vLLM tests compare, run in one engine with one speculative method.
 
     python tests/in_vllm/scenario.py --method recap --model runs/models/smollm2-135m-instruct --out out.json
+    python tests/in_vllm/scenario.py --method recap --model assets/models/tiny-scenes-llava-v2 \
+        --scenes 8 --out out.json         # the vision scenario (`vision`; --method transformers: `reference`)
 
 vLLM's engine owns its process, so each method runs in a subprocess of its own (`tests/in_vllm/conftest.py`)
 and the tests compare the JSON files: the token ids of every request of every scenario, the errors the
@@ -13,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 for name, value in (
@@ -27,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: 
 #: The model's length limit in these scenarios (small, so that a request can run into it).
 MAX_MODEL_LEN = 384
 K = 4
+#: New tokens of each scene's answer in the vision scenario.
+SCENE_TOKENS = 64
 
 QUESTIONS = (
     "Write a short poem about the sea.",
@@ -47,7 +52,11 @@ def main() -> None:
     parser.add_argument("--method", required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--scenes", type=int, default=0, help="the vision scenario on this many scenes")
     args = parser.parse_args()
+    if args.scenes:
+        (reference if args.method == "transformers" else vision)(args)
+        return
 
     from vllm import LLM, SamplingParams
     from vllm.exceptions import VLLMClientError
@@ -123,6 +132,97 @@ def main() -> None:
         results["proposer"] = {
             "running": sorted(drafter.requests), "passes": stats.passes, "proposed": stats.proposed,
             "accepted": stats.accepted, "memory_tokens": len(drafter.persistent),
+        }  # fmt: skip
+    Path(args.out).write_text(json.dumps(results))
+
+
+def ngrams(tokens: list[int]) -> set[tuple[int, ...]]:
+    """Every run of 2 and 3 consecutive tokens: the keys of the contextual memories."""
+    return {tuple(tokens[i : i + n]) for n in (2, 3) for i in range(len(tokens) - n + 1)}
+
+
+def scene_prompts(template, count: int) -> list[tuple[str, object]]:
+    """The first ``count`` scenes of ``scenes2``: the chat template's text (the image, then the question,
+    as this project's engine builds it, ``template`` applying it) and the image."""
+    from recap.bench.datasets import load_dataset  # only once vLLM's engine runs (numba; docs/vllm.md)
+
+    prompts = []
+    for sample in load_dataset("scenes2", limit=count):
+        content = [{"type": "image"}, {"type": "text", "text": sample.prompt}]
+        text = template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)
+        prompts.append((text, sample.images[0]))
+    return prompts
+
+
+def reference(args: argparse.Namespace) -> None:
+    """The vision scenario's scenes answered by transformers' own ``generate`` (greedy, float32, one at a
+    time): the model code this project's engine runs, without vLLM."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(args.model)
+    model = AutoModelForImageTextToText.from_pretrained(args.model, dtype=torch.float32).eval()
+    outputs = {}
+    for index, (text, image) in enumerate(scene_prompts(processor.apply_chat_template, args.scenes)):
+        inputs = processor(text=[text], images=[image], return_tensors="pt")
+        with torch.inference_mode():
+            ids = model.generate(**inputs, max_new_tokens=SCENE_TOKENS, do_sample=False)[0].tolist()
+        length = inputs["input_ids"].shape[1]
+        outputs[f"v{index}"] = {"prompt": ids[:length], "tokens": ids[length:]}
+    Path(args.out).write_text(json.dumps({"outputs": outputs}))
+
+
+def vision(args: argparse.Namespace) -> None:
+    """Scenes of ``scenes2`` with their images, all at once, in vLLM's Transformers backend (vLLM's
+    own LLaVA imports torchvision). Each request's tokens; with RECAP, after every engine step, each
+    running request's 2- and 3-token memory keys that are not runs of its own tokens (its prompt, its
+    answer so far, the chains it proposed: what its passes verified) or that hold a placeholder id, and
+    the steps at which running requests shared a contextual memory."""
+    from vllm import LLM, SamplingParams
+
+    from scripts.vllm_bench import speculative_config
+
+    llm = LLM(
+        args.model, model_impl="transformers", dtype="float32", enforce_eager=True, seed=0,
+        max_model_len=MAX_MODEL_LEN, max_num_seqs=16, limit_mm_per_prompt={"image": 1},
+        speculative_config=speculative_config(args.method, K),
+    )  # fmt: skip
+    engine, template = llm.llm_engine, llm.get_tokenizer().apply_chat_template
+    for index, (text, image) in enumerate(scene_prompts(template, args.scenes)):
+        request = {"prompt": text, "multi_modal_data": {"image": image}}
+        engine.add_request(f"v{index}", request, SamplingParams(temperature=0.0, max_tokens=SCENE_TOKENS))
+    runner = engine.model_executor.driver_worker.worker.model_runner
+    proposer = getattr(runner, "drafter", None) if args.method.startswith("recap") else None
+    outputs: dict[str, dict] = {}
+    allowed: dict[str, set] = defaultdict(set)
+    foreign: dict[str, set] = defaultdict(set)
+    placeholders, keys, shared, most_running = set(), 0, 0, 0
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            outputs[output.request_id] = {
+                "prompt": list(output.prompt_token_ids), "tokens": list(output.outputs[0].token_ids),
+            }  # fmt: skip
+        if proposer is None:
+            continue
+        most_running = max(most_running, len(proposer.requests))
+        drafters = [running.drafter for running in proposer.requests.values()]
+        shared += len({id(d.ctx2) for d in drafters} | {id(d.ctx3) for d in drafters}) < 2 * len(drafters)
+        for internal, running in proposer.requests.items():
+            req_id = internal.rsplit("-", 1)[0]  # (vLLM adds a suffix to the ids it is given)
+            own = outputs[req_id]["prompt"] + outputs[req_id]["tokens"]
+            allowed[req_id] |= ngrams(own + [int(t) for t in running.proposed.tokens])
+            drafter = running.drafter
+            found = {tuple(int(t) for t in key) for key in drafter.ctx2.keys() + drafter.ctx3.keys()}
+            keys = max(keys, len(found))
+            foreign[req_id] |= found - allowed[req_id]
+            placeholders |= {key for key in found if set(key) & proposer.excluded}
+    results: dict[str, object] = {"outputs": outputs}
+    if proposer is not None:
+        results["proposer"] = {
+            "excluded": sorted(proposer.excluded), "accepted": proposer.stats.accepted,
+            "passes": proposer.stats.passes, "most_keys": keys, "most_running": most_running,
+            "shared_steps": shared, "foreign": {r: sorted(k) for r, k in foreign.items() if k},
+            "placeholder_keys": sorted(placeholders),
         }  # fmt: skip
     Path(args.out).write_text(json.dumps(results))
 
