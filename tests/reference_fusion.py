@@ -2,7 +2,7 @@
 
 `recap.drafters.recap.kernel.grow_tree` computes, one context at a time inside its search, what
 `candidates` computes for many contexts at once with numpy arrays (this was the drafter's own code
-before the search was compiled). Tests compare the two through `tests/test_acceptance.py`'s plain
+before the search was compiled). Tests compare the two through `tests/test_search.py`'s plain
 best-first search.
 """
 

@@ -6,7 +6,8 @@ import json
 import math
 
 import pytest
-from conftest import noise_image, tiny
+from conftest import images_for, noise_image, tiny
+from test_cost import H200
 
 from recap.bench import (
     SampleRun,
@@ -28,7 +29,7 @@ from recap.drafters.recap.config import RecapConfig
 from recap.drafters.suffix_decoding import SuffixConfig
 from recap.memory.fingerprint import model_fingerprint
 from recap.memory.persistent import PersistentMemory
-from recap.models.cost import COST_SIZES
+from recap.models.cost import COST_SIZES, load_curve
 from recap.runtime import EMBEDDED_MODEL_V1, Runtime
 from recap.sampling import SamplingSettings
 from recap.state import DrafterState
@@ -552,3 +553,26 @@ def test_the_projection_adds_drafting_in_cpu_time_not_wall_clock():
     assert busy.projected_seconds == pytest.approx(2 * 0.003 + 0.002)
     old = aggregate("tr", [run(5.0, 0.0, recorded_cpu=False)], ar, None, projection=flat)  # saved before
     assert old.projected_seconds == pytest.approx(2 * 0.003 + 0.010)
+
+
+def test_bench_replays_a_recorded_curve(tmp_path):
+    from recap.bench import run_benchmark
+    from recap.bench.datasets import Sample
+
+    target = tiny("llava")
+    runtime = Runtime(target)
+    curve = tmp_path / "curve.json"
+    curve.write_text(json.dumps([[t, ms] for t, ms in H200]))
+    runtime.use_cost_model(load_curve(curve))
+    samples = [Sample("describe the image.", images_for(target, i)) for i in range(2)]
+    result = run_benchmark(runtime, samples, "recap", max_new_tokens=8, warmup=0, progress=False)
+    assert result.settings["cost_curve_ms"]["measured"] == [[t, ms] for t, ms in H200]
+    assert result.methods["recap"].match_rate == 1.0
+
+
+def test_bench_cli_refuses_a_bad_cost_curve_before_loading_a_model(tmp_path, capsys):
+    from recap.bench import main
+
+    assert main(["--cost-curve", str(tmp_path / "absent.json"), "--out", str(tmp_path / "out")]) == 2
+    assert "cost curve file not found" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recap.drafters.recap.context import ContextMemory, has_room
-from recap.memory.records import PredictionRecord, concentration, record_table
+from recap.memory.records import PredictionRecord, concentration, pack_keys, record_table
 
 
 def test_context_memory_overwrite_and_clear():
@@ -136,3 +136,44 @@ def test_has_room_exactly_when_reserve_changes_nothing(writes, count, capacity):
         assert room == all(a is b if isinstance(a, np.ndarray) else a == b for a, b in zip(before, after))
         assert has_room(index.keys, index.owner, index.state, memory.table, count)  # `reserve` made room
         memory.write_table(np.array([key]), record_table(np.zeros((1, 2)), np.zeros((1, 2)), [0.0], [0]))
+
+
+def test_context_memory_rows_slots_and_the_empty_record():
+    memory = ContextMemory(2)
+    assert memory.slots(pack_keys(np.array([[1, 2]]))).tolist() == [0]  # nothing yet: the empty row
+    memory.write_rows(
+        pack_keys(np.array([[1, 2], [3, 4], [1, 2]])),
+        np.array([[5, 6], [7, 8], [9, 1]]),
+        np.array([[0.6, 0.4]] * 3),
+        np.array([0.1, 0.2, 0.3]),
+        request=4,
+    )
+    rows = memory.slots(pack_keys(np.array([[1, 2], [3, 4], [9, 9]])))
+    assert rows[2] == 0 and memory.table[0, 0] == -1  # missing key -> the empty record (id -1)
+    assert memory.lookup((1, 2)) == PredictionRecord([9, 1], pytest.approx([0.6, 0.4]), pytest.approx(0.3), 4)
+    assert sorted(memory.keys()) == [(1, 2), (3, 4)] and (3, 4) in memory and len(memory) == 2
+
+
+def test_a_full_stream_memory_reuses_the_oldest_row():
+    memory = ContextMemory(2, capacity=2)
+    for key in ([1, 1], [2, 2], [3, 3]):
+        memory.write_rows(pack_keys(np.array([key])), np.array([key]), np.array([[1.0, 0.0]]), np.ones(1), 0)
+    assert sorted(memory.keys()) == [(2, 2), (3, 3)] and memory.lookup((3, 3)).ids == [3, 3]
+    assert len(memory.table) == 3  # two rows and the empty one, never more
+
+
+def test_writes_to_a_shared_context_memory_wait_for_its_lock():
+    # Concurrent studio requests share a stream-scope memory: a write allocates rows under a lock.
+    import threading
+
+    memory = ContextMemory(2, capacity=4)
+    done = threading.Event()
+
+    def write():
+        memory.write_rows(pack_keys(np.array([[1, 2]])), np.array([[3, 4]]), np.array([[1.0, 0.0]]), [1.0], 0)
+        done.set()
+
+    with memory._lock:
+        threading.Thread(target=write).start()
+        assert not done.wait(0.2) and len(memory) == 0  # blocked while another writer holds the lock
+    assert done.wait(60) and memory.lookup((1, 2)).ids == [3, 4]  # 60 s: generous for a busy CPU

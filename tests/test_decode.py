@@ -17,8 +17,10 @@ from conftest import check_tree_logits, images_for, noise_image, random_tree, re
 from tiny_models import ARCHITECTURES, VISION_ARCHITECTURES, build
 
 from recap.decode import generate, generate_steps
+from recap.drafters import make_drafter
 from recap.drafters.autoregressive import AutoregressiveDrafter
 from recap.drafters.base import Observation, RequestInfo
+from recap.drafters.recap.config import RecapConfig
 from recap.tree import DraftTree
 
 PROMPTS = {"short": "the cat is", "long": "describe the image. " * 6 + "what colour is the square?"}
@@ -297,3 +299,16 @@ def test_the_embedded_model_v1_at_a_full_budget_equals_autoregressive(method):
     for sample in load_dataset("scenes", 6):
         truth = reference_greedy(runtime.target, sample.prompt, sample.images, 64)
         assert generate(runtime.target, drafter, sample.prompt, sample.images, 64).tokens == truth
+
+
+@pytest.mark.parametrize("details", [True, False])
+def test_display_fields_only_when_asked(details):
+    target = tiny("llava")
+    drafter = make_drafter("recap", config=RecapConfig(budget=8))
+    generate(target, drafter, "describe the image.", images_for(target), 12)  # fill the memories
+    result = generate(target, drafter, "describe the image.", images_for(target), 12, details=details)
+    drafted = [s for s in result.steps[1:] if s.nodes]
+    assert drafted and all(s.target_prob is not None for s in result.steps[1:])  # from the top-k, free
+    assert any(s.fused_at_root for s in drafted) == details
+    assert any(n.contributions for s in drafted for n in s.nodes) == details
+    assert all(bool(s.new_texts) == details for s in result.steps)

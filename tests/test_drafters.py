@@ -300,6 +300,12 @@ def test_keys_with_image_tokens_are_never_written_nor_looked_up():
     assert len(drafter.propose([*context, IMAGE])) == 0
 
 
+def test_image_placeholder_context_drafts_nothing():
+    drafter = make_drafter("recap", config=RecapConfig(budget=16))
+    context = start(drafter, [1, 2, 3, IMAGE], Target(cycle_rule([1, 2, 3])))
+    assert len(drafter.propose(context)) == 0
+
+
 @pytest.mark.parametrize(
     ("scope", "contexts_kept"),
     [

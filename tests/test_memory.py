@@ -77,6 +77,18 @@ def test_persistent_write_lookup_overwrite():
     assert len(memory) == 0 and memory.lookup(3) is None
 
 
+def test_persistent_table_mirrors_the_arrays():
+    memory = PersistentMemory(10, 2)
+    memory.write_many(np.array([3]), np.array([[1, 2]]), np.array([[0.7, 0.3]]), request=5)
+    table = memory.table
+    assert table.shape == (11, 6) and table[3].tolist() == pytest.approx([1, 2, 0.7, 0.3, table[3, 4], 5])
+    assert table[4, 0] == -1 and table[10, 0] == -1  # no record, and the empty last row
+    memory.write_many(np.array([4]), np.array([[8, 9]]), np.array([[1.0, 0.0]]), request=6)
+    assert memory.table[4, :2].tolist() == [8, 9] and memory.lookup(4).request == 6
+    memory.reset()
+    assert memory.table[3, 0] == -1
+
+
 # ---------------------------------------------------------------------------------------------- files
 def filled_memory(vocab: int = 20, k: int = 3) -> PersistentMemory:
     memory = PersistentMemory(vocab, k)

@@ -5,7 +5,7 @@ records), and `tests/reference_fusion.py` (candidates of many contexts and their
 arrays: the drafter's own code before the search was compiled). This module does the same
 arithmetic, in the same order and precision (float32 record values, float64 fused probabilities and
 scores), for one context at a time inside a best-first search, so that a pass costs tens of
-microseconds instead of a few hundred numpy calls. `tests/test_acceptance.py` checks the trees against
+microseconds instead of a few hundred numpy calls. `tests/test_search.py` checks the trees against
 a plain best-first search over the numpy reference, and `tests/test_stream_replay.py` that a recorded
 stream replays to the very trees it recorded.
 
