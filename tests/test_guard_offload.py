@@ -50,3 +50,25 @@ def test_a_worker_that_dies_is_replaced_and_its_drawing_refused_not_redone_here(
     finally:
         worker.shutdown()
     assert second not in (first, os.getpid())
+
+
+def _spin(seconds: float) -> int:
+    """CPU work for about ``seconds`` of this thread's CPU time."""
+    import time
+
+    end, count = time.thread_time() + seconds, 0
+    while time.thread_time() < end:
+        count += 1
+    return count
+
+
+def test_a_drawing_is_charged_the_cpu_time_it_cost_not_the_time_it_waited(worker):
+    import time
+
+    for where in (worker, DrawingWorker(processes=0)):
+        _, slept = where.timed(Offscreen(time.sleep, (0.3,)))
+        assert slept < 0.1  # waiting (for a CPU, beside busy processes) costs the server nothing
+        count, spent = where.timed(Offscreen(_spin, (0.2,)))
+        assert count > 0 and spent >= 0.2
+    _, here = DrawingWorker(processes=0).timed(lambda: _spin(0.1))  # (a closure: in this thread)
+    assert here >= 0.1

@@ -67,6 +67,13 @@ def _done(work: Offscreen) -> Any:
             release_memory()
 
 
+def _timed(work: Callable[[], Any]) -> tuple[Any, float]:
+    """``work()`` and the CPU seconds this thread spent on it (waiting for the CPU not counted)."""
+    start = time.thread_time()
+    result = work()
+    return result, time.thread_time() - start
+
+
 def _started(niceness: int, modules: Sequence[str], server: int) -> None:
     """The worker's start: a lower priority, one thread for torch, the drawing modules imported, and a
     watch that ends it once the ``server`` process is gone (a killed server leaves no worker)."""
@@ -117,10 +124,15 @@ class DrawingWorker:
     def run(self, work: Callable[[], Any]) -> Any:
         """``work()``: in the worker if it is `Offscreen` and there is one, else in this thread.
         Raises `WorkerLost` if the worker died meanwhile (the next piece of work starts another)."""
+        return self.timed(work)[0]
+
+    def timed(self, work: Callable[[], Any]) -> tuple[Any, float]:
+        """`run`, with the CPU seconds the work took where it ran: what it cost the server, whatever
+        the time it waited for a CPU beside other processes (the worker runs at a low priority)."""
         if not isinstance(work, Offscreen) or self.processes <= 0:
-            return work()
+            return _timed(work)
         try:
-            return self._executor().submit(_done, work).result()
+            return self._executor().submit(_timed, work).result()
         except BrokenProcessPool:
             log.warning("the drawing worker died while drawing: the next drawing starts a new one")
             self.shutdown()

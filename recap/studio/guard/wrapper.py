@@ -263,7 +263,7 @@ class Guard:
         """``work()`` (drawing or writing from a stored trace) under a drawing ticket of ``request``'s
         client (`Studio.replays`: it waits up to `VIEW_PATIENCE_S` for it, else a refusal saying
         why), in a thread, after any running decode (`Studio.give_way`); the client then rests as long
-        as it took."""
+        as the drawing cost the server (`charged`)."""
         studio = self.studio
         client = studio.client(request)
         refused = await studio.replays.wait_take(client, VIEW_PATIENCE_S)
@@ -271,14 +271,15 @@ class Guard:
             raise refusal(VIEW_REFUSED[refused])
 
         def ticketed():
-            start = time.monotonic()
+            start, spent = time.monotonic(), None
             try:
                 studio.give_way()
-                return studio.drawing.run(work)  # (an `Offscreen` drawing: in the drawing worker)
+                drawn, spent = studio.drawing.timed(work)  # (an `Offscreen` drawing: in the drawing worker)
+                return drawn
             except WorkerLost as lost:
                 raise refusal(str(lost)) from None
             finally:  # (here, not in the handler: a cancelled call's thread works on to its end)
-                studio.replays.give(client, time.monotonic() - start)
+                studio.replays.give(client, charged(spent, start))
 
         return await asyncio.to_thread(ticketed)
 
@@ -321,15 +322,16 @@ class Guard:
             client = studio.client(request)
             if not studio.replays.take(client):
                 raise refusal(self._replay_refused(client))
-            start = time.monotonic()
+            start, spent = time.monotonic(), None
             try:
                 studio.give_way()
                 # what parsing and drawing allocated goes back to the system, refused or not
-                drawn = studio.drawing.run(Offscreen(_read_and_drawn, (path, handler.draw), release=True))
+                work = Offscreen(_read_and_drawn, (path, handler.draw), release=True)
+                drawn, spent = studio.drawing.timed(work)
             except WorkerLost as lost:
                 raise refusal(str(lost)) from None
             finally:
-                studio.replays.give(client, time.monotonic() - start)
+                studio.replays.give(client, charged(spent, start))
             if isinstance(drawn, Unreadable):
                 raise refusal(f"Cannot replay this file: {drawn.reason}")
             studio.sessions.sweep(request.session_hash if request is not None else None)
@@ -379,6 +381,14 @@ class Unreadable:
     """An uploaded trace that `read_trace` refused, and why."""
 
     reason: str
+
+
+def charged(spent: float | None, start: float) -> float:
+    """The seconds a client's drawing is charged for its rest: the CPU time it cost the server
+    (``spent``), not the time it waited beside decodes and other processes, so that a busy machine does
+    not make a visitor wait longer between a replay and its first step view; the wall-clock time since
+    ``start`` where the drawing failed before saying."""
+    return spent if spent is not None else time.monotonic() - start
 
 
 def _read_and_drawn(path: str, draw: Callable[[Any], Any]) -> Any:
