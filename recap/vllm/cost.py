@@ -58,6 +58,7 @@ class PassCost:
         # Weighted sums x x^T and x y over the steps, x = (1, verifies drafts, tokens), y = seconds.
         self._xx = np.zeros((3, 3))
         self._xy = np.zeros(3)
+        self._fit: StepCost | None = None  # solved once a step, in `add`
 
     def add(self, tokens: int, drafts: int, seconds: float) -> None:
         """One verification step: the tokens it computed (``drafts`` of them drafts) and the seconds it
@@ -65,13 +66,13 @@ class PassCost:
         times what the fit says."""
         if tokens <= 0 or not 0 < seconds < float("inf"):
             return
-        fit = self.fit()
-        if fit is not None and seconds > OUTLIER * fit.seconds(tokens, drafts):
+        if self._fit is not None and seconds > OUTLIER * self._fit.seconds(tokens, drafts):
             return
         x = np.array([1.0, 1.0 if drafts > 0 else 0.0, float(tokens)])
         self._xx = self.forget * self._xx + np.outer(x, x)
         self._xy = self.forget * self._xy + x * float(seconds)
         self.steps += 1
+        self._fit = self._solved()
 
     def without_drafts(self) -> float:
         """The weight of the steps without drafts in the fit (a step weighs 1, less as it ages)."""
@@ -81,6 +82,9 @@ class PassCost:
         """The `StepCost` of the steps so far, or None before `least` steps or while every step had
         about as many tokens (no slope to read). ``drafting`` is 0 until there is `LEAST_WEIGHT` of
         steps with drafts and without; no part is negative, ``fixed`` is more than 0."""
+        return self._fit
+
+    def _solved(self) -> StepCost | None:
         if self.steps < self.least:
             return None
         both = self._xx[1, 1] >= LEAST_WEIGHT and self.without_drafts() >= LEAST_WEIGHT

@@ -109,7 +109,7 @@ class RecapProposer:
                 f"RECAP_VLLM_BUDGET must be >= 1 and RECAP_VLLM_DRAFT_COST 'auto' or a number >= 0, got "
                 f"{budget} and {cost!r}"
             )
-        #: The line of an engine step's wall-clock time against its tokens (`step` feeds it).
+        #: What an engine step costs, fitted from the steps `step` times (`recap.vllm.cost.StepCost`).
         self.pass_cost = PassCost()
         #: The step under way: when it started, its tokens and drafts, if it computes only the pending
         #: tokens and drafts `draft` planned (a step with a prefill or a request joining is not timed).
@@ -194,12 +194,12 @@ class RecapProposer:
                 running.proposed = DraftTree()
             drafting.append(running)
         self._cut(drafting)
-        drafts = sum(len(running.proposed) for running in drafting)
-        self._planned = (len(drafting) + drafts, drafts)
-        self._since_plain = 0 if drafts == 0 else self._since_plain + 1
+        sent = sum(len(running.proposed) for running in drafting)
+        self._planned = (len(drafting) + sent, sent)
+        self._since_plain = 0 if sent == 0 else self._since_plain + 1
         by_row = iter(drafting)
         drafts = [list(next(by_row).proposed.tokens) if len(row.sampled) else [] for row in rows]
-        self.stats.proposed += sum(len(running.proposed) for running in drafting)
+        self.stats.proposed += sent
         self.stats.expected += sum(sum(running.proposed.scores) for running in drafting)
         self.stats.cpu_seconds += time.thread_time() - start
         self.stats.steps += 1

@@ -233,10 +233,10 @@ class RecapDrafter:
     def shorten(self, count: int) -> DraftTree:
         """The chain `propose_chain` just proposed, cut to its first ``count`` drafts (a cut decided
         across a batch: `recap.vllm.cost.batch_lengths`); `observe` then learns from the shorter one."""
-        tree = self._proposed
-        if tree is None or self._growth is None or count >= len(tree):
-            return tree if tree is not None else DraftTree()
-        self._growth, self._kept = restrict(self._growth, list(range(max(count, 0)))), max(count, 0)
+        if self._proposed is None or self._growth is None or count >= len(self._proposed):
+            return self._proposed if self._proposed is not None else DraftTree()
+        self._kept = max(count, 0)
+        self._growth = restrict(self._growth, list(range(self._kept)))
         self._proposed = select(self._growth)
         return self._proposed
 
